@@ -1,0 +1,121 @@
+// Package auth verifies and mints the access tokens (JWT) that identify
+// shoppers and operators. HS256 is keyed with the bytes of the configured
+// secret string; RS256/ES256/EdDSA public keys may be added for tokens
+// issued by a shop's own identity provider.
+package auth
+
+import (
+	"crypto"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/flashsale/flashsale"
+)
+
+// MaxTokenLen bounds the accepted token size before any parsing.
+const MaxTokenLen = 4096
+
+// Verifier checks access tokens.
+type Verifier struct {
+	hmacKey []byte
+	pubKeys []crypto.PublicKey
+	now     func() time.Time
+	parser  *jwt.Parser
+}
+
+// Option configures a Verifier.
+type Option func(*Verifier)
+
+// WithPublicKey also accepts tokens signed by the private half of key
+// (RSA, ECDSA or Ed25519 public key).
+func WithPublicKey(key crypto.PublicKey) Option {
+	return func(v *Verifier) { v.pubKeys = append(v.pubKeys, key) }
+}
+
+// WithClock injects the clock used for exp and nbf.
+func WithClock(now func() time.Time) Option { return func(v *Verifier) { v.now = now } }
+
+// NewVerifier returns a verifier for HS256 tokens keyed with secret.
+func NewVerifier(secret string, opts ...Option) *Verifier {
+	v := &Verifier{hmacKey: []byte(secret), now: time.Now}
+	for _, o := range opts {
+		o(v)
+	}
+	algs := []string{"HS256"}
+	if len(v.pubKeys) > 0 {
+		algs = append(algs, "RS256", "RS384", "RS512", "ES256", "ES384", "EdDSA", "PS256")
+	}
+	v.parser = jwt.NewParser(jwt.WithValidMethods(algs), jwt.WithExpirationRequired(),
+		jwt.WithTimeFunc(func() time.Time { return v.now() }), jwt.WithLeeway(5*time.Second))
+	return v
+}
+
+// Claims are the access-token claims flashsale reads.
+type Claims struct {
+	Role string `json:"role,omitempty"`
+	jwt.RegisteredClaims
+}
+
+var errUnauthenticated = &flashsale.Error{Code: flashsale.CodeUnauthenticated, Message: "missing, invalid or expired access token"}
+
+// ErrUnauthenticated is the error of every refused access token.
+func ErrUnauthenticated() error { return errUnauthenticated }
+
+// Verify returns the principal of a valid token. Any problem is
+// UNAUTHENTICATED (the details are not shown to the caller).
+func (v *Verifier) Verify(token string) (flashsale.Principal, error) {
+	if token == "" || len(token) > MaxTokenLen {
+		return flashsale.Principal{}, errUnauthenticated
+	}
+	var c Claims
+	_, err := v.parser.ParseWithClaims(token, &c, v.key)
+	if err != nil {
+		return flashsale.Principal{}, errUnauthenticated
+	}
+	id, err := strconv.ParseInt(c.Subject, 10, 64)
+	if err != nil || id <= 0 {
+		return flashsale.Principal{}, errUnauthenticated
+	}
+	return flashsale.Principal{UserID: id, Operator: c.Role == "operator"}, nil
+}
+
+func (v *Verifier) key(t *jwt.Token) (any, error) {
+	switch t.Method.(type) {
+	case *jwt.SigningMethodHMAC:
+		if len(v.hmacKey) == 0 {
+			return nil, errors.New("no HMAC key configured")
+		}
+		return v.hmacKey, nil
+	default:
+		if len(v.pubKeys) == 0 {
+			return nil, errors.New("no public key configured")
+		}
+		keys := make([]jwt.VerificationKey, len(v.pubKeys))
+		for i, k := range v.pubKeys {
+			keys[i] = k
+		}
+		return jwt.VerificationKeySet{Keys: keys}, nil
+	}
+}
+
+// Mint signs an HS256 access token for userID (for development, tests and
+// `flashsale token`).
+func Mint(secret string, userID int64, operator bool, ttl time.Duration, now time.Time) (string, error) {
+	c := Claims{RegisteredClaims: jwt.RegisteredClaims{
+		Subject:   strconv.FormatInt(userID, 10),
+		IssuedAt:  jwt.NewNumericDate(now),
+		ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
+	}}
+	if operator {
+		c.Role = "operator"
+	}
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString([]byte(secret))
+	if err != nil {
+		return "", fmt.Errorf("auth.Mint: %w", err)
+	}
+	return s, nil
+}

@@ -1,0 +1,103 @@
+package auth
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/flashsale/flashsale"
+)
+
+const secret = "test-secret"
+
+func TestVerify(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	v := NewVerifier(secret, WithClock(func() time.Time { return now }))
+	mint := func(sec string, user int64, op bool, ttl time.Duration) string {
+		s, err := Mint(sec, user, op, ttl, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	sign := func(c jwt.Claims) string {
+		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString([]byte(secret))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	none, _ := jwt.NewWithClaims(jwt.SigningMethodNone, jwt.MapClaims{"sub": "5", "exp": now.Add(time.Hour).Unix()}).SignedString(jwt.UnsafeAllowNoneSignatureType)
+	tests := []struct {
+		name   string
+		token  string
+		wantID int64
+		wantOp bool
+	}{
+		{"shopper", mint(secret, 42, false, time.Hour), 42, false},
+		{"operator", mint(secret, 7, true, time.Hour), 7, true},
+		{"expired", mint(secret, 42, false, -time.Minute), 0, false},
+		{"other secret", mint("other", 42, false, time.Hour), 0, false},
+		{"no exp", sign(jwt.MapClaims{"sub": "42"}), 0, false},
+		{"sub not a number", sign(jwt.MapClaims{"sub": "bob", "exp": now.Add(time.Hour).Unix()}), 0, false},
+		{"sub negative", sign(jwt.MapClaims{"sub": "-3", "exp": now.Add(time.Hour).Unix()}), 0, false},
+		{"alg none", none, 0, false},
+		{"empty", "", 0, false},
+		{"garbage", "a.b.c", 0, false},
+		{"huge", strings.Repeat("a", MaxTokenLen+1), 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := v.Verify(tt.token)
+			if tt.wantID == 0 {
+				if flashsale.ErrorCode(err) != flashsale.CodeUnauthenticated {
+					t.Fatalf("err = %v, want UNAUTHENTICATED", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.UserID != tt.wantID || p.Operator != tt.wantOp {
+				t.Fatalf("got %+v, want user %d operator %v", p, tt.wantID, tt.wantOp)
+			}
+		})
+	}
+}
+
+func TestPublicKey(t *testing.T) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{"sub": "9", "exp": time.Now().Add(time.Hour).Unix()}).SignedString(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewVerifier(secret).Verify(tok); err == nil {
+		t.Fatal("ES256 token accepted without a configured public key")
+	}
+	p, err := NewVerifier(secret, WithPublicKey(&k.PublicKey)).Verify(tok)
+	if err != nil || p.UserID != 9 {
+		t.Fatalf("got %+v, %v; want user 9", p, err)
+	}
+}
+
+func FuzzVerify(f *testing.F) {
+	v := NewVerifier(secret)
+	good, _ := Mint(secret, 1, false, time.Hour, time.Now())
+	f.Add(good)
+	f.Add("")
+	f.Add("eyJhbGciOiJIUzI1NiJ9.e30.x")
+	f.Fuzz(func(t *testing.T, tok string) {
+		p, err := v.Verify(tok)
+		if err == nil && p.UserID <= 0 {
+			t.Fatalf("accepted %q with user %d", tok, p.UserID)
+		}
+	})
+}

@@ -1,0 +1,67 @@
+package flashsale
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a machine-readable error code of the public contract.
+type Code string
+
+// Error codes of CONTRACT.md.
+const (
+	CodeInvalid          Code = "INVALID"
+	CodeUnauthenticated  Code = "UNAUTHENTICATED"
+	CodeForbidden        Code = "FORBIDDEN"
+	CodeNotAdmitted      Code = "NOT_ADMITTED"
+	CodeBlocked          Code = "BLOCKED"
+	CodeNotFound         Code = "NOT_FOUND"
+	CodeTooLarge         Code = "TOO_LARGE"
+	CodeRateLimited      Code = "RATE_LIMITED"
+	CodeUnavailable      Code = "UNAVAILABLE"
+	CodeSoldOut          Code = "SOLD_OUT"
+	CodeAlreadyPurchased Code = "ALREADY_PURCHASED"
+	CodeOrderExpired     Code = "ORDER_EXPIRED"
+	CodeOrderCancelled   Code = "ORDER_CANCELLED"
+	CodeOrderPaid        Code = "ORDER_PAID"
+	CodeNotPayableYet    Code = "NOT_PAYABLE_YET"
+	CodeInternal         Code = "INTERNAL"
+)
+
+// Error is the one domain error type. Message is safe to show a user.
+// OrderID is set for ALREADY_PURCHASED.
+type Error struct {
+	Code    Code
+	Message string
+	OrderID string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+
+// Errorf returns a domain error with a formatted, user-safe message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the code of the first *Error in err's chain, CodeInternal
+// for any other non-nil error and "" for nil.
+func ErrorCode(err error) Code {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// ErrorMessage returns the user-safe message of err: the domain message, or a
+// generic text for internal errors (whose details must not leak).
+func ErrorMessage(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return "internal error"
+}
