@@ -139,3 +139,29 @@ const (
 	TopicOrders     = "flash-sale-orders"
 	TopicDeadLetter = "flash-sale-orders-dlq"
 )
+
+// SaleUpdate is a live change to a running sale (PATCH /api/admin/sales/{id});
+// nil fields stay as they are.
+type SaleUpdate struct {
+	Name                   *string
+	AdmissionRatePerSecond *int
+	EndsAt                 *time.Time
+}
+
+// ItemFigures are the live figures of one item (GET /api/admin/sales/{id}).
+type ItemFigures struct {
+	ItemID    int64
+	Remaining int64 // Redis
+	Sold      int64 // live orders: PENDING + PAID
+	Paid      int64
+	Expired   int64
+	Cancelled int64
+	Rejected  int64
+}
+
+// QueueFigures are the waiting room's figures of one sale.
+type QueueFigures struct {
+	Joined   int64 `json:"joined"`
+	Admitted int64 `json:"admitted"`
+	Waiting  int64 `json:"waiting"`
+}
