@@ -1,0 +1,44 @@
+# flashsale — `make run` starts the whole stack with a demo sale; `make test`
+# runs every test (race detector on). See README.md.
+GO        ?= go
+PKGS      ?= ./...
+BIN       := bin/flashsale
+GOFLAGS   ?=
+export GOTOOLCHAIN ?= local
+
+.PHONY: all build run test test-short vet fmt bench bench-go bench-load fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/flashsale
+
+run: build
+	./$(BIN) dev --demo
+
+# Every test under the race detector, then the allocation checks that the
+# race detector cannot make (sync.Pool is randomised under -race).
+test: vet
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) test -count=1 -run 'Allocs' ./admission/ ./defense/ ./gateway/
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+# Benchmarks: Go benchmarks, then the HTTP and load scenarios with ratios
+# against baselines measured in the same run. Results: docs/BENCHMARKS.md.
+bench: build
+	scripts/bench.sh
+
+bench-go:
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
+
+fuzz:
+	scripts/fuzz.sh 10s
+
+clean:
+	rm -rf bin out

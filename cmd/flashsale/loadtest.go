@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/flashsale/flashsale/loadtest"
+)
+
+type urlList []string
+
+func (u *urlList) String() string     { return strings.Join(*u, ",") }
+func (u *urlList) Set(v string) error { *u = append(*u, splitComma(v)...); return nil }
+
+func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("loadtest", stderr)
+	scenario := fs.String("scenario", "smoke", "preset: "+strings.Join(loadtest.ScenarioNames(), ", "))
+	var urls urlList
+	fs.Var(&urls, "url", "public address of a gateway (repeat or comma-separate to spread shoppers over several); default http://127.0.0.1:8080")
+	adminURL := fs.String("admin-url", "", "admin address: wait for /readyz first")
+	secret := fs.String("secret", os.Getenv("FLASHSALE_JWT_SECRET"), "JWT secret to mint tokens (default $FLASHSALE_JWT_SECRET)")
+	sale := fs.Int64("sale", 0, "use this sale instead of creating one")
+	shoppers := fs.Int("shoppers", -1, "simulated shoppers (default: the scenario's)")
+	quantity := fs.Int("quantity", -1, "units of the created sale")
+	items := fs.Int("items", -1, "items of the created sale")
+	rate := fs.Int("rate", -1, "admission rate per second of the created sale")
+	startsIn := fs.Duration("starts-in", 0, "the created sale opens this long after the start")
+	transport := fs.String("transport", "", "ws or polling")
+	pay := fs.Float64("pay", -1, "fraction of winners who pay")
+	flood := fs.Int("flood", -1, "hostile purchases without valid tokens")
+	early := fs.Int("early", -1, "hostile clicks before opening")
+	oneAddr := fs.Int("one-addr", -1, "shoppers sharing one source address")
+	sourceAddrs := fs.Int("source-addrs", -1, "spread client sockets over this many 127.0.0.x addresses")
+	procs := fs.Int("processes", -1, "worker processes (to pass the per-process open-file limit)")
+	duration := fs.Duration("duration", 0, "hard bound on the run")
+	dbURL := fs.String("database-url", os.Getenv("FLASHSALE_DATABASE_URL"), "PostgreSQL URL for the invariant checks (optional)")
+	redisURL := fs.String("redis-url", os.Getenv("FLASHSALE_REDIS_URL"), "Redis URL for the command counter (optional)")
+	jsonOut := fs.String("json", "loadtest-report.json", "JSON report file (empty: none)")
+	htmlOut := fs.String("html", "loadtest-report.html", "HTML report file (empty: none)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadtest.Scenario(*scenario)
+	if err != nil {
+		return err
+	}
+	if len(urls) == 0 {
+		urls = urlList{"http://127.0.0.1:8080"}
+	}
+	cfg.BaseURL, cfg.BaseURLs = urls[0], urls[1:]
+	cfg.AdminURL, cfg.JWTSecret, cfg.SaleID = *adminURL, *secret, *sale
+	cfg.DatabaseURL, cfg.RedisURL = *dbURL, *redisURL
+	cfg.Progress = stderr
+	setInt := func(dst *int, v int) {
+		if v >= 0 {
+			*dst = v
+		}
+	}
+	setInt(&cfg.Shoppers, *shoppers)
+	setInt(&cfg.Quantity, *quantity)
+	setInt(&cfg.Items, *items)
+	setInt(&cfg.AdmissionRate, *rate)
+	setInt(&cfg.Hostile.PurchaseFlood, *flood)
+	setInt(&cfg.Hostile.EarlyClicks, *early)
+	setInt(&cfg.Hostile.OneAddrUsers, *oneAddr)
+	setInt(&cfg.SourceAddrs, *sourceAddrs)
+	setInt(&cfg.Processes, *procs)
+	if *startsIn > 0 {
+		cfg.StartsIn = *startsIn
+	}
+	if *transport != "" {
+		cfg.Transport = *transport
+	}
+	if *pay >= 0 {
+		cfg.PayFraction = *pay
+	}
+	if *duration > 0 {
+		cfg.Duration = *duration
+	}
+	if cfg.JWTSecret == "" {
+		return errors.New("no JWT secret: set FLASHSALE_JWT_SECRET or --secret")
+	}
+	rep, runErr := loadtest.Run(ctx, cfg)
+	if rep == nil {
+		return runErr
+	}
+	if err := writeReport(*jsonOut, rep.WriteJSON); err != nil {
+		return err
+	}
+	if err := writeReport(*htmlOut, rep.WriteHTML); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nreports: %s %s\n", *jsonOut, *htmlOut)
+	return runErr
+}
+
+func writeReport(path string, write func(io.Writer) error) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

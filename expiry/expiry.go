@@ -1,0 +1,285 @@
+// Package expiry is the payment-expiry worker: an order still PENDING when
+// its payment window has passed becomes EXPIRED and its unit of stock goes
+// back, exactly once, even with several workers running.
+//
+// One transaction per batch takes the due orders FOR UPDATE SKIP LOCKED (so
+// parallel workers split the work), marks them EXPIRED, lowers items.sold and
+// writes a stock_returns outbox row per order. Only after the commit does the
+// unit go back to Redis (idempotent per order), and then the row is deleted.
+// A crash or a Redis outage in between leaves the rows, which the Drainer
+// (orders.Service.DrainReturns) settles later.
+package expiry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashsale/flashsale/internal/stock"
+)
+
+// Drainer settles stock_returns rows older than olderThan (*orders.Service).
+type Drainer interface {
+	DrainReturns(ctx context.Context, olderThan time.Duration, limit int) (int, error)
+}
+
+// Config configures a Worker.
+type Config struct {
+	// Interval between scans (FLASHSALE_EXPIRY_INTERVAL). 0: 30s.
+	Interval time.Duration
+	// BatchSize is the number of orders expired per transaction. 0: 500.
+	BatchSize int
+	// Now is the clock. nil: time.Now.
+	Now func() time.Time
+	// StaleReturn is the age at which an outbox row is taken to be stranded
+	// (its writer crashed or Redis failed) and handed to the Drainer.
+	// 0: 1m.
+	StaleReturn time.Duration
+	// OpTimeout bounds one batch (database and Redis), including the wait
+	// for a pooled connection. 0: 30s.
+	OpTimeout time.Duration
+}
+
+// Worker expires unpaid orders. Several may run at once, in one process or
+// many.
+type Worker struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	stock   *stock.Store
+	returns Drainer
+	log     *slog.Logger
+
+	expired  prometheus.Counter
+	returned prometheus.Counter
+	drained  prometheus.Counter
+}
+
+// New returns a Worker. returns may be nil (stranded outbox rows are then
+// left to another drainer); logger and reg may be nil.
+func New(cfg Config, pool *pgxpool.Pool, st *stock.Store, returns Drainer, logger *slog.Logger, reg prometheus.Registerer) *Worker {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 30 * time.Second
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 500
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.StaleReturn <= 0 {
+		cfg.StaleReturn = time.Minute
+	}
+	if cfg.OpTimeout <= 0 {
+		cfg.OpTimeout = 30 * time.Second
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Worker{
+		cfg: cfg, pool: pool, stock: st, returns: returns,
+		log: logger.With("component", "expiry"),
+		expired: counter(reg, prometheus.CounterOpts{
+			Name: "flashsale_expiry_orders_total",
+			Help: "Orders marked EXPIRED by the expiry worker.",
+		}),
+		returned: counter(reg, prometheus.CounterOpts{
+			Name: "flashsale_expiry_stock_returned_total",
+			Help: "Units given back to Redis by the expiry worker after expiring their orders.",
+		}),
+		drained: counter(reg, prometheus.CounterOpts{
+			Name: "flashsale_expiry_outbox_drained_total",
+			Help: "Stranded stock_returns rows settled by the expiry worker's drain step.",
+		}),
+	}
+}
+
+// counter registers a counter on reg, reusing one already registered under
+// the same name (several workers in one process share it).
+func counter(reg prometheus.Registerer, opts prometheus.CounterOpts) prometheus.Counter {
+	c := prometheus.NewCounter(opts)
+	if reg == nil {
+		return c
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if old, ok := are.ExistingCollector.(prometheus.Counter); ok {
+				return old
+			}
+		}
+	}
+	return c
+}
+
+// Run expires due orders every Interval (and once at start) until ctx ends;
+// it returns nil then. Errors of a round are logged and the next round
+// retries.
+func (w *Worker) Run(ctx context.Context) error {
+	t := time.NewTicker(w.cfg.Interval)
+	defer t.Stop()
+	for {
+		n, err := w.RunOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn("expiry round failed", "expired", n, "err", err)
+		} else if n > 0 {
+			w.log.Info("orders expired", "expired", n)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// RunOnce expires due orders in batches until none is left (for this worker:
+// rows other workers hold are theirs), then hands stranded outbox rows to the
+// Drainer. It returns the number of orders this call expired.
+func (w *Worker) RunOnce(ctx context.Context) (expired int, err error) {
+	for ctx.Err() == nil {
+		n, err := w.batch(ctx)
+		expired += n
+		if err != nil {
+			return expired, err
+		}
+		if n < w.cfg.BatchSize {
+			break
+		}
+	}
+	if w.returns == nil {
+		return expired, ctx.Err()
+	}
+	for ctx.Err() == nil {
+		n, err := w.returns.DrainReturns(ctx, w.cfg.StaleReturn, w.cfg.BatchSize)
+		w.drained.Add(float64(n))
+		if err != nil {
+			return expired, fmt.Errorf("expiry.RunOnce: %w", err)
+		}
+		if n < w.cfg.BatchSize {
+			break
+		}
+	}
+	return expired, ctx.Err()
+}
+
+// due is one order being expired.
+type due struct {
+	id                 string
+	sale, item, userID int64
+}
+
+// batch expires up to BatchSize orders in one transaction, then gives their
+// units back.
+func (w *Worker) batch(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
+	defer cancel()
+	var orders []due
+	var err error
+	for attempt := 0; ; attempt++ {
+		orders, err = w.expireTx(ctx)
+		if err == nil || attempt >= 2 || !retryable(err) {
+			break
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("expiry: expire batch: %w", err)
+	}
+	if len(orders) == 0 {
+		return 0, nil
+	}
+	w.expired.Add(float64(len(orders)))
+	// Committed: now the units go back, even if ctx ends meanwhile (a
+	// shutdown finishes the batch). The release is idempotent per order, so
+	// a drainer racing us cannot give a unit back twice.
+	ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), w.cfg.OpTimeout)
+	defer cancel()
+	settled := make([]string, 0, len(orders))
+	var relErr error
+	for _, o := range orders {
+		released, err := w.stock.Release(ctx, o.sale, o.userID, o.item, o.id)
+		if err != nil {
+			relErr = err
+			break
+		}
+		if released {
+			w.returned.Inc()
+		}
+		settled = append(settled, o.id)
+	}
+	if len(settled) > 0 {
+		if _, err := w.pool.Exec(ctx, `DELETE FROM stock_returns WHERE order_id = ANY($1::uuid[])`, settled); err != nil && relErr == nil {
+			relErr = fmt.Errorf("delete outbox rows: %w", err)
+		}
+	}
+	if relErr != nil {
+		return len(orders), fmt.Errorf("expiry: %d of %d units left to the outbox: %w", len(orders)-len(settled), len(orders), relErr)
+	}
+	return len(orders), nil
+}
+
+// expireTx is the batch transaction: due orders → EXPIRED, items.sold lowered
+// per item (in item id order, so concurrent batches cannot deadlock on the
+// item rows), one stock_returns row per order.
+func (w *Worker) expireTx(ctx context.Context) ([]due, error) {
+	now := w.cfg.Now()
+	var out []due
+	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `UPDATE orders o SET status = 'EXPIRED', updated_at = now()
+			FROM (SELECT id FROM orders WHERE status = 'PENDING' AND expires_at <= $1
+			      ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
+			WHERE o.id = d.id AND o.status = 'PENDING'
+			RETURNING o.id::text, o.sale_id, o.item_id, o.user_id`, now, w.cfg.BatchSize)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (due, error) {
+			var d due
+			err := r.Scan(&d.id, &d.sale, &d.item, &d.userID)
+			return d, err
+		})
+		if err != nil || len(out) == 0 {
+			return err
+		}
+		perItem := map[int64]int{}
+		ids := make([]string, len(out))
+		sales := make([]int64, len(out))
+		items := make([]int64, len(out))
+		users := make([]int64, len(out))
+		for i, d := range out {
+			perItem[d.item]++
+			ids[i], sales[i], items[i], users[i] = d.id, d.sale, d.item, d.userID
+		}
+		itemIDs := make([]int64, 0, len(perItem))
+		for id := range perItem {
+			itemIDs = append(itemIDs, id)
+		}
+		slices.Sort(itemIDs)
+		b := &pgx.Batch{}
+		for _, id := range itemIDs {
+			b.Queue(`UPDATE items SET sold = sold - $2 WHERE id = $1`, id, perItem[id])
+		}
+		b.Queue(`INSERT INTO stock_returns (order_id, sale_id, item_id, user_id, created_at)
+			SELECT o, s, i, u, $5 FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[]) AS t(o, s, i, u)
+			ON CONFLICT (order_id) DO NOTHING`, ids, sales, items, users, now)
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// retryable reports a deadlock or serialization failure, which a fresh
+// transaction may not meet again.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}

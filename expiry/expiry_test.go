@@ -1,0 +1,439 @@
+package expiry_test
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/expiry"
+	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/sales"
+	"github.com/flashsale/flashsale/internal/stock"
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+const window = 10 * time.Minute
+
+// t0 is "now" for the order service; the workers' clocks are set per test.
+var t0 = time.Date(2026, 12, 1, 18, 30, 0, 0, time.UTC)
+
+type fixture struct {
+	pool  *pgxpool.Pool
+	stock *stock.Store
+	cache *sales.Cache
+	sale  flashsale.Sale
+}
+
+func newFixture(t *testing.T, quantities ...int64) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	f := &fixture{pool: testenv.Postgres(t), stock: stock.New(rdb)}
+	store := sales.NewStore(f.pool, rdb, f.stock, func() time.Time { return t0 })
+	in := flashsale.Sale{Name: "expiry", StartsAt: t0.Add(-time.Hour), AdmissionRatePerSecond: 100}
+	for i, q := range quantities {
+		in.Items = append(in.Items, flashsale.Item{ProductID: int64(i + 1), Quantity: q, PriceCents: 999})
+	}
+	sl, err := store.Create(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.sale = sl
+	f.cache = sales.NewCache(store, rdb, time.Hour, slog.New(slog.DiscardHandler))
+	if err := f.cache.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *fixture) service(now func() time.Time) *orders.Service {
+	return orders.New(orders.Config{PaymentWindow: window, Now: now}, f.pool, f.stock, f.cache, nil)
+}
+
+type placed struct {
+	id           string
+	user, itemID int64
+}
+
+// place reserves a unit for each user in Redis (round robin over the items)
+// and stores the PENDING orders as the writer does: one row each created at
+// created, items.sold raised, pending members confirmed.
+func (f *fixture) place(t *testing.T, firstUser int64, n int, created time.Time) []placed {
+	t.Helper()
+	ctx := context.Background()
+	out := make([]placed, n)
+	ids, users, items := make([]string, n), make([]int64, n), make([]int64, n)
+	pend := make([]stock.Pending, n)
+	for i := range out {
+		p := placed{id: uuid.NewString(), user: firstUser + int64(i), itemID: f.sale.Items[i%len(f.sale.Items)].ID}
+		if err := f.stock.Reserve(ctx, f.sale.ID, p.itemID, p.user, p.id, created); err != nil {
+			t.Fatalf("reserve %d: %v", i, err)
+		}
+		out[i], ids[i], users[i], items[i] = p, p.id, p.user, p.itemID
+		pend[i] = stock.Pending{SaleID: f.sale.ID, OrderID: p.id, UserID: p.user, ItemID: p.itemID}
+	}
+	if _, err := f.pool.Exec(ctx, `INSERT INTO orders (id, sale_id, item_id, user_id, status, price_cents, created_at, expires_at)
+		SELECT o, $2, i, u, 'PENDING', 999, $5, $6 FROM unnest($1::uuid[], $3::bigint[], $4::bigint[]) AS t(o, i, u)`,
+		ids, f.sale.ID, items, users, created, created.Add(window)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(ctx, `UPDATE items SET sold = sold + c.k
+		FROM (SELECT i, count(*) AS k FROM unnest($1::bigint[]) AS t(i) GROUP BY i) c WHERE items.id = c.i`, items); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.stock.Confirm(ctx, pend); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// state is what the database and Redis say about the sale.
+type state struct {
+	remaining, sold, live map[int64]int64
+	byStatus              map[flashsale.OrderStatus]int
+	outbox                int
+	buyers                int64
+}
+
+func (f *fixture) state(t *testing.T) state {
+	t.Helper()
+	ctx := context.Background()
+	s := state{sold: map[int64]int64{}, live: map[int64]int64{}, byStatus: map[flashsale.OrderStatus]int{}}
+	var err error
+	if s.remaining, err = f.stock.Remaining(ctx, f.sale.ID); err != nil {
+		t.Fatal(err)
+	}
+	if s.buyers, err = f.stock.BuyerCount(ctx, f.sale.ID); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := f.pool.Query(ctx, `SELECT id, sold FROM items WHERE sale_id = $1`, f.sale.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id, sold int64
+		if err := rows.Scan(&id, &sold); err != nil {
+			t.Fatal(err)
+		}
+		s.sold[id] = sold
+	}
+	rows, err = f.pool.Query(ctx, `SELECT item_id, status, count(*) FROM orders WHERE sale_id = $1 GROUP BY 1, 2`, f.sale.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var item int64
+		var st string
+		var n int
+		if err := rows.Scan(&item, &st, &n); err != nil {
+			t.Fatal(err)
+		}
+		s.byStatus[flashsale.OrderStatus(st)] += n
+		if flashsale.OrderStatus(st).Live() {
+			s.live[item] += int64(n)
+		}
+	}
+	if err := f.pool.QueryRow(ctx, `SELECT count(*) FROM stock_returns`).Scan(&s.outbox); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// conserved checks invariant 3 per item: Redis remaining + live orders =
+// quantity, and items.sold = live orders.
+func (f *fixture) conserved(t *testing.T, s state) {
+	t.Helper()
+	for _, it := range f.sale.Items {
+		if got := s.remaining[it.ID] + s.live[it.ID]; got != it.Quantity {
+			t.Errorf("item %d: remaining %d + live %d = %d, want quantity %d", it.ID, s.remaining[it.ID], s.live[it.ID], got, it.Quantity)
+		}
+		if s.sold[it.ID] != s.live[it.ID] {
+			t.Errorf("item %d: items.sold %d, live orders %d", it.ID, s.sold[it.ID], s.live[it.ID])
+		}
+	}
+}
+
+func counterValue(t *testing.T, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("metric %s not registered", name)
+	return 0
+}
+
+// TestParallelWorkers: three workers at once over 500 expired orders return
+// every unit exactly once.
+func TestParallelWorkers(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, 251, 251)
+	f.place(t, 1, 500, t0.Add(-window-time.Minute))
+	// A paid order and a PENDING one still inside its window stay as they are.
+	keep := f.place(t, 1000, 2, t0.Add(-time.Minute))
+	svc := f.service(func() time.Time { return t0 })
+	if _, err := svc.Pay(ctx, keep[0].user, keep[0].id); err != nil {
+		t.Fatal(err)
+	}
+	before := f.state(t)
+	if got := before.remaining[f.sale.Items[0].ID] + before.remaining[f.sale.Items[1].ID]; got != 0 {
+		t.Fatalf("remaining before expiry = %d, want 0", got)
+	}
+
+	reg := prometheus.NewRegistry()
+	workers := make([]*expiry.Worker, 3)
+	for i := range workers {
+		workers[i] = expiry.New(expiry.Config{BatchSize: 37, Now: func() time.Time { return t0 }}, f.pool, f.stock, svc, nil, reg)
+	}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	expired := make([]int, len(workers))
+	for i, w := range workers {
+		wg.Go(func() {
+			<-start
+			n, err := w.RunOnce(ctx)
+			if err != nil {
+				t.Errorf("worker %d: %v", i, err)
+			}
+			expired[i] = n
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	t.Logf("expired per worker: %v", expired)
+	total := 0
+	for _, n := range expired {
+		total += n
+	}
+	if total != 500 {
+		t.Errorf("workers expired %v = %d orders, want 500", expired, total)
+	}
+	s := f.state(t)
+	if s.byStatus[flashsale.OrderExpired] != 500 || s.byStatus[flashsale.OrderPaid] != 1 || s.byStatus[flashsale.OrderPending] != 1 {
+		t.Errorf("orders by status = %v, want 500 EXPIRED, 1 PAID, 1 PENDING", s.byStatus)
+	}
+	if s.outbox != 0 {
+		t.Errorf("stock_returns rows = %d, want 0", s.outbox)
+	}
+	if s.buyers != 2 {
+		t.Errorf("Redis buyer records = %d, want 2", s.buyers)
+	}
+	// 251 + 251 units; the two kept orders hold one unit of each item.
+	for i, it := range f.sale.Items {
+		if got, want := s.remaining[it.ID], it.Quantity-1; got != want {
+			t.Errorf("item %d: remaining %d, want %d", i, got, want)
+		}
+		if got := s.sold[it.ID]; got != 1 {
+			t.Errorf("item %d: sold %d, want 1", i, got)
+		}
+	}
+	f.conserved(t, s)
+	if got := counterValue(t, reg, "flashsale_expiry_orders_total"); got != 500 {
+		t.Errorf("flashsale_expiry_orders_total = %v, want 500", got)
+	}
+	if got := counterValue(t, reg, "flashsale_expiry_stock_returned_total"); got != 500 {
+		t.Errorf("flashsale_expiry_stock_returned_total = %v, want 500", got)
+	}
+
+	// Another round finds nothing more to do.
+	if n, err := workers[0].RunOnce(ctx); err != nil || n != 0 {
+		t.Errorf("second round expired %d (err %v), want 0", n, err)
+	}
+	// Once its window passes, the pending order expires too; the paid one
+	// never does.
+	later := expiry.New(expiry.Config{Now: func() time.Time { return t0.Add(window) }}, f.pool, f.stock, svc, nil, nil)
+	if n, err := later.RunOnce(ctx); err != nil || n != 1 {
+		t.Errorf("later round expired %d (err %v), want 1", n, err)
+	}
+	s = f.state(t)
+	f.conserved(t, s)
+	if s.byStatus[flashsale.OrderPaid] != 1 || s.byStatus[flashsale.OrderExpired] != 501 {
+		t.Errorf("orders by status = %v, want 501 EXPIRED, 1 PAID", s.byStatus)
+	}
+}
+
+// deadStore is a stock store on a redis-server that has been stopped.
+func deadStore(t *testing.T) *stock.Store {
+	t.Helper()
+	r := testenv.NewRedisServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, DialTimeout: time.Second})
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r.Stop()
+	return stock.New(rdb)
+}
+
+// TestRedisDownAfterCommit: the batch commits while Redis is unreachable for
+// the release step. The outbox keeps the rows; a later drain returns each
+// unit exactly once.
+func TestRedisDownAfterCommit(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, 10)
+	f.place(t, 1, 4, t0.Add(-window-time.Minute))
+	item := f.sale.Items[0].ID
+
+	clock := t0
+	var mu sync.Mutex
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	svc := f.service(now)
+	reg := prometheus.NewRegistry()
+	crashed := expiry.New(expiry.Config{Now: now}, f.pool, deadStore(t), nil, nil, reg)
+	n, err := crashed.RunOnce(ctx)
+	if err == nil || n != 4 {
+		t.Fatalf("RunOnce with Redis down = %d, %v; want 4 and an error", n, err)
+	}
+	s := f.state(t)
+	if s.byStatus[flashsale.OrderExpired] != 4 || s.outbox != 4 || s.sold[item] != 0 || s.remaining[item] != 6 {
+		t.Fatalf("after the failed release: %+v; want 4 EXPIRED, 4 outbox rows, sold 0, remaining 6", s)
+	}
+	if got := counterValue(t, reg, "flashsale_expiry_stock_returned_total"); got != 0 {
+		t.Errorf("stock_returned_total = %v, want 0", got)
+	}
+
+	// A healthy worker with the drainer: the rows are young, so it leaves
+	// them (their own writer may still be releasing them).
+	healthy := expiry.New(expiry.Config{Now: now, StaleReturn: time.Minute}, f.pool, f.stock, svc, nil, nil)
+	if n, err := healthy.RunOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("healthy round = %d, %v", n, err)
+	}
+	if s := f.state(t); s.outbox != 4 || s.remaining[item] != 6 {
+		t.Fatalf("young rows drained early: outbox %d, remaining %d", s.outbox, s.remaining[item])
+	}
+	// Past the stale bound, two workers drain at once; each unit comes back
+	// once.
+	mu.Lock()
+	clock = clock.Add(2 * time.Minute)
+	mu.Unlock()
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			if _, err := healthy.RunOnce(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	s = f.state(t)
+	if s.outbox != 0 || s.remaining[item] != 10 || s.buyers != 0 {
+		t.Fatalf("after drain: outbox %d, remaining %d, buyers %d; want 0, 10, 0", s.outbox, s.remaining[item], s.buyers)
+	}
+	f.conserved(t, s)
+	// Draining again gives nothing back.
+	if n, err := svc.DrainReturns(ctx, 0, 100); err != nil || n != 0 {
+		t.Fatalf("drain again = %d, %v", n, err)
+	}
+	if r := f.state(t).remaining[item]; r != 10 {
+		t.Fatalf("remaining = %d, want 10", r)
+	}
+}
+
+// TestConcurrentPayCancelExpire: pay, cancel and the expiry worker race on one
+// order; exactly one wins and the stock comes back at most once.
+func TestConcurrentPayCancelExpire(t *testing.T) {
+	ctx := context.Background()
+	const rounds = 15
+	f := newFixture(t, rounds)
+	item := f.sale.Items[0].ID
+	// The service still sees the order inside its window; the worker's
+	// clock is past it, so all three transitions are possible.
+	svc := f.service(func() time.Time { return t0 })
+	w := expiry.New(expiry.Config{Now: func() time.Time { return t0.Add(window) }}, f.pool, f.stock, svc, nil, nil)
+	outcomes := map[flashsale.OrderStatus]int{}
+	for r := range rounds {
+		o := f.place(t, int64(r+1), 1, t0.Add(-time.Minute))[0]
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		var payErr, cancelErr, runErr error
+		var expired int
+		wg.Go(func() { <-start; _, payErr = svc.Pay(ctx, o.user, o.id) })
+		wg.Go(func() { <-start; _, cancelErr = svc.Cancel(ctx, o.user, o.id) })
+		wg.Go(func() { <-start; expired, runErr = w.RunOnce(ctx) })
+		close(start)
+		wg.Wait()
+		if runErr != nil {
+			t.Fatal(runErr)
+		}
+		var st string
+		if err := f.pool.QueryRow(ctx, `SELECT status FROM orders WHERE id = $1`, o.id).Scan(&st); err != nil {
+			t.Fatal(err)
+		}
+		status := flashsale.OrderStatus(st)
+		outcomes[status]++
+		var wantPay, wantCancel flashsale.Code
+		wantExpired := 0
+		switch status {
+		case flashsale.OrderPaid:
+			wantCancel = flashsale.CodeOrderPaid
+		case flashsale.OrderCancelled:
+			wantPay = flashsale.CodeOrderCancelled
+		case flashsale.OrderExpired:
+			wantPay, wantCancel, wantExpired = flashsale.CodeOrderExpired, flashsale.CodeOrderExpired, 1
+		default:
+			t.Fatalf("round %d: status %s", r, status)
+		}
+		if got := flashsale.ErrorCode(payErr); got != wantPay {
+			t.Errorf("round %d (%s): pay %q, want %q", r, status, got, wantPay)
+		}
+		if got := flashsale.ErrorCode(cancelErr); got != wantCancel {
+			t.Errorf("round %d (%s): cancel %q, want %q", r, status, got, wantCancel)
+		}
+		if expired != wantExpired {
+			t.Errorf("round %d (%s): worker expired %d, want %d", r, status, expired, wantExpired)
+		}
+		s := f.state(t)
+		f.conserved(t, s)
+		if s.outbox != 0 {
+			t.Errorf("round %d: outbox %d rows", r, s.outbox)
+		}
+	}
+	t.Logf("outcomes: %v", outcomes)
+	s := f.state(t)
+	if got, want := s.remaining[item], int64(rounds-outcomes[flashsale.OrderPaid]); got != want {
+		t.Errorf("remaining %d, want %d", got, want)
+	}
+}
+
+// TestRun: Run expires on its interval and returns nil when ctx ends.
+func TestRun(t *testing.T) {
+	f := newFixture(t, 5)
+	f.place(t, 1, 3, t0.Add(-window-time.Minute))
+	w := expiry.New(expiry.Config{Interval: time.Hour, Now: func() time.Time { return t0 }}, f.pool, f.stock, f.service(func() time.Time { return t0 }), nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	// The first round runs at start; wait for its effect, not for a time.
+	deadline := time.Now().Add(20 * time.Second)
+	for s := f.state(t); s.byStatus[flashsale.OrderExpired] != 3 || s.outbox != 0 || s.remaining[f.sale.Items[0].ID] != 5; s = f.state(t) {
+		if time.Now().After(deadline) {
+			t.Fatal("orders not expired by the first round")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	s := f.state(t)
+	f.conserved(t, s)
+	if s.remaining[f.sale.Items[0].ID] != 5 {
+		t.Errorf("remaining %d, want 5", s.remaining[f.sale.Items[0].ID])
+	}
+}

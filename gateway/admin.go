@@ -1,0 +1,461 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/flashsale/flashsale"
+)
+
+// Limits of the operator API.
+const (
+	maxNameLen  = 200
+	maxItems    = 1000
+	maxAudit    = 1000
+	defaultAudt = 100
+)
+
+// operator verifies that the caller holds an operator token: 401 without a
+// valid token, 403 without the role.
+func (s *Server) operator(c *fiber.Ctx) (flashsale.Principal, bool) {
+	p, _, ok := s.guarded(c, ClassAdmin)
+	if !ok {
+		return p, false
+	}
+	if !p.Operator {
+		_ = s.fail(c, errForbidden, 0)
+		return p, false
+	}
+	return p, true
+}
+
+func actor(p flashsale.Principal) string { return strconv.FormatInt(p.UserID, 10) }
+
+// adminSaleJSON is a sale as the operator API shows it.
+type adminSaleJSON struct {
+	ID                     int64                   `json:"id"`
+	Name                   string                  `json:"name"`
+	StartsAt               string                  `json:"startsAt"`
+	EndsAt                 string                  `json:"endsAt,omitempty"`
+	State                  string                  `json:"state"`
+	AdmissionRatePerSecond int                     `json:"admissionRatePerSecond"`
+	ShuffleCommitment      string                  `json:"shuffleCommitment"`
+	ShuffleSeed            string                  `json:"shuffleSeed,omitempty"`
+	CreatedAt              string                  `json:"createdAt,omitempty"`
+	Items                  []adminItemJSON         `json:"items"`
+	Queue                  *flashsale.QueueFigures `json:"queue,omitempty"`
+}
+
+type adminItemJSON struct {
+	ID         int64 `json:"id"`
+	ProductID  int64 `json:"productId"`
+	Quantity   int64 `json:"quantity"`
+	PriceCents int64 `json:"priceCents"`
+	*itemFiguresJSON
+}
+
+type itemFiguresJSON struct {
+	Remaining int64 `json:"remaining"`
+	Sold      int64 `json:"sold"`
+	Paid      int64 `json:"paid"`
+	Expired   int64 `json:"expired"`
+	Cancelled int64 `json:"cancelled"`
+	Rejected  int64 `json:"rejected"`
+}
+
+// adminView renders sale; with figures (may be nil) per item and the
+// sale's sold-out state taken from them.
+func (s *Server) adminView(sale *flashsale.Sale, figs []flashsale.ItemFigures, now time.Time) adminSaleJSON {
+	byItem := make(map[int64]flashsale.ItemFigures, len(figs))
+	for _, f := range figs {
+		byItem[f.ItemID] = f
+	}
+	v := adminSaleJSON{
+		ID:                     sale.ID,
+		Name:                   sale.Name,
+		StartsAt:               fmtTime(sale.StartsAt),
+		EndsAt:                 fmtTime(sale.EndsAt),
+		AdmissionRatePerSecond: sale.AdmissionRatePerSecond,
+		ShuffleCommitment:      sale.ShuffleCommitment,
+		CreatedAt:              fmtTime(sale.CreatedAt),
+		Items:                  make([]adminItemJSON, len(sale.Items)),
+	}
+	if !now.Before(sale.StartsAt) && len(sale.ShuffleSeed) > 0 {
+		v.ShuffleSeed = sale.SeedHex()
+	}
+	all := len(sale.Items) > 0
+	for i, it := range sale.Items {
+		v.Items[i] = adminItemJSON{ID: it.ID, ProductID: it.ProductID, Quantity: it.Quantity, PriceCents: it.PriceCents}
+		soldOut := s.d.Purchase.SoldOut(it.ID)
+		if f, ok := byItem[it.ID]; ok {
+			v.Items[i].itemFiguresJSON = &itemFiguresJSON{
+				Remaining: f.Remaining, Sold: f.Sold, Paid: f.Paid,
+				Expired: f.Expired, Cancelled: f.Cancelled, Rejected: f.Rejected,
+			}
+			soldOut = f.Remaining <= 0
+		}
+		all = all && soldOut
+	}
+	v.State = string(sale.State(now, all))
+	return v
+}
+
+// createSaleRequest is the body of POST /api/admin/sales. Pointers tell a
+// missing field from a zero.
+type createSaleRequest struct {
+	Name                   *string             `json:"name"`
+	StartsAt               *string             `json:"startsAt"`
+	EndsAt                 *string             `json:"endsAt"`
+	AdmissionRatePerSecond *int                `json:"admissionRatePerSecond"`
+	Items                  []createItemRequest `json:"items"`
+}
+
+type createItemRequest struct {
+	ProductID  *int64 `json:"productId"`
+	Quantity   *int64 `json:"quantity"`
+	PriceCents *int64 `json:"priceCents"`
+}
+
+func invalid(field, format string, args ...any) error {
+	return &flashsale.Error{Code: flashsale.CodeInvalid, Message: field + ": " + fmt.Sprintf(format, args...)}
+}
+
+// parseSaleRequest validates a create body and returns the sale to store.
+func parseSaleRequest(body []byte) (flashsale.Sale, error) {
+	var req createSaleRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return flashsale.Sale{}, err
+	}
+	var sale flashsale.Sale
+	if req.Name == nil || strings.TrimSpace(*req.Name) == "" {
+		return sale, invalid("name", "required")
+	}
+	if len(*req.Name) > maxNameLen {
+		return sale, invalid("name", "at most %d bytes", maxNameLen)
+	}
+	sale.Name = strings.TrimSpace(*req.Name)
+	if req.StartsAt == nil {
+		return sale, invalid("startsAt", "required (RFC 3339 time)")
+	}
+	t, err := time.Parse(time.RFC3339, *req.StartsAt)
+	if err != nil {
+		return sale, invalid("startsAt", "not an RFC 3339 time")
+	}
+	sale.StartsAt = t.UTC()
+	if req.EndsAt != nil {
+		e, err := time.Parse(time.RFC3339, *req.EndsAt)
+		if err != nil {
+			return sale, invalid("endsAt", "not an RFC 3339 time")
+		}
+		if !e.After(sale.StartsAt) {
+			return sale, invalid("endsAt", "must be after startsAt")
+		}
+		sale.EndsAt = e.UTC()
+	}
+	if req.AdmissionRatePerSecond == nil {
+		return sale, invalid("admissionRatePerSecond", "required")
+	}
+	if *req.AdmissionRatePerSecond < 1 {
+		return sale, invalid("admissionRatePerSecond", "must be at least 1")
+	}
+	sale.AdmissionRatePerSecond = *req.AdmissionRatePerSecond
+	if len(req.Items) == 0 {
+		return sale, invalid("items", "at least one item required")
+	}
+	if len(req.Items) > maxItems {
+		return sale, invalid("items", "at most %d items", maxItems)
+	}
+	sale.Items = make([]flashsale.Item, len(req.Items))
+	for i, it := range req.Items {
+		field := func(name string) string { return fmt.Sprintf("items[%d].%s", i, name) }
+		switch {
+		case it.ProductID == nil:
+			return sale, invalid(field("productId"), "required")
+		case *it.ProductID < 1:
+			return sale, invalid(field("productId"), "must be at least 1")
+		case it.Quantity == nil:
+			return sale, invalid(field("quantity"), "required")
+		case *it.Quantity < 1:
+			return sale, invalid(field("quantity"), "must be at least 1")
+		case it.PriceCents == nil:
+			return sale, invalid(field("priceCents"), "required")
+		case *it.PriceCents < 0:
+			return sale, invalid(field("priceCents"), "must be 0 or more")
+		}
+		sale.Items[i] = flashsale.Item{ProductID: *it.ProductID, Quantity: *it.Quantity, PriceCents: *it.PriceCents}
+	}
+	return sale, nil
+}
+
+// updateSaleRequest is the body of PATCH /api/admin/sales/{saleId}.
+type updateSaleRequest struct {
+	Name                   *string `json:"name"`
+	AdmissionRatePerSecond *int    `json:"admissionRatePerSecond"`
+	EndsAt                 *string `json:"endsAt"`
+}
+
+func parseUpdateRequest(body []byte) (flashsale.SaleUpdate, error) {
+	var req updateSaleRequest
+	var u flashsale.SaleUpdate
+	if err := decodeStrict(body, &req); err != nil {
+		return u, err
+	}
+	if req.Name != nil {
+		n := strings.TrimSpace(*req.Name)
+		if n == "" {
+			return u, invalid("name", "must not be empty")
+		}
+		if len(n) > maxNameLen {
+			return u, invalid("name", "at most %d bytes", maxNameLen)
+		}
+		u.Name = &n
+	}
+	if req.AdmissionRatePerSecond != nil {
+		if *req.AdmissionRatePerSecond < 1 {
+			return u, invalid("admissionRatePerSecond", "must be at least 1")
+		}
+		r := *req.AdmissionRatePerSecond
+		u.AdmissionRatePerSecond = &r
+	}
+	if req.EndsAt != nil {
+		e, err := time.Parse(time.RFC3339, *req.EndsAt)
+		if err != nil {
+			return u, invalid("endsAt", "not an RFC 3339 time")
+		}
+		e = e.UTC()
+		u.EndsAt = &e
+	}
+	return u, nil
+}
+
+// decodeStrict decodes one JSON object into v, refusing unknown fields,
+// wrong types and trailing data with an INVALID error that names the field.
+func decodeStrict(body []byte, v any) error {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
+		return flashsale.Errorf(flashsale.CodeInvalid, "request body required")
+	}
+	if body[0] != '{' {
+		return flashsale.Errorf(flashsale.CodeInvalid, "request body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return flashsale.Errorf(flashsale.CodeInvalid, "malformed JSON: data after the object")
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		field := te.Field
+		if field == "" {
+			field = "body"
+		}
+		return invalid(field, "wrong type (%s)", te.Value)
+	}
+	const unknown = "json: unknown field "
+	if msg := err.Error(); strings.HasPrefix(msg, unknown) {
+		name, uerr := strconv.Unquote(strings.TrimPrefix(msg, unknown))
+		if uerr != nil {
+			name = strings.TrimPrefix(msg, unknown)
+		}
+		return invalid(name, "unknown field")
+	}
+	return flashsale.Errorf(flashsale.CodeInvalid, "malformed JSON")
+}
+
+// adminCreate is POST /api/admin/sales.
+func (s *Server) adminCreate(c *fiber.Ctx) error {
+	if _, ok := s.operator(c); !ok {
+		return nil
+	}
+	sale, err := parseSaleRequest(c.Body())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.reqCtx()
+	defer cancel()
+	stored, err := s.d.SaleAdmin.Create(ctx, sale)
+	if err != nil {
+		return err
+	}
+	c.Status(http.StatusCreated)
+	c.Location("/api/admin/sales/" + strconv.FormatInt(stored.ID, 10))
+	return c.JSON(s.adminView(&stored, nil, s.now()))
+}
+
+// adminList is GET /api/admin/sales.
+func (s *Server) adminList(c *fiber.Ctx) error {
+	if _, ok := s.operator(c); !ok {
+		return nil
+	}
+	ctx, cancel := s.reqCtx()
+	defer cancel()
+	sales, err := s.d.SaleAdmin.List(ctx)
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	out := make([]adminSaleJSON, len(sales))
+	for i := range sales {
+		out[i] = s.adminView(&sales[i], nil, now)
+	}
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return c.JSON(out)
+}
+
+// adminGet is GET /api/admin/sales/{saleId}: the sale with live figures.
+func (s *Server) adminGet(c *fiber.Ctx) error {
+	if _, ok := s.operator(c); !ok {
+		return nil
+	}
+	id, ok := parseID(c.Params("saleId"))
+	if !ok {
+		return errBadSaleID
+	}
+	ctx, cancel := s.reqCtx()
+	defer cancel()
+	sale, err := s.d.SaleAdmin.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	figs, err := s.d.SaleAdmin.Figures(ctx, id)
+	if err != nil {
+		return err
+	}
+	q, err := s.d.Queue.Figures(ctx, id)
+	if err != nil {
+		return err
+	}
+	v := s.adminView(&sale, figs, s.now())
+	v.Queue = &q
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return c.JSON(v)
+}
+
+// adminUpdate is PATCH /api/admin/sales/{saleId}.
+func (s *Server) adminUpdate(c *fiber.Ctx) error {
+	if _, ok := s.operator(c); !ok {
+		return nil
+	}
+	id, ok := parseID(c.Params("saleId"))
+	if !ok {
+		return errBadSaleID
+	}
+	u, err := parseUpdateRequest(c.Body())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.reqCtx()
+	defer cancel()
+	sale, err := s.d.SaleAdmin.Update(ctx, id, u)
+	if err != nil {
+		return err
+	}
+	return c.JSON(s.adminView(&sale, nil, s.now()))
+}
+
+// sendRaw answers 200 with a JSON document from a store.
+func sendRaw(c *fiber.Ctx, body json.RawMessage) error {
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	c.Response().Header.SetContentType(fiber.MIMEApplicationJSON)
+	return c.Send(body)
+}
+
+// adminSettingsGet is GET /api/admin/settings.
+func (s *Server) adminSettingsGet(c *fiber.Ctx) error {
+	if _, ok := s.operator(c); !ok {
+		return nil
+	}
+	ctx, cancel := s.reqCtx()
+	defer cancel()
+	body, err := s.d.Settings.Get(ctx)
+	if err != nil {
+		return err
+	}
+	return sendRaw(c, body)
+}
+
+// adminSettingsPut is PUT /api/admin/settings: the store validates the
+// document; the gateway only checks that it is one JSON object.
+func (s *Server) adminSettingsPut(c *fiber.Ctx) error {
+	p, ok := s.operator(c)
+	if !ok {
+		return nil
+	}
+	body := bytes.TrimSpace(c.Body())
+	if len(body) == 0 || body[0] != '{' || !json.Valid(body) {
+		return flashsale.Errorf(flashsale.CodeInvalid, "request body must be a JSON object")
+	}
+	ctx, cancel := s.reqCtx()
+	defer cancel()
+	stored, err := s.d.Settings.Put(ctx, actor(p), bytes.Clone(body))
+	if err != nil {
+		return err
+	}
+	return sendRaw(c, stored)
+}
+
+// adminPreset is POST /api/admin/settings/preset/{name}.
+func (s *Server) adminPreset(c *fiber.Ctx) error {
+	p, ok := s.operator(c)
+	if !ok {
+		return nil
+	}
+	name := c.Params("name")
+	if !validPresetName(name) {
+		return invalid("name", "not a preset name")
+	}
+	ctx, cancel := s.reqCtx()
+	defer cancel()
+	stored, err := s.d.Settings.ApplyPreset(ctx, actor(p), strings.Clone(name))
+	if err != nil {
+		return err
+	}
+	return sendRaw(c, stored)
+}
+
+// adminAudit is GET /api/admin/audit?limit=N (default 100, at most 1000).
+func (s *Server) adminAudit(c *fiber.Ctx) error {
+	if _, ok := s.operator(c); !ok {
+		return nil
+	}
+	limit := defaultAudt
+	if q := c.Query("limit"); q != "" {
+		n, ok := parseID(q)
+		if !ok || n > maxAudit {
+			return invalid("limit", "must be 1..%d", maxAudit)
+		}
+		limit = int(n)
+	}
+	ctx, cancel := s.reqCtx()
+	defer cancel()
+	body, err := s.d.Settings.Audit(ctx, limit)
+	if err != nil {
+		return err
+	}
+	return sendRaw(c, body)
+}
+
+// adminDefense is GET /api/admin/defense: the Guard's counters.
+func (s *Server) adminDefense(c *fiber.Ctx) error {
+	if _, ok := s.operator(c); !ok {
+		return nil
+	}
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return c.JSON(s.d.Guard.Counters())
+}

@@ -1,0 +1,385 @@
+// Package gateway is the HTTP edge of flashsale: every public and operator
+// route of the contract, served by fiber, with WebSocket upgrades of the
+// waiting room handed to a net/http server on the same port.
+//
+// The gateway imports no other component. It declares the small interfaces
+// it calls (AccessVerifier, AdmissionVerifier, Sales, SaleAdmin, Purchaser,
+// Orders, Queue, Guard, SettingsStore, StaticFiles) and cmd/flashsale wires
+// the concrete types in. It is the only package that imports fiber; no fiber
+// type leaves it except through App, for tests and benchmarks.
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/defense"
+)
+
+// AccessVerifier checks access tokens (auth.Verifier). The token is passed
+// without its "Bearer " prefix.
+type AccessVerifier interface {
+	Verify(token string) (flashsale.Principal, error)
+}
+
+// AdmissionVerifier checks admission tokens (admission.Signer).
+type AdmissionVerifier interface {
+	Verify(token string, userID, saleID int64, now time.Time) (flashsale.Admission, error)
+}
+
+// Sales is the in-memory sale cache every gateway keeps. Sale and ItemSale
+// must not block: they run on the purchase path. The returned *Sale is shared
+// and must not be modified.
+type Sales interface {
+	Sale(id int64) (*flashsale.Sale, bool)
+	ItemSale(itemID int64) (*flashsale.Sale, flashsale.Item, bool)
+}
+
+// Stock reads a sale's remaining stock per item id (Redis). The gateway
+// calls it at most about once per second per sale, for the public sale page.
+type Stock interface {
+	Remaining(ctx context.Context, saleID int64) (map[int64]int64, error)
+}
+
+// SaleAdmin is the sale store behind the operator API.
+type SaleAdmin interface {
+	Create(ctx context.Context, s flashsale.Sale) (flashsale.Sale, error)
+	Get(ctx context.Context, id int64) (flashsale.Sale, error)
+	List(ctx context.Context) ([]flashsale.Sale, error)
+	Update(ctx context.Context, id int64, u flashsale.SaleUpdate) (flashsale.Sale, error)
+	Figures(ctx context.Context, saleID int64) ([]flashsale.ItemFigures, error)
+}
+
+// Purchaser reserves stock. SoldOut is a local flag read on every purchase
+// request and must not block.
+type Purchaser interface {
+	SoldOut(itemID int64) bool
+	Reserve(ctx context.Context, sale *flashsale.Sale, item flashsale.Item, userID int64) (orderID string, err error)
+}
+
+// Orders reads and changes a user's orders. Unknown or foreign orders are
+// NOT_FOUND.
+type Orders interface {
+	Get(ctx context.Context, userID int64, orderID string) (flashsale.Order, error)
+	BySale(ctx context.Context, userID, saleID int64) (flashsale.Order, error)
+	Pay(ctx context.Context, userID int64, orderID string) (flashsale.Order, error)
+	Cancel(ctx context.Context, userID int64, orderID string) (flashsale.Order, error)
+}
+
+// Queue is the waiting room. ServeHTTP receives the WebSocket upgrades of
+// GET /api/flash-sales/sales/{saleId}/queue (net/http side of the port, with
+// r.RemoteAddr already rewritten to the client address the Guard resolved).
+// Join and Status serve the polling fallback; their results are JSON-encoded
+// as they are.
+type Queue interface {
+	http.Handler
+	Join(ctx context.Context, p flashsale.Principal, saleID int64, ip netip.Addr, pow json.RawMessage) (any, error)
+	Status(ctx context.Context, p flashsale.Principal, saleID int64) (any, error)
+	Figures(ctx context.Context, saleID int64) (flashsale.QueueFigures, error)
+}
+
+// Guard is the bot defense (*defense.Guard satisfies it). Check methods
+// return a RATE_LIMITED or BLOCKED domain error to refuse, with how long to
+// wait for RATE_LIMITED. They must not block.
+type Guard interface {
+	// ClientAddr resolves the client behind trusted proxies; xff is every
+	// X-Forwarded-For header of the request joined with ",".
+	ClientAddr(peer netip.Addr, xff string) netip.Addr
+	CheckAddr(ip netip.Addr, class string) (time.Duration, error)
+	CheckUser(userID int64, class string) (time.Duration, error)
+	Counters() []defense.Counter
+}
+
+// Guard classes of the gateway's routes: purchase; join (queue join, polling
+// and WebSocket upgrade); read (every other shopper API route); admin (the
+// operator API). Static pages are not checked.
+const (
+	ClassPurchase = defense.ClassPurchase
+	ClassJoin     = defense.ClassJoin
+	ClassRead     = defense.ClassRead
+	ClassAdmin    = defense.ClassAdmin
+)
+
+// SettingsStore keeps the bot-defense settings and the operator audit log.
+// Bodies are JSON documents the store validates (INVALID naming the field).
+type SettingsStore interface {
+	Get(ctx context.Context) (json.RawMessage, error)
+	Put(ctx context.Context, actor string, body json.RawMessage) (json.RawMessage, error)
+	ApplyPreset(ctx context.Context, actor, name string) (json.RawMessage, error)
+	Audit(ctx context.Context, limit int) (json.RawMessage, error)
+}
+
+// StaticFile is one embedded page or asset, with its gzip form precomputed
+// (Gzip may be nil: then Body is always sent).
+type StaticFile struct {
+	Body, Gzip   []byte
+	ContentType  string
+	ETag         string // of Body, quoted, as sent in the ETag header
+	GzipETag     string // of Gzip; "" means ETag
+	CacheControl string
+}
+
+// StaticFiles looks pages up by request path: "/", "/sales/{saleId}",
+// "/operator" and "/assets/<path>" (static.Site.Lookup's paths).
+type StaticFiles interface {
+	Lookup(path string) (StaticFile, bool)
+}
+
+// Config tunes the edge. Zero values take the defaults.
+type Config struct {
+	BodyLimit      int           // bytes; default 16 KiB; over it: 413 TOO_LARGE
+	ReadTimeout    time.Duration // default 10s
+	WriteTimeout   time.Duration // default 10s
+	IdleTimeout    time.Duration // keep-alive; default 60s
+	ReadBufferSize int           // request head (request line + headers) limit; default 8 KiB
+	// HeadTimeout bounds the wait for the first request head of a new
+	// connection on the split port; default 5s (or ReadTimeout if shorter).
+	HeadTimeout time.Duration
+	// RequestTimeout bounds every call into a dependency; default 5s.
+	RequestTimeout time.Duration
+	// CORSOrigins are the origins (scheme://host[:port], or "*") allowed to
+	// call the API from a page on another origin; empty: same-origin only.
+	CORSOrigins []string
+	Now         func() time.Time
+	Ready       func(ctx context.Context) error // for /readyz; nil: always ready
+}
+
+func (c Config) withDefaults() Config {
+	if c.BodyLimit <= 0 {
+		c.BodyLimit = 16 << 10
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 10 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 60 * time.Second
+	}
+	if c.ReadBufferSize <= 0 {
+		c.ReadBufferSize = 8 << 10
+	}
+	if c.HeadTimeout <= 0 {
+		c.HeadTimeout = min(5*time.Second, c.ReadTimeout)
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 5 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Deps are the components the gateway calls. All are required except
+// Guard (nil: allow everything), Stock (nil: sold-out flags only), Static
+// (nil: no pages), Metrics (nil: a private registry) and Logger (nil:
+// discard).
+type Deps struct {
+	Access    AccessVerifier
+	Admission AdmissionVerifier
+	Sales     Sales
+	Stock     Stock
+	SaleAdmin SaleAdmin
+	Purchase  Purchaser
+	Orders    Orders
+	Queue     Queue
+	Guard     Guard
+	Settings  SettingsStore
+	Static    StaticFiles
+	Metrics   *prometheus.Registry
+	Logger    *slog.Logger
+}
+
+// Server is the gateway. It serves the public port (Serve) and the admin
+// port (ServeAdmin).
+type Server struct {
+	cfg     Config
+	d       Deps
+	now     func() time.Time
+	log     *slog.Logger
+	app     *fiber.App
+	ws      *http.Server // WebSocket side of the public port
+	metrics *metrics
+	remain  remainingCache
+	list    listCache
+
+	// fwdLn feeds the WebSocket server the upgrades fiber received on a
+	// connection already split to it (a keep-alive connection reused by a
+	// proxy); served from the first Serve call on.
+	fwdLn      *chanListener
+	fwdServing atomic.Bool
+	fwdOnce    sync.Once
+
+	mu        sync.Mutex
+	splitters []*splitter
+	admin     []*http.Server
+	closed    bool
+}
+
+// New builds the gateway and registers its routes and metrics.
+func New(cfg Config, deps Deps) *Server {
+	cfg = cfg.withDefaults()
+	if deps.Guard == nil {
+		deps.Guard = allowAll{}
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	if deps.Metrics == nil {
+		deps.Metrics = prometheus.NewRegistry()
+	}
+	s := &Server{
+		cfg:     cfg,
+		d:       deps,
+		now:     cfg.Now,
+		log:     deps.Logger.With("component", "gateway"),
+		metrics: newMetrics(deps.Metrics),
+	}
+	s.remain.m = make(map[int64]*remainingEntry)
+	s.app = fiber.New(fiber.Config{
+		AppName:               "flashsale",
+		DisableStartupMessage: true,
+		BodyLimit:             cfg.BodyLimit,
+		ReadBufferSize:        cfg.ReadBufferSize,
+		ReadTimeout:           cfg.ReadTimeout,
+		WriteTimeout:          cfg.WriteTimeout,
+		IdleTimeout:           cfg.IdleTimeout,
+		ErrorHandler:          s.fiberError,
+		DisableDefaultDate:    true,
+		StrictRouting:         false,
+		CaseSensitive:         true,
+	})
+	// Upgrades forwarded from fiber keep their connection (forwardUpgrade).
+	s.app.Server().KeepHijackedConns = true
+	s.fwdLn = newChanListener(&net.TCPAddr{})
+	s.routes()
+	s.ws = &http.Server{
+		Handler:           s.wsHandler(),
+		ReadHeaderTimeout: cfg.HeadTimeout,
+		MaxHeaderBytes:    cfg.ReadBufferSize,
+		IdleTimeout:       cfg.IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	return s
+}
+
+// App is the fiber application, for tests and benchmarks (app.Test).
+func (s *Server) App() *fiber.App { return s.app }
+
+// Serve serves the public port on ln until Shutdown, then returns nil. Each
+// new connection is routed by its first request head: `Upgrade: websocket`
+// goes to the net/http server (Deps.Queue), everything else to fiber.
+func (s *Server) Serve(ln net.Listener) error {
+	sp := newSplitter(ln, s.cfg.ReadBufferSize, s.cfg.HeadTimeout, s.log)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = ln.Close()
+		return nil
+	}
+	s.splitters = append(s.splitters, sp)
+	s.mu.Unlock()
+
+	s.fwdOnce.Do(func() {
+		s.fwdServing.Store(true)
+		go func() {
+			if err := s.ws.Serve(s.fwdLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("forwarded WebSocket listener stopped", "err", err)
+			}
+		}()
+	})
+	errc := make(chan error, 3)
+	go func() { errc <- s.app.Listener(sp.httpLn) }()
+	go func() {
+		err := s.ws.Serve(sp.wsLn)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		errc <- err
+	}()
+	go func() { errc <- sp.run() }()
+	err := <-errc
+	sp.close()
+	for range 2 {
+		if e := <-errc; err == nil {
+			err = e
+		}
+	}
+	if s.isClosed() {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting connections and waits for in-flight requests to
+// finish, within ctx. Hijacked WebSocket connections are the Queue's to
+// close.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	sps := s.splitters
+	admins := s.admin
+	s.mu.Unlock()
+
+	for _, sp := range sps {
+		sp.close()
+	}
+	_ = s.fwdLn.Close()
+	var errs []error
+	if err := s.app.ShutdownWithContext(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.ws.Shutdown(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	for _, a := range admins {
+		if err := a.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, sp := range sps {
+		if err := sp.wait(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("gateway.Shutdown: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// reqCtx bounds a call into a dependency.
+func (s *Server) reqCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+}
+
+// allowAll is the Guard used when none is configured.
+type allowAll struct{}
+
+func (allowAll) ClientAddr(peer netip.Addr, _ string) netip.Addr { return peer }
+func (allowAll) CheckAddr(netip.Addr, string) (time.Duration, error) {
+	return 0, nil
+}
+func (allowAll) CheckUser(int64, string) (time.Duration, error) { return 0, nil }
+func (allowAll) Counters() []defense.Counter                    { return nil }

@@ -1,0 +1,111 @@
+package gateway
+
+import (
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the request counters and latency histograms. Labels are
+// bounded: route is one of the names given in routes(), code one of
+// trackedStatuses or "other".
+type metrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+
+	mu       sync.Mutex
+	routes   map[string]*routeMetrics
+	unrouted *routeMetrics
+}
+
+var trackedStatuses = [...]int{101, 200, 201, 202, 204, 304, 400, 401, 403, 404, 405, 408, 409, 410, 413, 429, 431, 500, 503}
+
+// statusSlot maps an HTTP status to its index in trackedStatuses, or the
+// "other" slot.
+var statusSlot = func() (t [600]uint8) {
+	for i := range t {
+		t[i] = uint8(len(trackedStatuses))
+	}
+	for i, st := range trackedStatuses {
+		t[st] = uint8(i)
+	}
+	return t
+}()
+
+type routeMetrics struct {
+	name     string
+	vec      *prometheus.CounterVec
+	latency  prometheus.Observer
+	counters [len(trackedStatuses) + 1]atomic.Pointer[prometheus.Counter]
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flashsale_gateway_requests_total",
+			Help: "HTTP requests answered by the gateway, by route and status code.",
+		}, []string{"route", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "flashsale_gateway_request_duration_seconds",
+			Help:    "Time to answer a request, by route.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"route"}),
+		routes: make(map[string]*routeMetrics),
+	}
+	m.requests = registerOrExisting(reg, m.requests)
+	m.latency = registerOrExisting(reg, m.latency)
+	m.unrouted = m.route("unmatched")
+	return m
+}
+
+// registerOrExisting registers c, or returns the collector already
+// registered under the same description (a second Server on one registry).
+func registerOrExisting[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		panic("gateway: registering metrics: " + err.Error())
+	}
+	return c
+}
+
+func (m *metrics) route(name string) *routeMetrics {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r, ok := m.routes[name]; ok {
+		return r
+	}
+	r := &routeMetrics{name: name, vec: m.requests, latency: m.latency.WithLabelValues(name)}
+	m.routes[name] = r
+	return r
+}
+
+// observe counts one answer; d <= 0 skips the latency histogram.
+func (r *routeMetrics) observe(status int, d time.Duration) {
+	slot := len(trackedStatuses)
+	if status >= 0 && status < len(statusSlot) {
+		slot = int(statusSlot[status])
+	}
+	p := r.counters[slot].Load()
+	if p == nil {
+		code := "other"
+		if slot < len(trackedStatuses) {
+			code = strconv.Itoa(trackedStatuses[slot])
+		}
+		c := r.vec.WithLabelValues(r.name, code)
+		r.counters[slot].CompareAndSwap(nil, &c)
+		p = r.counters[slot].Load()
+	}
+	(*p).Inc()
+	if d > 0 {
+		r.latency.Observe(d.Seconds())
+	}
+}

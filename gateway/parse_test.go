@@ -1,0 +1,219 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+func TestParseID(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"1", 1, true}, {"101", 101, true}, {"9223372036854775807", 1<<63 - 1, true},
+		{"9223372036854775808", 0, false}, {"99999999999999999999", 0, false},
+		{"", 0, false}, {"0", 0, false}, {"01", 0, false}, {"-1", 0, false}, {"+1", 0, false},
+		{"1a", 0, false}, {" 1", 0, false}, {"1e3", 0, false}, {"١", 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := parseID(tt.in)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("parseID(%q) = %d, %v; want %d, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func FuzzParseID(f *testing.F) {
+	for _, s := range []string{"1", "0", "01", "-1", "9223372036854775807", "9223372036854775808", "18446744073709551616", "abc"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, ok := parseID(s)
+		ref, err := strconv.ParseInt(s, 10, 64)
+		want := err == nil && ref > 0 && strconv.FormatInt(ref, 10) == s
+		if ok != want || (ok && got != ref) {
+			t.Fatalf("parseID(%q) = %d, %v; strconv says %d, %v", s, got, ok, ref, want)
+		}
+	})
+}
+
+func TestParseUUID(t *testing.T) {
+	tests := []struct {
+		in, want string
+		ok       bool
+	}{
+		{orderA, orderA, true},
+		{strings.ToUpper(orderA), orderA, true},
+		{"3f1c9a528c5e4c579f0e1d2b3c4d5e6f", "", false},
+		{"{" + orderA + "}", "", false},
+		{"urn:uuid:" + orderA, "", false},
+		{orderA[:35] + "g", "", false},
+		{strings.ReplaceAll(orderA, "-", "_"), "", false},
+		{"", "", false},
+	}
+	for _, tt := range tests {
+		got, ok := parseUUID(tt.in)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("parseUUID(%q) = %q, %v; want %q, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func FuzzParseUUID(f *testing.F) {
+	f.Add(orderA)
+	f.Add(strings.ToUpper(orderA))
+	f.Add("3f1c9a528c5e4c579f0e1d2b3c4d5e6f")
+	f.Add("xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
+	f.Fuzz(func(t *testing.T, s string) {
+		got, ok := parseUUID(s)
+		if !ok {
+			if len(s) == 36 {
+				if _, err := uuid.Parse(s); err == nil {
+					t.Fatalf("parseUUID refused canonical %q", s)
+				}
+			}
+			return
+		}
+		u, err := uuid.Parse(s)
+		if err != nil {
+			t.Fatalf("parseUUID accepted %q: %v", s, err)
+		}
+		if got != u.String() {
+			t.Fatalf("parseUUID(%q) = %q, want %q", s, got, u.String())
+		}
+	})
+}
+
+func TestBearerToken(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"Bearer abc", "abc"}, {"bearer abc", "abc"}, {"BEARER  abc ", "abc"},
+		{"Bearer ", ""}, {"Bearer", ""}, {"Basic abc", ""}, {"abc", ""}, {"", ""}, {"Bearerabc", ""},
+	}
+	for _, tt := range tests {
+		if got := bearerToken(tt.in); got != tt.want {
+			t.Errorf("bearerToken(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func FuzzBearerToken(f *testing.F) {
+	for _, s := range []string{"Bearer abc", "bearer  x ", "Basic x", "", "Bearer"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		tok := bearerToken(h)
+		if tok == "" {
+			return
+		}
+		if !strings.EqualFold(h[:7], "bearer ") || !strings.Contains(h, tok) {
+			t.Fatalf("bearerToken(%q) = %q", h, tok)
+		}
+		if tok[0] == ' ' || tok[len(tok)-1] == ' ' {
+			t.Fatalf("bearerToken(%q) = %q not trimmed", h, tok)
+		}
+	})
+}
+
+func TestIsWebSocketUpgrade(t *testing.T) {
+	tests := []struct {
+		name string
+		head string
+		want bool
+	}{
+		{"upgrade", "GET /q HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", true},
+		{"case", "GET /q HTTP/1.1\r\nHOST: x\r\nupgrade: WebSocket\r\n\r\n", true},
+		{"list", "GET /q HTTP/1.1\r\nUpgrade: h2c, websocket/13\r\n\r\n", true},
+		{"bare LF", "GET /q HTTP/1.1\nUpgrade: websocket\n\n", true},
+		{"plain", "GET /q HTTP/1.1\r\nHost: x\r\n\r\n", false},
+		{"other protocol", "GET /q HTTP/1.1\r\nUpgrade: h2c\r\n\r\n", false},
+		{"in body only", "POST /q HTTP/1.1\r\nContent-Length: 20\r\n\r\nUpgrade: websocket\r\n", false},
+		{"in request line", "GET /Upgrade:websocket HTTP/1.1\r\n\r\n", false},
+		{"other header value", "GET /q HTTP/1.1\r\nX-Note: Upgrade: websocket\r\n\r\n", false},
+		{"truncated head", "GET /q HTTP/1.1\r\nUpgrade: websocket\r\nHost: x", true},
+		{"empty", "", false},
+	}
+	for _, tt := range tests {
+		if got := isWebSocketUpgrade([]byte(tt.head)); got != tt.want {
+			t.Errorf("%s: isWebSocketUpgrade = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// FuzzIsWebSocketUpgrade checks the splitter's header detection against
+// net/http's parse of the same head.
+func FuzzIsWebSocketUpgrade(f *testing.F) {
+	f.Add("GET /q HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+	f.Add("GET /q HTTP/1.1\r\nHost: x\r\n\r\n")
+	f.Add("GET /q HTTP/1.1\r\nHost: x\r\nUpgrade: h2c, WebSocket\r\n\r\n")
+	f.Add("GET /q HTTP/1.1\nHost: x\nupgrade:websocket\n\n")
+	f.Fuzz(func(t *testing.T, head string) {
+		got := isWebSocketUpgrade([]byte(head))
+		end := headEnd([]byte(head))
+		if end < 0 {
+			return
+		}
+		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(head[:end])))
+		if err != nil {
+			return
+		}
+		want := false
+		for _, v := range req.Header.Values("Upgrade") {
+			for p := range strings.SplitSeq(v, ",") {
+				p, _, _ = strings.Cut(strings.TrimSpace(p), "/")
+				want = want || strings.EqualFold(p, "websocket")
+			}
+		}
+		if got != want {
+			t.Fatalf("isWebSocketUpgrade(%q) = %v, net/http says %v", head, got, want)
+		}
+	})
+}
+
+func FuzzParseSaleRequest(f *testing.F) {
+	f.Add(`{"name":"n","startsAt":"2026-12-01T18:00:00Z","admissionRatePerSecond":5,"items":[{"productId":1,"quantity":1,"priceCents":0}]}`)
+	f.Add(`{"items":[{}]}`)
+	f.Add(`{"name":5}`)
+	f.Add(`[]`)
+	f.Fuzz(func(t *testing.T, body string) {
+		s, err := parseSaleRequest([]byte(body))
+		if err != nil {
+			return
+		}
+		if s.Name == "" || s.AdmissionRatePerSecond < 1 || len(s.Items) == 0 || s.StartsAt.IsZero() {
+			t.Fatalf("accepted %q as %+v", body, s)
+		}
+		for _, it := range s.Items {
+			if it.Quantity < 1 || it.PriceCents < 0 || it.ProductID < 1 {
+				t.Fatalf("accepted item %+v from %q", it, body)
+			}
+		}
+	})
+}
+
+func FuzzAppendJSONString(f *testing.F) {
+	for _, s := range []string{"", "plain", `q"uote\`, "tab\tnl\n", "\x00\x1f", "é€😀", "\xff\xfe", "<script>&"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		b := appendJSONString(nil, s)
+		var got string
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("appendJSONString(%q) = %s: %v", s, b, err)
+		}
+		if utf8.ValidString(s) && got != s {
+			t.Fatalf("round trip of %q gave %q", s, got)
+		}
+		if bytes.ContainsAny(b, "<>&") {
+			t.Fatalf("unescaped HTML characters in %s", b)
+		}
+	})
+}

@@ -1,0 +1,141 @@
+package gateway
+
+import (
+	"bytes"
+	"net/http"
+	"net/netip"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/flashsale/flashsale"
+)
+
+// HeaderAdmissionToken carries the waiting room's admission token.
+const HeaderAdmissionToken = "X-Admission-Token"
+
+// clientAddr is the caller's address as the Guard resolves it from the peer
+// and X-Forwarded-For.
+func (s *Server) clientAddr(c *fiber.Ctx) netip.Addr {
+	return s.d.Guard.ClientAddr(peerAddr(c.Context().RemoteAddr()), forwardedFor(c))
+}
+
+// forwardedFor is every X-Forwarded-For header of the request joined with
+// ",", without allocating for zero or one header.
+func forwardedFor(c *fiber.Ctx) string {
+	all := c.Request().Header.PeekAll(fiber.HeaderXForwardedFor)
+	switch len(all) {
+	case 0:
+		return ""
+	case 1:
+		return c.Get(fiber.HeaderXForwardedFor)
+	default:
+		return string(bytes.Join(all, []byte(",")))
+	}
+}
+
+// checkAddr applies the Guard's address checks of class and writes the
+// refusal; false when refused.
+func (s *Server) checkAddr(c *fiber.Ctx, class string) (netip.Addr, bool) {
+	ip := s.clientAddr(c)
+	if retry, err := s.d.Guard.CheckAddr(ip, class); err != nil {
+		_ = s.fail(c, err, retry)
+		return ip, false
+	}
+	return ip, true
+}
+
+// principal verifies the access token of the request.
+func (s *Server) principal(c *fiber.Ctx) (flashsale.Principal, error) {
+	p, err := s.d.Access.Verify(bearerToken(c.Get(fiber.HeaderAuthorization)))
+	if err != nil {
+		if flashsale.ErrorCode(err) == flashsale.CodeUnavailable {
+			return p, err
+		}
+		return p, errUnauthenticated
+	}
+	if p.UserID <= 0 {
+		return p, errUnauthenticated
+	}
+	return p, nil
+}
+
+// guarded runs the address check, the access token and the user check of
+// a shopper route, in that order (cheapest first).
+func (s *Server) guarded(c *fiber.Ctx, class string) (flashsale.Principal, netip.Addr, bool) {
+	ip, ok := s.checkAddr(c, class)
+	if !ok {
+		return flashsale.Principal{}, ip, false
+	}
+	p, err := s.principal(c)
+	if err != nil {
+		_ = s.fail(c, err, 0)
+		return p, ip, false
+	}
+	if retry, err := s.d.Guard.CheckUser(p.UserID, class); err != nil {
+		_ = s.fail(c, err, retry)
+		return p, ip, false
+	}
+	return p, ip, true
+}
+
+// purchase is POST /api/flash-sales/items/{itemId}/purchase. Checks run
+// cheapest first, so that a request that will be refused never reaches
+// Redis and a flood after the sell-out costs no token verification:
+//
+//	body and head limits (fasthttp) → Guard.CheckAddr → item id and the
+//	in-memory item lookup (400, 404) → local sold-out flag (410) → access
+//	token (401) → Guard.CheckUser → sale open and admission token (403) →
+//	Reserve.
+//
+// Answering 410 before the access token is what CONTRACT section 5 allows
+// ("the gateway's sold-out flag answers before any lookup"); the sold-out
+// state is public on the sale page anyway. An access-token verification
+// (JWT parse and HMAC) costs several times a bare fiber handler.
+func (s *Server) purchase(c *fiber.Ctx) error {
+	if _, ok := s.checkAddr(c, ClassPurchase); !ok {
+		return nil
+	}
+	itemID, ok := parseID(c.Params("itemId"))
+	if !ok {
+		return errBadItemID
+	}
+	sale, item, ok := s.d.Sales.ItemSale(itemID)
+	if !ok {
+		return errNoItem
+	}
+	r := c.Response()
+	if s.d.Purchase.SoldOut(itemID) {
+		r.SetStatusCode(http.StatusGone)
+		r.Header.SetContentType(fiber.MIMEApplicationJSON)
+		r.SetBodyRaw(soldOutBody)
+		return nil
+	}
+	p, err := s.principal(c)
+	if err != nil {
+		return err
+	}
+	if retry, err := s.d.Guard.CheckUser(p.UserID, ClassPurchase); err != nil {
+		return s.fail(c, err, retry)
+	}
+	now := s.now()
+	if !sale.Open(now) {
+		return errSaleNotOpen
+	}
+	if _, err := s.d.Admission.Verify(c.Get(HeaderAdmissionToken), p.UserID, sale.ID, now); err != nil {
+		return errNotAdmitted
+	}
+	ctx, cancel := s.reqCtx()
+	defer cancel()
+	orderID, err := s.d.Purchase.Reserve(ctx, sale, item, p.UserID)
+	if err != nil {
+		return err
+	}
+	r.SetStatusCode(http.StatusAccepted)
+	r.Header.SetContentType(fiber.MIMEApplicationJSON)
+	var buf [96]byte
+	b := append(buf[:0], `{"orderId":`...)
+	b = appendJSONString(b, orderID)
+	b = append(b, `,"status":"PENDING"}`...)
+	r.SetBody(b)
+	return nil
+}

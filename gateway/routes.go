@@ -1,0 +1,102 @@
+package gateway
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+)
+
+// Route names (the `route` label of the request metrics).
+func (s *Server) routes() {
+	app := s.app
+	if len(s.cfg.CORSOrigins) > 0 {
+		app.Use(s.cors())
+	}
+
+	const fs = "/api/flash-sales"
+	app.Post(fs+"/items/:itemId/purchase", s.handle("purchase", s.purchase))
+	app.Get(fs+"/sales", s.handle("sales_list", s.publicSales))
+	app.Get(fs+"/sales/:saleId", s.handle("sale", s.publicSale))
+	app.Get(fs+"/sales/:saleId/order", s.handle("sale_order", s.saleOrder))
+	app.Post(fs+"/sales/:saleId/queue", s.handle("queue_join", s.queueJoin))
+	app.Get(fs+"/sales/:saleId/queue", s.handle("queue_status", s.queueStatus))
+	app.Get(fs+"/orders/:orderId", s.handle("order", s.orderGet))
+	app.Post(fs+"/orders/:orderId/pay", s.handle("order_pay", s.orderPay))
+	app.Post(fs+"/orders/:orderId/cancel", s.handle("order_cancel", s.orderCancel))
+
+	const ad = "/api/admin"
+	app.Post(ad+"/sales", s.handle("admin_sale_create", s.adminCreate))
+	app.Get(ad+"/sales", s.handle("admin_sale_list", s.adminList))
+	app.Get(ad+"/sales/:saleId", s.handle("admin_sale", s.adminGet))
+	app.Patch(ad+"/sales/:saleId", s.handle("admin_sale_update", s.adminUpdate))
+	app.Get(ad+"/settings", s.handle("admin_settings", s.adminSettingsGet))
+	app.Put(ad+"/settings", s.handle("admin_settings_put", s.adminSettingsPut))
+	app.Post(ad+"/settings/preset/:name", s.handle("admin_preset", s.adminPreset))
+	app.Get(ad+"/audit", s.handle("admin_audit", s.adminAudit))
+	app.Get(ad+"/defense", s.handle("admin_defense", s.adminDefense))
+
+	app.Get("/", s.handle("page", s.page("/")))
+	app.Get("/sales/:saleId", s.handle("page", s.salePage))
+	app.Get("/operator", s.handle("page", s.page("/operator")))
+	app.Get("/assets/*", s.handle("asset", s.asset))
+
+	// Everything else, including a known path with another method.
+	app.Use(s.handle("unmatched", func(*fiber.Ctx) error { return errNotFound }))
+}
+
+// handle wraps a route's handler: errors become the contract's error body,
+// panics become 500 INTERNAL, and the answer is counted.
+func (s *Server) handle(name string, h fiber.Handler) fiber.Handler {
+	m := s.metrics.route(name)
+	return func(c *fiber.Ctx) error {
+		start := time.Now()
+		defer func() {
+			if p := recover(); p != nil {
+				c.Response().Header.Del(fiber.HeaderContentEncoding)
+				_ = s.fail(c, fmt.Errorf("gateway: panic in %s: %v", name, p), 0)
+			}
+			m.observe(c.Response().StatusCode(), time.Since(start))
+		}()
+		if err := h(c); err != nil {
+			return s.fail(c, err, 0)
+		}
+		return nil
+	}
+}
+
+// cors answers preflight requests from the configured origins and marks
+// their responses readable.
+func (s *Server) cors() fiber.Handler {
+	anyOrigin := false
+	allowed := make(map[string]bool, len(s.cfg.CORSOrigins))
+	for _, o := range s.cfg.CORSOrigins {
+		o = strings.TrimRight(strings.TrimSpace(o), "/")
+		if o == "*" {
+			anyOrigin = true
+		}
+		allowed[strings.ToLower(o)] = true
+	}
+	return func(c *fiber.Ctx) error {
+		origin := c.Get(fiber.HeaderOrigin)
+		if origin == "" || !(anyOrigin || allowed[strings.ToLower(origin)]) {
+			return c.Next()
+		}
+		h := &c.Response().Header
+		if anyOrigin {
+			h.Set(fiber.HeaderAccessControlAllowOrigin, "*")
+		} else {
+			h.Set(fiber.HeaderAccessControlAllowOrigin, origin)
+			h.Add(fiber.HeaderVary, fiber.HeaderOrigin)
+		}
+		if c.Method() == fiber.MethodOptions && c.Get(fiber.HeaderAccessControlRequestMethod) != "" {
+			h.Set(fiber.HeaderAccessControlAllowMethods, "GET, POST, PUT, PATCH, OPTIONS")
+			h.Set(fiber.HeaderAccessControlAllowHeaders, "Authorization, X-Admission-Token, Content-Type")
+			h.Set(fiber.HeaderAccessControlMaxAge, "600")
+			return c.SendStatus(fiber.StatusNoContent)
+		}
+		h.Set(fiber.HeaderAccessControlExposeHeaders, "Retry-After")
+		return c.Next()
+	}
+}

@@ -1,0 +1,364 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/flashsale/flashsale"
+)
+
+// orderJSON is the contract's order object.
+type orderJSON struct {
+	OrderID    string `json:"orderId"`
+	SaleID     int64  `json:"saleId"`
+	ItemID     int64  `json:"itemId"`
+	Status     string `json:"status"`
+	Payable    bool   `json:"payable"`
+	PriceCents int64  `json:"priceCents"`
+	CreatedAt  string `json:"createdAt"`
+	ExpiresAt  string `json:"expiresAt"`
+}
+
+func toOrderJSON(o flashsale.Order) orderJSON {
+	return orderJSON{
+		OrderID:    o.ID,
+		SaleID:     o.SaleID,
+		ItemID:     o.ItemID,
+		Status:     string(o.Status),
+		Payable:    o.Payable,
+		PriceCents: o.PriceCents,
+		CreatedAt:  fmtTime(o.CreatedAt),
+		ExpiresAt:  fmtTime(o.ExpiresAt),
+	}
+}
+
+// fmtTime is RFC 3339 in UTC ("" for the zero time).
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// userRoute runs the Guard (class read) and access-token checks of a
+// shopper route.
+func (s *Server) userRoute(c *fiber.Ctx) (flashsale.Principal, bool) {
+	p, _, ok := s.guarded(c, ClassRead)
+	return p, ok
+}
+
+func (s *Server) orderAction(c *fiber.Ctx, do func(ctx context.Context, userID int64, orderID string) (flashsale.Order, error)) error {
+	p, ok := s.userRoute(c)
+	if !ok {
+		return nil
+	}
+	id, ok := parseUUID(c.Params("orderId"))
+	if !ok {
+		return errBadOrderID
+	}
+	ctx, cancel := s.reqCtx()
+	defer cancel()
+	o, err := do(ctx, p.UserID, id)
+	if err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return c.JSON(toOrderJSON(o))
+}
+
+// orderGet is GET /api/flash-sales/orders/{orderId}.
+func (s *Server) orderGet(c *fiber.Ctx) error { return s.orderAction(c, s.d.Orders.Get) }
+
+// orderPay is POST /api/flash-sales/orders/{orderId}/pay; the optional body
+// {"paymentToken": "..."} is checked for form and otherwise unused.
+func (s *Server) orderPay(c *fiber.Ctx) error {
+	p, ok := s.userRoute(c)
+	if !ok {
+		return nil
+	}
+	id, ok := parseUUID(c.Params("orderId"))
+	if !ok {
+		return errBadOrderID
+	}
+	if body := bytes.TrimSpace(c.Body()); len(body) > 0 {
+		var req struct {
+			PaymentToken string `json:"paymentToken"`
+		}
+		if err := decodeStrict(body, &req); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := s.reqCtx()
+	defer cancel()
+	o, err := s.d.Orders.Pay(ctx, p.UserID, id)
+	if err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return c.JSON(toOrderJSON(o))
+}
+
+// orderCancel is POST /api/flash-sales/orders/{orderId}/cancel.
+func (s *Server) orderCancel(c *fiber.Ctx) error { return s.orderAction(c, s.d.Orders.Cancel) }
+
+// saleOrder is GET /api/flash-sales/sales/{saleId}/order: the caller's
+// order in the sale.
+func (s *Server) saleOrder(c *fiber.Ctx) error {
+	p, ok := s.userRoute(c)
+	if !ok {
+		return nil
+	}
+	saleID, ok := parseID(c.Params("saleId"))
+	if !ok {
+		return errBadSaleID
+	}
+	ctx, cancel := s.reqCtx()
+	defer cancel()
+	o, err := s.d.Orders.BySale(ctx, p.UserID, saleID)
+	if err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return c.JSON(toOrderJSON(o))
+}
+
+// queueJoin is POST /api/flash-sales/sales/{saleId}/queue, the polling
+// join; the body may carry {"pow": {...}}.
+func (s *Server) queueJoin(c *fiber.Ctx) error {
+	p, ip, ok := s.guarded(c, ClassJoin)
+	if !ok {
+		return nil
+	}
+	saleID, ok := parseID(c.Params("saleId"))
+	if !ok {
+		return errBadSaleID
+	}
+	var req struct {
+		PoW json.RawMessage `json:"pow"`
+	}
+	if body := bytes.TrimSpace(c.Body()); len(body) > 0 {
+		if err := decodeStrict(body, &req); err != nil {
+			return err
+		}
+		if bytes.Equal(req.PoW, []byte("null")) {
+			req.PoW = nil
+		}
+	}
+	if _, ok := s.d.Sales.Sale(saleID); !ok {
+		return errNoSale
+	}
+	ctx, cancel := s.reqCtx()
+	defer cancel()
+	st, err := s.d.Queue.Join(ctx, p, saleID, ip, req.PoW)
+	if err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return c.JSON(st)
+}
+
+// queueStatus is GET /api/flash-sales/sales/{saleId}/queue without Upgrade.
+// An upgrade that reaches fiber (a reused keep-alive connection) is handed
+// to the WebSocket server.
+func (s *Server) queueStatus(c *fiber.Ctx) error {
+	if hasWebSocketToken([]byte(c.Get(fiber.HeaderUpgrade))) {
+		return s.forwardUpgrade(c)
+	}
+	p, ok := s.userRoute(c)
+	if !ok {
+		return nil
+	}
+	saleID, ok := parseID(c.Params("saleId"))
+	if !ok {
+		return errBadSaleID
+	}
+	if _, ok := s.d.Sales.Sale(saleID); !ok {
+		return errNoSale
+	}
+	ctx, cancel := s.reqCtx()
+	defer cancel()
+	st, err := s.d.Queue.Status(ctx, p, saleID)
+	if err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return c.JSON(st)
+}
+
+// publicSaleJSON is the public sale page data (CONTRACT section 4).
+type publicSaleJSON struct {
+	ID                int64            `json:"id"`
+	Name              string           `json:"name"`
+	StartsAt          string           `json:"startsAt"`
+	EndsAt            string           `json:"endsAt,omitempty"`
+	ServerTimeMs      int64            `json:"serverTimeMs"`
+	State             string           `json:"state"`
+	ShuffleCommitment string           `json:"shuffleCommitment"`
+	ShuffleSeed       string           `json:"shuffleSeed,omitempty"`
+	Items             []publicItemJSON `json:"items"`
+}
+
+type publicItemJSON struct {
+	ID         int64 `json:"id"`
+	ProductID  int64 `json:"productId"`
+	PriceCents int64 `json:"priceCents"`
+	SoldOut    bool  `json:"soldOut"`
+}
+
+// soldOutFlags is whether each item of sale is sold out: the local flag, or
+// no stock left in the (per-second cached) remaining figures.
+func (s *Server) soldOutFlags(sale *flashsale.Sale, now time.Time) ([]bool, bool) {
+	rem := s.remaining(sale.ID, now)
+	flags := make([]bool, len(sale.Items))
+	all := len(sale.Items) > 0
+	for i, it := range sale.Items {
+		n, known := rem[it.ID]
+		flags[i] = s.d.Purchase.SoldOut(it.ID) || (known && n <= 0)
+		all = all && flags[i]
+	}
+	return flags, all
+}
+
+func (s *Server) publicView(sale *flashsale.Sale, now time.Time) publicSaleJSON {
+	flags, all := s.soldOutFlags(sale, now)
+	v := publicSaleJSON{
+		ID:                sale.ID,
+		Name:              sale.Name,
+		StartsAt:          fmtTime(sale.StartsAt),
+		EndsAt:            fmtTime(sale.EndsAt),
+		ServerTimeMs:      now.UnixMilli(),
+		State:             string(sale.State(now, all)),
+		ShuffleCommitment: sale.ShuffleCommitment,
+		Items:             make([]publicItemJSON, len(sale.Items)),
+	}
+	if !now.Before(sale.StartsAt) && len(sale.ShuffleSeed) > 0 {
+		v.ShuffleSeed = sale.SeedHex()
+	}
+	for i, it := range sale.Items {
+		v.Items[i] = publicItemJSON{ID: it.ID, ProductID: it.ProductID, PriceCents: it.PriceCents, SoldOut: flags[i]}
+	}
+	return v
+}
+
+// publicSale is GET /api/flash-sales/sales/{saleId}.
+func (s *Server) publicSale(c *fiber.Ctx) error {
+	if _, ok := s.checkAddr(c, ClassRead); !ok {
+		return nil
+	}
+	saleID, ok := parseID(c.Params("saleId"))
+	if !ok {
+		return errBadSaleID
+	}
+	sale, ok := s.d.Sales.Sale(saleID)
+	if !ok {
+		return errNoSale
+	}
+	c.Set(fiber.HeaderCacheControl, "public, max-age=1")
+	return c.JSON(s.publicView(sale, s.now()))
+}
+
+// publicSales is GET /api/flash-sales/sales: every sale not yet ended, as
+// an array of public sale objects.
+func (s *Server) publicSales(c *fiber.Ctx) error {
+	if _, ok := s.checkAddr(c, ClassRead); !ok {
+		return nil
+	}
+	now := s.now()
+	sales, err := s.list.get(now, s.listSales)
+	if err != nil {
+		return err
+	}
+	out := make([]publicSaleJSON, 0, len(sales))
+	for i := range sales {
+		v := s.publicView(&sales[i], now)
+		if v.State == string(flashsale.SaleEnded) {
+			continue
+		}
+		out = append(out, v)
+	}
+	c.Set(fiber.HeaderCacheControl, "public, max-age=1")
+	return c.JSON(out)
+}
+
+func (s *Server) listSales() ([]flashsale.Sale, error) {
+	ctx, cancel := s.reqCtx()
+	defer cancel()
+	return s.d.SaleAdmin.List(ctx)
+}
+
+// remainingCache keeps each sale's remaining stock for a second, so the
+// hammered public page costs at most one Redis call per sale per second.
+// While one request refreshes an entry, others use the stale figures.
+type remainingCache struct {
+	mu sync.Mutex
+	m  map[int64]*remainingEntry
+}
+
+type remainingEntry struct {
+	at       time.Time
+	rem      map[int64]int64
+	fetching bool
+}
+
+func (s *Server) remaining(saleID int64, now time.Time) map[int64]int64 {
+	if s.d.Stock == nil {
+		return nil
+	}
+	rc := &s.remain
+	rc.mu.Lock()
+	e := rc.m[saleID]
+	if e == nil {
+		e = &remainingEntry{}
+		rc.m[saleID] = e
+	}
+	if e.fetching || (e.rem != nil && now.Sub(e.at) < time.Second && !now.Before(e.at)) {
+		rem := e.rem
+		rc.mu.Unlock()
+		return rem
+	}
+	e.fetching = true
+	stale := e.rem
+	rc.mu.Unlock()
+
+	ctx, cancel := s.reqCtx()
+	rem, err := s.d.Stock.Remaining(ctx, saleID)
+	cancel()
+
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	e.fetching = false
+	if err != nil {
+		s.log.Warn("remaining stock unavailable; using sold-out flags", "sale", saleID, "err", err)
+		e.at = now // retry after a second, not on every request
+		return stale
+	}
+	e.rem, e.at = rem, now
+	return rem
+}
+
+// listCache keeps the sale list for a second.
+type listCache struct {
+	mu    sync.Mutex
+	at    time.Time
+	sales []flashsale.Sale
+	ok    bool
+}
+
+func (lc *listCache) get(now time.Time, load func() ([]flashsale.Sale, error)) ([]flashsale.Sale, error) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if lc.ok && now.Sub(lc.at) < time.Second && !now.Before(lc.at) {
+		return lc.sales, nil
+	}
+	sales, err := load()
+	if err != nil {
+		return nil, err
+	}
+	lc.sales, lc.at, lc.ok = sales, now, true
+	return sales, nil
+}

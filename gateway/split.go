@@ -1,0 +1,258 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+)
+
+// splitter routes each connection of one listener by its first request
+// head: WebSocket upgrades to wsLn (net/http), everything else to httpLn
+// (fiber). The bytes read to decide are replayed to the server that gets
+// the connection.
+type splitter struct {
+	ln      net.Listener
+	httpLn  *chanListener
+	wsLn    *chanListener
+	maxHead int
+	timeout time.Duration
+	log     *slog.Logger
+	bufs    sync.Pool // of *[]byte, maxHead long
+
+	mu      sync.Mutex
+	closed  bool
+	peeking sync.WaitGroup
+}
+
+func newSplitter(ln net.Listener, maxHead int, timeout time.Duration, log *slog.Logger) *splitter {
+	sp := &splitter{
+		ln:      ln,
+		httpLn:  newChanListener(ln.Addr()),
+		wsLn:    newChanListener(ln.Addr()),
+		maxHead: maxHead,
+		timeout: timeout,
+		log:     log,
+	}
+	sp.bufs.New = func() any { b := make([]byte, maxHead); return &b }
+	return sp
+}
+
+// run accepts until the listener is closed. Temporary accept errors (out
+// of file descriptors) back off and retry.
+func (sp *splitter) run() error {
+	var delay time.Duration
+	for {
+		conn, err := sp.ln.Accept()
+		if err != nil {
+			if sp.isClosed() || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			sp.log.Warn("accept failed; retrying", "err", err, "delay", delay)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		sp.mu.Lock()
+		if sp.closed {
+			sp.mu.Unlock()
+			_ = conn.Close()
+			return nil
+		}
+		sp.peeking.Add(1)
+		sp.mu.Unlock()
+		go sp.route(conn)
+	}
+}
+
+// route reads the first request head (up to maxHead bytes, within the
+// timeout) and hands conn to one of the two servers. A connection that
+// sends no complete head in time is closed.
+func (sp *splitter) route(conn net.Conn) {
+	defer sp.peeking.Done()
+	bp := sp.bufs.Get().(*[]byte)
+	buf := *bp
+	_ = conn.SetReadDeadline(time.Now().Add(sp.timeout))
+	n := 0
+	for {
+		m, err := conn.Read(buf[n:])
+		from := max(n-3, 0)
+		n += m
+		if headEnd(buf[from:n]) >= 0 || n == len(buf) {
+			break // complete head, or too large: fiber answers 431
+		}
+		if err != nil {
+			sp.bufs.Put(bp)
+			_ = conn.Close()
+			return
+		}
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	target := sp.httpLn
+	if isWebSocketUpgrade(buf[:n]) {
+		target = sp.wsLn
+	}
+	pc := &peekedConn{Conn: conn, head: bytes.Clone(buf[:n])}
+	sp.bufs.Put(bp)
+	if !target.deliver(pc) {
+		_ = conn.Close()
+	}
+}
+
+// close stops accepting and closes both inner listeners.
+func (sp *splitter) close() {
+	sp.mu.Lock()
+	sp.closed = true
+	sp.mu.Unlock()
+	_ = sp.ln.Close()
+	_ = sp.httpLn.Close()
+	_ = sp.wsLn.Close()
+}
+
+func (sp *splitter) isClosed() bool {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return sp.closed
+}
+
+// wait waits for the connections being peeked, within ctx.
+func (sp *splitter) wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { sp.peeking.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// headEnd is the index just past the blank line that ends a request head
+// in b, or -1.
+func headEnd(b []byte) int {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\n' {
+			continue
+		}
+		if i+1 < len(b) && b[i+1] == '\n' {
+			return i + 2
+		}
+		if i+2 < len(b) && b[i+1] == '\r' && b[i+2] == '\n' {
+			return i + 3
+		}
+	}
+	return -1
+}
+
+// isWebSocketUpgrade reports whether the request head in b (possibly
+// truncated) has an Upgrade header whose value lists the websocket
+// protocol. Names and values are matched case-insensitively.
+func isWebSocketUpgrade(b []byte) bool {
+	if end := headEnd(b); end >= 0 {
+		b = b[:end]
+	}
+	// Skip the request line.
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		return false
+	}
+	b = b[i+1:]
+	for len(b) > 0 {
+		line := b
+		if j := bytes.IndexByte(b, '\n'); j >= 0 {
+			line, b = b[:j], b[j+1:]
+		} else {
+			b = nil
+		}
+		line = bytes.TrimRight(line, "\r")
+		if len(line) == 0 {
+			return false // end of head
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if ok && bytes.EqualFold(name, []byte("upgrade")) && hasWebSocketToken(value) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasWebSocketToken reports whether an Upgrade header value lists the
+// websocket protocol (case-insensitive, any version suffix).
+func hasWebSocketToken(value []byte) bool {
+	for proto := range bytes.SplitSeq(value, []byte(",")) {
+		proto = bytes.TrimSpace(proto)
+		if k := bytes.IndexByte(proto, '/'); k >= 0 {
+			proto = proto[:k] // websocket/13 style versions
+		}
+		if bytes.EqualFold(proto, []byte("websocket")) {
+			return true
+		}
+	}
+	return false
+}
+
+// peekedConn replays the bytes read while routing, then reads from the
+// connection.
+type peekedConn struct {
+	net.Conn
+	head []byte
+}
+
+func (c *peekedConn) Read(p []byte) (int, error) {
+	if len(c.head) > 0 {
+		n := copy(p, c.head)
+		c.head = c.head[n:]
+		if len(c.head) == 0 {
+			c.head = nil
+		}
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// chanListener is an in-memory listener fed by deliver.
+type chanListener struct {
+	addr net.Addr
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func newChanListener(addr net.Addr) *chanListener {
+	return &chanListener{addr: addr, ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *chanListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *chanListener) Addr() net.Addr { return l.addr }
+
+// deliver hands c to the server accepting on l; false once l is closed.
+func (l *chanListener) deliver(c net.Conn) bool {
+	select {
+	case <-l.done:
+		return false
+	default:
+	}
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}

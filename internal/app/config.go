@@ -1,0 +1,196 @@
+// Package app wires the components into running roles (gateway, writer,
+// expiry) from one resolved configuration. cmd/flashsale builds the
+// configuration from the environment and flags; tests, the load harness and
+// the browser tests start a whole stack in-process through Start.
+package app
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the resolved configuration of every role.
+type Config struct {
+	HTTPAddr  string // public listener
+	AdminAddr string // metrics, health, pprof
+
+	RedisURL     string
+	DatabaseURL  string
+	KafkaBrokers []string // empty: an embedded kfake broker in this process
+
+	JWTSecret     string
+	JWTPublicKeys []string // PEM files of extra accepted signing keys
+	AdmissionKey  string   // HMAC key of admission tokens; empty: derived from JWTSecret
+
+	PaymentWindow   time.Duration
+	ExpiryInterval  time.Duration
+	AdmissionTTL    time.Duration
+	TrustedProxies  []netip.Prefix
+	CORSOrigins     []string
+	DBMaxConns      int32
+	WriterBatchSize int
+	WriterMaxConns  int32
+	ReconcileAfter  time.Duration
+	CapacityFactor  float64
+
+	LogFormat string // "json" or "text"
+	LogLevel  string
+}
+
+// Defaults returns the contract's defaults.
+func Defaults() Config {
+	return Config{
+		HTTPAddr:        "127.0.0.1:8080",
+		AdminAddr:       "127.0.0.1:9090",
+		PaymentWindow:   10 * time.Minute,
+		ExpiryInterval:  30 * time.Second,
+		AdmissionTTL:    5 * time.Minute,
+		DBMaxConns:      16,
+		WriterBatchSize: 500,
+		WriterMaxConns:  4,
+		ReconcileAfter:  2 * time.Minute,
+		CapacityFactor:  2,
+		LogFormat:       "json",
+		LogLevel:        "info",
+	}
+}
+
+// FromEnv overlays FLASHSALE_* environment variables on c.
+func (c *Config) FromEnv(getenv func(string) string) error {
+	var errs []error
+	str := func(name string, dst *string) {
+		if v := getenv(name); v != "" {
+			*dst = v
+		}
+	}
+	dur := func(name string, dst *time.Duration) {
+		if v := getenv(name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				errs = append(errs, fmt.Errorf("%s=%q: want a positive duration like 30s or 10m", name, v))
+				return
+			}
+			*dst = d
+		}
+	}
+	integer := func(name string, dst *int) {
+		if v := getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				errs = append(errs, fmt.Errorf("%s=%q: want a positive integer", name, v))
+				return
+			}
+			*dst = n
+		}
+	}
+	str("FLASHSALE_HTTP_ADDR", &c.HTTPAddr)
+	str("FLASHSALE_ADMIN_ADDR", &c.AdminAddr)
+	str("FLASHSALE_REDIS_URL", &c.RedisURL)
+	str("FLASHSALE_DATABASE_URL", &c.DatabaseURL)
+	if v := getenv("FLASHSALE_KAFKA_BROKERS"); v != "" {
+		c.KafkaBrokers = splitList(v)
+	}
+	str("FLASHSALE_JWT_SECRET", &c.JWTSecret)
+	if v := getenv("FLASHSALE_JWT_PUBLIC_KEYS"); v != "" {
+		c.JWTPublicKeys = splitList(v)
+	}
+	str("FLASHSALE_ADMISSION_KEY", &c.AdmissionKey)
+	dur("FLASHSALE_PAYMENT_WINDOW", &c.PaymentWindow)
+	dur("FLASHSALE_EXPIRY_INTERVAL", &c.ExpiryInterval)
+	dur("FLASHSALE_ADMISSION_TTL", &c.AdmissionTTL)
+	dur("FLASHSALE_RECONCILE_AFTER", &c.ReconcileAfter)
+	if v := getenv("FLASHSALE_TRUSTED_PROXIES"); v != "" {
+		p, err := ParsePrefixes(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("FLASHSALE_TRUSTED_PROXIES: %w", err))
+		}
+		c.TrustedProxies = p
+	}
+	if v := getenv("FLASHSALE_CORS_ORIGINS"); v != "" {
+		c.CORSOrigins = splitList(v)
+	}
+	var n int
+	if integer("FLASHSALE_DB_MAX_CONNS", &n); n > 0 {
+		c.DBMaxConns = int32(n)
+	}
+	integer("FLASHSALE_WRITER_BATCH_SIZE", &c.WriterBatchSize)
+	n = 0
+	if integer("FLASHSALE_WRITER_MAX_CONNS", &n); n > 0 {
+		c.WriterMaxConns = int32(n)
+	}
+	if v := getenv("FLASHSALE_CAPACITY_FACTOR"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 {
+			errs = append(errs, fmt.Errorf("FLASHSALE_CAPACITY_FACTOR=%q: want a positive number", v))
+		}
+		c.CapacityFactor = f
+	}
+	str("FLASHSALE_LOG_FORMAT", &c.LogFormat)
+	str("FLASHSALE_LOG_LEVEL", &c.LogLevel)
+	return errors.Join(errs...)
+}
+
+// Validate checks what every role needs.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.RedisURL == "" {
+		errs = append(errs, errors.New("FLASHSALE_REDIS_URL is not set"))
+	}
+	if c.DatabaseURL == "" {
+		errs = append(errs, errors.New("FLASHSALE_DATABASE_URL is not set"))
+	}
+	if c.JWTSecret == "" {
+		errs = append(errs, errors.New("FLASHSALE_JWT_SECRET is not set"))
+	}
+	return errors.Join(errs...)
+}
+
+// AdmissionSecret is the admission-token key: configured, or derived from
+// the JWT secret so every gateway of one deployment agrees without extra
+// configuration.
+func (c *Config) AdmissionSecret() []byte {
+	if c.AdmissionKey != "" {
+		return []byte(c.AdmissionKey)
+	}
+	sum := sha256.Sum256([]byte("flashsale admission v1\x00" + c.JWTSecret))
+	return sum[:]
+}
+
+// PowSecret keys proof-of-work challenges, derived like AdmissionSecret.
+func (c *Config) PowSecret() []byte {
+	sum := sha256.Sum256([]byte("flashsale pow v1\x00" + c.JWTSecret))
+	return sum[:]
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// ParsePrefixes parses a comma-separated list of CIDRs or single addresses.
+func ParsePrefixes(v string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range splitList(v) {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("%q is neither a CIDR nor an address", s)
+		}
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
+}

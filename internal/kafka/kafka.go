@@ -1,0 +1,298 @@
+// Package kafka is the Kafka adapter of the purchase path: a bounded,
+// idempotent, acks=all producer of flashsale.OrderPlaced messages and the
+// topic set-up for a real cluster. franz-go types do not leave this package.
+//
+// # Blocking rules
+//
+// Publish never waits longer than ProducerConfig.PublishTimeout, even when
+// every broker is gone (franz-go's idempotent producer would otherwise keep a
+// record, and its caller, waiting for as long as the broker is away).
+//
+// # Definite and uncertain failures
+//
+// An idempotent producer fails a record only when it knows the record was
+// not written: the record was never sent, or the broker answered. Such a
+// failure is definite: the caller may give the reservation back at once.
+//
+// When the bound passes while a request is in flight (or the client is
+// closed under it), nobody knows whether the broker wrote the record: it may
+// still be produced and acknowledged later. Publish then returns an error
+// whose Uncertain method reports true (see IsUncertain). The caller must keep
+// the reservation as it is: if the record lands, the writer stores the order
+// and confirms the reservation; if it never lands, the reconciler finds the
+// reservation still pending after its bound, writes a REJECTED tombstone row
+// with the order id and gives the unit back, and a record arriving after that
+// hits the tombstone (ON CONFLICT (id) DO NOTHING in the writer) and is not
+// counted. Releasing an uncertain reservation at once instead would let a
+// late record create an order whose unit Redis has already given away.
+package kafka
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/flashsale/flashsale"
+)
+
+// Defaults of ProducerConfig.
+const (
+	DefaultPublishTimeout = 3 * time.Second
+	DefaultCloseTimeout   = 5 * time.Second
+)
+
+// ProducerConfig configures a Producer. Zero fields take the defaults.
+type ProducerConfig struct {
+	Brokers []string
+	// Topic receives OrderPlaced messages (default flashsale.TopicOrders);
+	// DeadLetterTopic receives refused ones (default
+	// flashsale.TopicDeadLetter).
+	Topic           string
+	DeadLetterTopic string
+	// PublishTimeout bounds one Publish, broker or no broker (default 3s).
+	PublishTimeout time.Duration
+	// Linger is how long a batch waits for more records. Default 0, not
+	// franz-go's 10ms: every Publish waits for its acknowledgement, and
+	// while one request is in flight the next batch fills by itself.
+	// Measured with 64 concurrent publishers on the embedded broker, 2
+	// cores (BenchmarkPublish): linger 0 ≈ 50–108k acknowledged
+	// publishes/s, 1ms ≈ 26–34k/s, 5ms ≈ 10k/s.
+	Linger time.Duration
+	// CloseTimeout bounds the flush in Close (default 5s).
+	CloseTimeout time.Duration
+	// MaxBufferedRecords caps the records waiting for the brokers; a
+	// Publish beyond it fails at once (default 50,000).
+	MaxBufferedRecords int
+}
+
+// Producer publishes orders to Kafka. It is safe for concurrent use.
+type Producer struct {
+	cl      *kgo.Client
+	topic   string
+	dlq     string
+	timeout time.Duration
+	closeTO time.Duration
+	log     *slog.Logger
+}
+
+// NewProducer returns a producer with acks=all and idempotence, keyed by
+// item (so one item's orders stay in order on one partition). It does not
+// wait for a broker; use Ping for that.
+func NewProducer(cfg ProducerConfig, logger *slog.Logger) (*Producer, error) {
+	if len(cfg.Brokers) == 0 {
+		return nil, errors.New("kafka.NewProducer: no brokers")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("component", "kafka-producer")
+	if cfg.Topic == "" {
+		cfg.Topic = flashsale.TopicOrders
+	}
+	if cfg.DeadLetterTopic == "" {
+		cfg.DeadLetterTopic = flashsale.TopicDeadLetter
+	}
+	if cfg.PublishTimeout <= 0 {
+		cfg.PublishTimeout = DefaultPublishTimeout
+	}
+	cfg.Linger = max(cfg.Linger, 0)
+	if cfg.CloseTimeout <= 0 {
+		cfg.CloseTimeout = DefaultCloseTimeout
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.DefaultProduceTopic(cfg.Topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()), // idempotence stays on (the default)
+		kgo.ProducerLinger(cfg.Linger),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)), // murmur2 of the key, as Kafka's Java client
+		kgo.WithLogger(kgoLogger{logger}),
+	}
+	if cfg.MaxBufferedRecords > 0 {
+		opts = append(opts, kgo.MaxBufferedRecords(cfg.MaxBufferedRecords))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka.NewProducer: %w", err)
+	}
+	return &Producer{cl: cl, topic: cfg.Topic, dlq: cfg.DeadLetterTopic, timeout: cfg.PublishTimeout, closeTO: cfg.CloseTimeout, log: logger}, nil
+}
+
+// PublishError is a failed Publish. Uncertain reports whether the record may
+// still be written later (see the package documentation).
+type PublishError struct {
+	uncertain bool
+	err       error
+}
+
+func (e *PublishError) Error() string {
+	if e.uncertain {
+		return "kafka.Publish: outcome unknown: " + e.err.Error()
+	}
+	return "kafka.Publish: " + e.err.Error()
+}
+
+func (e *PublishError) Unwrap() error { return e.err }
+
+// Uncertain reports whether the record may still be produced after the
+// error was returned.
+func (e *PublishError) Uncertain() bool { return e.uncertain }
+
+// ErrTimeout is wrapped by an uncertain PublishError returned because the
+// bound passed before the broker answered.
+var ErrTimeout = errors.New("no acknowledgement within the publish bound")
+
+// IsUncertain reports whether err says that a record may still be produced
+// later (any error in the chain with an Uncertain() bool method that reports
+// true).
+func IsUncertain(err error) bool {
+	var u interface{ Uncertain() bool }
+	return errors.As(err, &u) && u.Uncertain()
+}
+
+// Publish sends o to the orders topic and waits for the acknowledgement of
+// every in-sync replica, at most PublishTimeout (and not past ctx). A nil
+// error means the order is durably in Kafka. An error is a *PublishError;
+// when it is uncertain, the record may still land (see the package
+// documentation).
+func (p *Producer) Publish(ctx context.Context, o flashsale.OrderPlaced) error {
+	v, err := json.Marshal(o)
+	if err != nil {
+		return &PublishError{err: err}
+	}
+	return p.produce(ctx, p.topic, o.ItemID, v)
+}
+
+// deadLetter is the value on the dead-letter topic: the order plus why it
+// was refused.
+type deadLetter struct {
+	flashsale.OrderPlaced
+	Reason string `json:"reason"`
+}
+
+// PublishDeadLetter sends o with reason to the dead-letter topic, with the
+// same bound and acknowledgement rules as Publish.
+func (p *Producer) PublishDeadLetter(ctx context.Context, o flashsale.OrderPlaced, reason string) error {
+	v, err := json.Marshal(deadLetter{OrderPlaced: o, Reason: reason})
+	if err != nil {
+		return &PublishError{err: err}
+	}
+	return p.produce(ctx, p.dlq, o.ItemID, v)
+}
+
+func (p *Producer) produce(ctx context.Context, topic string, itemID int64, value []byte) error {
+	if err := ctx.Err(); err != nil {
+		return &PublishError{err: err} // never handed to the client
+	}
+	// The record's own context is not the caller's: a caller giving up
+	// must not cancel a record that may already be on the wire. franz-go
+	// fails the record when this context ends, but only if it is safe
+	// (never sent, or answered). A record still unsent at half the bound
+	// is failed then, which leaves the other half for franz-go to say so
+	// (usually within a millisecond; a retry backoff can delay it). A
+	// record on the wire keeps waiting for its answer up to the bound.
+	bound := p.timeout
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < bound {
+		bound = time.Until(dl)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound/2)
+	done := make(chan error, 1)
+	rec := &kgo.Record{Topic: topic, Key: strconv.AppendInt(nil, itemID, 10), Value: value}
+	// TryProduce never blocks: with the buffer full it fails at once.
+	p.cl.TryProduce(rctx, rec, func(_ *kgo.Record, err error) {
+		cancel()
+		done <- err
+	})
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err == nil {
+			return nil
+		}
+		// A closing client fails records whose request may have been
+		// written; everything else franz-go fails only when it is safe.
+		return &PublishError{uncertain: errors.Is(err, kgo.ErrClientClosed), err: err}
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	// The promise may have just arrived.
+	select {
+	case err := <-done:
+		if err == nil {
+			return nil
+		}
+		return &PublishError{uncertain: errors.Is(err, kgo.ErrClientClosed), err: err}
+	default:
+	}
+	return &PublishError{uncertain: true, err: ErrTimeout}
+}
+
+// Ping checks that a broker answers (for /readyz).
+func (p *Producer) Ping(ctx context.Context) error {
+	if err := p.cl.Ping(ctx); err != nil {
+		return fmt.Errorf("kafka.Ping: %w", err)
+	}
+	return nil
+}
+
+// Close flushes buffered records for at most CloseTimeout, then closes the
+// client. Records still unacknowledged then are failed (their Publish calls
+// have long returned: they are the reconciler's).
+func (p *Producer) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), p.closeTO)
+	defer cancel()
+	if err := p.cl.Flush(ctx); err != nil {
+		p.log.Warn("flush before close did not finish", "err", err)
+	}
+	p.cl.Close()
+}
+
+// EnsureTopics creates the topics that do not exist yet, with the given
+// number of partitions and the broker's default replication factor (for a
+// real cluster; the embedded broker creates its topics itself).
+func EnsureTopics(ctx context.Context, brokers []string, partitions int32, topics ...string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return fmt.Errorf("kafka.EnsureTopics: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	res, err := adm.CreateTopics(ctx, partitions, -1, nil, topics...)
+	if err != nil {
+		return fmt.Errorf("kafka.EnsureTopics: %w", err)
+	}
+	for _, t := range topics {
+		r, ok := res[t]
+		if !ok {
+			return fmt.Errorf("kafka.EnsureTopics: %s: missing from the response", t)
+		}
+		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("kafka.EnsureTopics: %s: %w", t, r.Err)
+		}
+	}
+	return nil
+}
+
+// kgoLogger sends franz-go's warnings and errors to slog.
+type kgoLogger struct{ l *slog.Logger }
+
+func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+
+func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	switch level {
+	case kgo.LogLevelError:
+		k.l.Error(msg, keyvals...)
+	case kgo.LogLevelWarn:
+		k.l.Warn(msg, keyvals...)
+	default:
+		k.l.Debug(msg, keyvals...)
+	}
+}

@@ -1,0 +1,296 @@
+// Package stock is the Redis adapter for a sale's stock: the only Go code
+// that runs the reservation scripts of lua/. Script return codes become
+// domain errors here and nowhere else.
+package stock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/lua"
+)
+
+// Store runs the stock scripts against Redis.
+type Store struct {
+	rdb     redis.UniversalClient
+	reserve *redis.Script
+	release *redis.Script
+}
+
+// New returns a Store on rdb.
+func New(rdb redis.UniversalClient) *Store {
+	return &Store{rdb: rdb, reserve: redis.NewScript(lua.Reserve), release: redis.NewScript(lua.Release)}
+}
+
+// LoadScripts loads the scripts into Redis (at start; go-redis also falls
+// back from EVALSHA to EVAL when Redis answers NOSCRIPT after a restart).
+func (s *Store) LoadScripts(ctx context.Context) error {
+	if err := s.reserve.Load(ctx, s.rdb).Err(); err != nil {
+		return fmt.Errorf("stock.LoadScripts: %w", err)
+	}
+	if err := s.release.Load(ctx, s.rdb).Err(); err != nil {
+		return fmt.Errorf("stock.LoadScripts: %w", err)
+	}
+	return nil
+}
+
+// Load sets the remaining stock of a sale's items (itemID → units). It is
+// used when a sale is created and when stock is rebuilt from the database.
+func (s *Store) Load(ctx context.Context, saleID int64, remaining map[int64]int64) error {
+	if len(remaining) == 0 {
+		return nil
+	}
+	vals := make([]any, 0, 2*len(remaining))
+	for id, n := range remaining {
+		vals = append(vals, strconv.FormatInt(id, 10), n)
+	}
+	if err := s.rdb.HSet(ctx, lua.StockKey(saleID), vals...).Err(); err != nil {
+		return fmt.Errorf("stock.Load: %w", err)
+	}
+	return nil
+}
+
+// Restore re-creates a sale's stock and buyer records after Redis lost its
+// data, from what the database knows: remaining units per item and the buyer
+// record of every live order (userID → Buyer). Every field is written only
+// where it is missing (HSETNX, all in one MULTI), so two restorers racing,
+// or a restore racing the sale's first Load, never overwrite a count that
+// reservations have already moved. It reports how many stock fields it set.
+func (s *Store) Restore(ctx context.Context, saleID int64, remaining map[int64]int64, buyers map[int64]Buyer) (int, error) {
+	var stockCmds []*redis.BoolCmd
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for id, n := range remaining {
+			stockCmds = append(stockCmds, p.HSetNX(ctx, lua.StockKey(saleID), strconv.FormatInt(id, 10), n))
+		}
+		for user, b := range buyers {
+			p.HSetNX(ctx, lua.BuyersKey(saleID), strconv.FormatInt(user, 10), lua.BuyerValue(b.OrderID, b.ItemID, b.CreatedAt.UnixMilli()))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("stock.Restore: %w", err)
+	}
+	set := 0
+	for _, c := range stockCmds {
+		if c.Val() {
+			set++
+		}
+	}
+	return set, nil
+}
+
+// Reserve takes one unit of itemID for userID under orderID. It returns nil
+// on success, or a domain error: ALREADY_PURCHASED (with the existing
+// order's id), SOLD_OUT, NOT_FOUND (no stock record for the item).
+func (s *Store) Reserve(ctx context.Context, saleID, itemID, userID int64, orderID string, now time.Time) error {
+	res, err := s.reserve.Run(ctx, s.rdb,
+		[]string{lua.StockKey(saleID), lua.BuyersKey(saleID), lua.PendingKey(saleID)},
+		itemID, userID, orderID, now.UnixMilli()).Slice()
+	if err != nil {
+		return fmt.Errorf("stock.Reserve: %w", err)
+	}
+	return reserveResult(res)
+}
+
+var (
+	errSoldOut  = &flashsale.Error{Code: flashsale.CodeSoldOut, Message: "this item is sold out"}
+	errNoItem   = &flashsale.Error{Code: flashsale.CodeNotFound, Message: "no such item"}
+	errBadReply = errors.New("unexpected reply from the reserve script")
+)
+
+// ErrSoldOut is the shared SOLD_OUT error (no allocation per refusal).
+func ErrSoldOut() error { return errSoldOut }
+
+// reserveResult turns the script's reply into a domain error.
+func reserveResult(res []any) error {
+	if len(res) != 2 {
+		return fmt.Errorf("stock.Reserve: %w: %v", errBadReply, res)
+	}
+	code, ok := res[0].(int64)
+	if !ok {
+		return fmt.Errorf("stock.Reserve: %w: %v", errBadReply, res)
+	}
+	switch code {
+	case lua.ResultOK:
+		return nil
+	case lua.ResultAlready:
+		id, _ := res[1].(string)
+		return &flashsale.Error{Code: flashsale.CodeAlreadyPurchased, Message: "you already hold an order in this sale", OrderID: id}
+	case lua.ResultSoldOut:
+		return errSoldOut
+	case lua.ResultNoItem:
+		return errNoItem
+	}
+	return fmt.Errorf("stock.Reserve: %w: %v", errBadReply, res)
+}
+
+// Release gives the unit of orderID back, once: it reports true when the unit
+// went back, false when it had been given back before (or the user's buyer
+// record names another order). It also removes the order's pending member.
+func (s *Store) Release(ctx context.Context, saleID, userID, itemID int64, orderID string) (bool, error) {
+	n, err := s.release.Run(ctx, s.rdb,
+		[]string{lua.StockKey(saleID), lua.BuyersKey(saleID), lua.PendingKey(saleID)},
+		userID, orderID, itemID).Int64()
+	if err != nil {
+		return false, fmt.Errorf("stock.Release: %w", err)
+	}
+	return n == lua.ResultReleased, nil
+}
+
+// Remaining returns itemID → remaining units of a sale.
+func (s *Store) Remaining(ctx context.Context, saleID int64) (map[int64]int64, error) {
+	m, err := s.rdb.HGetAll(ctx, lua.StockKey(saleID)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("stock.Remaining: %w", err)
+	}
+	out := make(map[int64]int64, len(m))
+	for k, v := range m {
+		id, err1 := strconv.ParseInt(k, 10, 64)
+		n, err2 := strconv.ParseInt(v, 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		out[id] = n
+	}
+	return out, nil
+}
+
+// ItemsRemaining returns the remaining units of the given items of one sale
+// (one HMGET), in the same order; a missing item reads as -1.
+func (s *Store) ItemsRemaining(ctx context.Context, saleID int64, itemIDs []int64) ([]int64, error) {
+	fields := make([]string, len(itemIDs))
+	for i, id := range itemIDs {
+		fields[i] = strconv.FormatInt(id, 10)
+	}
+	vals, err := s.rdb.HMGet(ctx, lua.StockKey(saleID), fields...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("stock.ItemsRemaining: %w", err)
+	}
+	out := make([]int64, len(vals))
+	for i, v := range vals {
+		out[i] = -1
+		if str, ok := v.(string); ok {
+			if n, err := strconv.ParseInt(str, 10, 64); err == nil {
+				out[i] = n
+			}
+		}
+	}
+	return out, nil
+}
+
+// Buyer is a user's live reservation in a sale as Redis knows it.
+type Buyer struct {
+	OrderID   string
+	ItemID    int64
+	CreatedAt time.Time
+}
+
+// Buyer returns the user's reservation in the sale, if any.
+func (s *Store) Buyer(ctx context.Context, saleID, userID int64) (Buyer, bool, error) {
+	v, err := s.rdb.HGet(ctx, lua.BuyersKey(saleID), strconv.FormatInt(userID, 10)).Result()
+	if errors.Is(err, redis.Nil) {
+		return Buyer{}, false, nil
+	}
+	if err != nil {
+		return Buyer{}, false, fmt.Errorf("stock.Buyer: %w", err)
+	}
+	b, ok := parseBuyer(v)
+	return b, ok, nil
+}
+
+func parseBuyer(v string) (Buyer, bool) {
+	parts := strings.Split(v, "|")
+	if len(parts) != 3 {
+		return Buyer{}, false
+	}
+	item, err1 := strconv.ParseInt(parts[1], 10, 64)
+	ms, err2 := strconv.ParseInt(parts[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return Buyer{}, false
+	}
+	return Buyer{OrderID: parts[0], ItemID: item, CreatedAt: time.UnixMilli(ms)}, true
+}
+
+// BuyerCount is the number of users holding a reservation in the sale.
+func (s *Store) BuyerCount(ctx context.Context, saleID int64) (int64, error) {
+	n, err := s.rdb.HLen(ctx, lua.BuyersKey(saleID)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("stock.BuyerCount: %w", err)
+	}
+	return n, nil
+}
+
+// Pending is a reservation not yet confirmed in PostgreSQL.
+type Pending struct {
+	SaleID     int64
+	OrderID    string
+	UserID     int64
+	ItemID     int64
+	ReservedAt time.Time
+}
+
+// Confirm removes the pending members of orders now committed in the
+// database (one pipeline).
+func (s *Store) Confirm(ctx context.Context, orders []Pending) error {
+	if len(orders) == 0 {
+		return nil
+	}
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, o := range orders {
+			p.ZRem(ctx, lua.PendingKey(o.SaleID), lua.PendingMember(o.OrderID, o.UserID, o.ItemID))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("stock.Confirm: %w", err)
+	}
+	return nil
+}
+
+// PendingBefore returns up to limit reservations of a sale made before t and
+// still unconfirmed, oldest first.
+func (s *Store) PendingBefore(ctx context.Context, saleID int64, t time.Time, limit int64) ([]Pending, error) {
+	zs, err := s.rdb.ZRangeByScoreWithScores(ctx, lua.PendingKey(saleID), &redis.ZRangeBy{
+		Min: "-inf", Max: "(" + strconv.FormatInt(t.UnixMilli(), 10), Count: limit,
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("stock.PendingBefore: %w", err)
+	}
+	out := make([]Pending, 0, len(zs))
+	for _, z := range zs {
+		m, _ := z.Member.(string)
+		parts := strings.Split(m, "|")
+		if len(parts) != 3 {
+			continue
+		}
+		u, err1 := strconv.ParseInt(parts[1], 10, 64)
+		it, err2 := strconv.ParseInt(parts[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		out = append(out, Pending{SaleID: saleID, OrderID: parts[0], UserID: u, ItemID: it, ReservedAt: time.UnixMilli(int64(z.Score))})
+	}
+	return out, nil
+}
+
+// Commands returns Redis's total count of processed commands (INFO stats),
+// used by benchmarks and tests to prove a path never reached Redis.
+func (s *Store) Commands(ctx context.Context) (int64, error) {
+	info, err := s.rdb.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, fmt.Errorf("stock.Commands: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, errors.New("stock.Commands: total_commands_processed not in INFO")
+}

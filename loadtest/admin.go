@@ -1,0 +1,134 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/flashsale/flashsale"
+)
+
+// adminSale is GET /api/admin/sales/{id} (CONTRACT section 3).
+type adminSale struct {
+	ID       int64                   `json:"id"`
+	StartsAt time.Time               `json:"startsAt"`
+	State    string                  `json:"state"`
+	Items    []ItemFigures           `json:"items"`
+	Queue    *flashsale.QueueFigures `json:"queue,omitempty"`
+}
+
+// ItemFigures are one item's persisted figures from the admin API.
+type ItemFigures struct {
+	ID        int64 `json:"id"`
+	ProductID int64 `json:"productId,omitempty"`
+	Quantity  int64 `json:"quantity"`
+	Remaining int64 `json:"remaining"`
+	Sold      int64 `json:"sold"`
+	Paid      int64 `json:"paid"`
+	Expired   int64 `json:"expired"`
+	Cancelled int64 `json:"cancelled"`
+	Rejected  int64 `json:"rejected"`
+}
+
+func (a *adminSale) info() saleInfo {
+	s := saleInfo{ID: a.ID, OpensAt: a.StartsAt}
+	for _, it := range a.Items {
+		s.Items = append(s.Items, itemInfo{ID: it.ID, Quantity: it.Quantity})
+	}
+	return s
+}
+
+// admin talks to the operator API.
+type admin struct {
+	hc   *http.Client
+	base string
+	tok  string
+}
+
+// createSale creates the run's sale: Quantity units split over Items items,
+// opening StartsIn from now.
+func (a *admin) createSale(ctx context.Context, cfg Config, now time.Time) (*adminSale, error) {
+	type item struct {
+		ProductID  int64 `json:"productId"`
+		Quantity   int   `json:"quantity"`
+		PriceCents int64 `json:"priceCents"`
+	}
+	items := make([]item, cfg.Items)
+	for i := range items {
+		q := cfg.Quantity / cfg.Items
+		if i < cfg.Quantity%cfg.Items {
+			q++
+		}
+		items[i] = item{ProductID: 501 + int64(i), Quantity: q, PriceCents: 1999}
+	}
+	name := "loadtest"
+	if cfg.Scenario != "" {
+		name += " " + cfg.Scenario
+	}
+	body := map[string]any{
+		"name":                   fmt.Sprintf("%s %s", name, now.UTC().Format(time.RFC3339)),
+		"startsAt":               now.Add(cfg.StartsIn).UTC().Format(time.RFC3339Nano),
+		"admissionRatePerSecond": cfg.AdmissionRate,
+		"items":                  items,
+	}
+	r, err := do(ctx, a.hc, http.MethodPost, a.base+"/api/admin/sales", bearer(a.tok), body)
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: create sale: %w", err)
+	}
+	if r.Status != http.StatusCreated && r.Status != http.StatusOK {
+		return nil, fmt.Errorf("loadtest: create sale: HTTP %d: %s", r.Status, trim(r.Body))
+	}
+	var s adminSale
+	if err := json.Unmarshal(r.Body, &s); err != nil {
+		return nil, fmt.Errorf("loadtest: create sale: %w", err)
+	}
+	if s.ID == 0 || len(s.Items) == 0 {
+		return nil, fmt.Errorf("loadtest: create sale: answer without id or items: %s", trim(r.Body))
+	}
+	return &s, nil
+}
+
+func (a *admin) getSale(ctx context.Context, id int64) (*adminSale, error) {
+	r, err := do(ctx, a.hc, http.MethodGet, fmt.Sprintf("%s/api/admin/sales/%d", a.base, id), bearer(a.tok), nil)
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: get sale %d: %w", id, err)
+	}
+	if r.Status != http.StatusOK {
+		return nil, fmt.Errorf("loadtest: get sale %d: HTTP %d: %s", id, r.Status, trim(r.Body))
+	}
+	var s adminSale
+	if err := json.Unmarshal(r.Body, &s); err != nil {
+		return nil, fmt.Errorf("loadtest: get sale %d: %w", id, err)
+	}
+	return &s, nil
+}
+
+// waitReady polls adminURL/readyz until 200 (bounded by ctx and 30 s).
+func waitReady(ctx context.Context, hc *http.Client, adminURL string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var last string
+	for {
+		r, err := do(ctx, hc, http.MethodGet, adminURL+"/readyz", nil, nil)
+		if err == nil && r.Status == http.StatusOK {
+			return nil
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("HTTP %d", r.Status)
+		}
+		if !sleepCtx(ctx, 250*time.Millisecond) {
+			return fmt.Errorf("loadtest: %s/readyz not ready: %s", adminURL, last)
+		}
+	}
+}
+
+func trim(b []byte) string {
+	if len(b) > 300 {
+		return string(b[:300]) + "…"
+	}
+	return string(b)
+}

@@ -1,0 +1,136 @@
+package loadtest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+)
+
+// redisCounter reads INFO stats total_commands_processed.
+type redisCounter struct{ c *redis.Client }
+
+func newRedisCounter(url string) (*redisCounter, error) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: redis url: %w", err)
+	}
+	opt.PoolSize = 1
+	return &redisCounter{c: redis.NewClient(opt)}, nil
+}
+
+func (r *redisCounter) close() { r.c.Close() }
+
+func (r *redisCounter) total(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := r.c.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, fmt.Errorf("loadtest: redis INFO: %w", err)
+	}
+	return parseTotalCommands(s)
+}
+
+func parseTotalCommands(info string) (int64, error) {
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		if ok && k == "total_commands_processed" {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("loadtest: no total_commands_processed in INFO stats")
+}
+
+// excessPerRequest is the Redis commands per hostile request beyond the
+// idle baseline rate.
+func (r *RedisReport) computeExcess() {
+	if r.HostileRequests == 0 {
+		return
+	}
+	expected := 0.0
+	if r.BaselineMs > 0 {
+		expected = float64(r.BaselineCommands) / float64(r.BaselineMs) * float64(r.HostileMs)
+	}
+	r.ExcessPerRequest = (float64(r.HostileCommands) - expected) / float64(r.HostileRequests)
+}
+
+// checkPostgres adds the database invariants of sale saleID.
+func (r *Report) checkPostgres(ctx context.Context, url string, saleID int64) {
+	add := func(c InvariantResult) { r.Invariants = append(r.Invariants, c) }
+	fail := func(err error) {
+		add(InvariantResult{Name: "one order per user (PostgreSQL)", Detail: err.Error()})
+		add(InvariantResult{Name: "orders ≤ stock (PostgreSQL)", Detail: err.Error()})
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		fail(fmt.Errorf("connect: %w", err))
+		return
+	}
+	defer conn.Close(context.Background())
+
+	rows, err := conn.Query(ctx, `SELECT sale_id, user_id, count(*) FROM orders
+		WHERE status IN ('PENDING','PAID') AND sale_id = $1 GROUP BY 1, 2 HAVING count(*) > 1`, saleID)
+	if err != nil {
+		fail(err)
+		return
+	}
+	var dups []string
+	for rows.Next() {
+		var sale, user, n int64
+		if err := rows.Scan(&sale, &user, &n); err != nil {
+			rows.Close()
+			fail(err)
+			return
+		}
+		dups = append(dups, fmt.Sprintf("sale %d user %d: %d live orders", sale, user, n))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		fail(err)
+		return
+	}
+	add(InvariantResult{Name: "one order per user (PostgreSQL)", OK: len(dups) == 0, Detail: joinMax(dups, 10)})
+
+	rows, err = conn.Query(ctx, `SELECT i.id, i.quantity, i.sold,
+		count(o.id) FILTER (WHERE o.status IN ('PENDING','PAID'))
+		FROM items i LEFT JOIN orders o ON o.item_id = i.id
+		WHERE i.sale_id = $1 GROUP BY i.id, i.quantity, i.sold`, saleID)
+	if err != nil {
+		add(InvariantResult{Name: "orders ≤ stock (PostgreSQL)", Detail: err.Error()})
+		return
+	}
+	defer rows.Close()
+	var bad []string
+	n := 0
+	for rows.Next() {
+		var id, q, sold, liveN int64
+		if err := rows.Scan(&id, &q, &sold, &liveN); err != nil {
+			add(InvariantResult{Name: "orders ≤ stock (PostgreSQL)", Detail: err.Error()})
+			return
+		}
+		n++
+		if liveN > q || sold > q {
+			bad = append(bad, fmt.Sprintf("item %d: %d live orders, items.sold %d, quantity %d", id, liveN, sold, q))
+		} else if sold != liveN {
+			bad = append(bad, fmt.Sprintf("item %d: items.sold %d ≠ %d live orders", id, sold, liveN))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		add(InvariantResult{Name: "orders ≤ stock (PostgreSQL)", Detail: err.Error()})
+		return
+	}
+	sort.Strings(bad)
+	if n == 0 {
+		bad = append(bad, fmt.Sprintf("sale %d has no items in PostgreSQL", saleID))
+	}
+	add(InvariantResult{Name: "orders ≤ stock (PostgreSQL)", OK: len(bad) == 0, Detail: joinMax(bad, 10)})
+}

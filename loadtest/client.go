@@ -1,0 +1,204 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// maxSourceAddrs keeps shopper addresses (from 127.0.0.2) clear of the
+// one-address hostile shoppers' 127.1.0.1.
+const maxSourceAddrs = 65_000
+
+// oneAddrIP is the single source address of Hostile.OneAddrUsers.
+var oneAddrIP = net.IPv4(127, 1, 0, 1)
+
+// sourceAddr returns the i-th client source address: 127.0.0.2, 127.0.0.3, …
+// carrying into the next octets (127.0.1.0 follows 127.0.0.255).
+func sourceAddr(i int) net.IP {
+	n := 2 + i
+	return net.IPv4(127, byte(n>>16), byte(n>>8), byte(n))
+}
+
+// requestTimeout bounds every single HTTP request of the tool.
+const requestTimeout = 30 * time.Second
+
+// clients holds one http.Client per source address (so each shopper keeps
+// one address), sharing nothing, plus the one-address hostile client.
+type clients struct {
+	bases   []string
+	mu      sync.Mutex
+	byAddr  []*http.Client // index: source address; len 1 with no binding
+	oneAddr *http.Client
+	maxIdle int
+}
+
+func newClients(bases []string, sourceAddrs, shoppers int) *clients {
+	n := max(sourceAddrs, 1)
+	// Enough idle connections that the losers' requests reuse sockets
+	// instead of opening (and leaving in TIME_WAIT) one each.
+	maxIdle := min(max(256, 2*shoppers/n), 4096)
+	c := &clients{bases: bases, byAddr: make([]*http.Client, n), maxIdle: maxIdle}
+	for i := range c.byAddr {
+		var ip net.IP
+		if sourceAddrs > 0 {
+			ip = sourceAddr(i)
+		}
+		c.byAddr[i] = &http.Client{Transport: newTransport(ip, maxIdle)}
+	}
+	c.oneAddr = &http.Client{Transport: newTransport(oneAddrIP, maxIdle)}
+	return c
+}
+
+func newTransport(local net.IP, maxIdle int) *http.Transport {
+	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	if local != nil {
+		d.LocalAddr = &net.TCPAddr{IP: local}
+		d.Control = bindNoPort
+	}
+	return &http.Transport{
+		DialContext:           d.DialContext,
+		MaxIdleConns:          0, // no global cap
+		MaxIdleConnsPerHost:   maxIdle,
+		IdleConnTimeout:       60 * time.Second,
+		ResponseHeaderTimeout: requestTimeout,
+		DisableCompression:    true,
+		ForceAttemptHTTP2:     false,
+	}
+}
+
+// forUser returns the client and base URL a shopper uses: addresses and
+// gateways are assigned round-robin by user index.
+func (c *clients) forUser(idx int) (*http.Client, string) {
+	return c.byAddr[idx%len(c.byAddr)], c.bases[idx%len(c.bases)]
+}
+
+func (c *clients) close() {
+	for _, h := range append(c.byAddr, c.oneAddr) {
+		h.CloseIdleConnections()
+	}
+}
+
+// apiResult is one decoded API answer.
+type apiResult struct {
+	Status     int
+	Code       string // "error" field of an error body
+	Body       []byte
+	RetryAfter time.Duration
+}
+
+// outcome is the label of a response in the report: "202", "410 SOLD_OUT".
+func (r apiResult) outcome() string {
+	s := strconv.Itoa(r.Status)
+	if r.Code != "" {
+		s += " " + r.Code
+	}
+	return s
+}
+
+const maxBody = 1 << 20
+
+// do sends one request and reads the whole (bounded) answer.
+func do(ctx context.Context, hc *http.Client, method, url string, hdr map[string]string, body any) (apiResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return apiResult{}, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return apiResult{}, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return apiResult{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return apiResult{}, err
+	}
+	r := apiResult{Status: resp.StatusCode, Body: b}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(b, &e) == nil {
+			r.Code = e.Error
+		}
+	}
+	if ra := resp.Header.Get("Retry-After"); ra != "" {
+		if s, err := strconv.Atoi(ra); err == nil && s >= 0 {
+			r.RetryAfter = time.Duration(s) * time.Second
+		}
+	}
+	return r, nil
+}
+
+// errOutcome is the label of a transport error.
+func errOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case isTimeout(err):
+		return "timeout"
+	case strings.Contains(err.Error(), "connection refused"):
+		return "conn_refused"
+	case strings.Contains(err.Error(), "connection reset"):
+		return "conn_reset"
+	case strings.Contains(err.Error(), "too many open files"):
+		return "too_many_open_files"
+	case strings.Contains(err.Error(), "cannot assign requested address"):
+		return "no_ephemeral_port"
+	default:
+		return "conn_error"
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded)
+}
+
+func bearer(tok string) map[string]string {
+	return map[string]string{"Authorization": "Bearer " + tok}
+}
+
+func wsURL(base string) string {
+	switch {
+	case strings.HasPrefix(base, "https://"):
+		return "wss://" + strings.TrimPrefix(base, "https://")
+	case strings.HasPrefix(base, "http://"):
+		return "ws://" + strings.TrimPrefix(base, "http://")
+	}
+	return base
+}
+
+func queuePath(saleID int64) string {
+	return fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID)
+}

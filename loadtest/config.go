@@ -1,0 +1,217 @@
+// Package loadtest is the flash-sale load harness: it drives a running
+// flashsale stack from outside, through the public interface only
+// (CONTRACT.md sections 3–5), with simulated shoppers and hostile traffic,
+// and reports outcomes, latencies and the invariant checks.
+//
+// A run: create a sale (or use a given one), a hostile-only phase before
+// opening (counting Redis commands when RedisURL is given), shoppers who
+// join the waiting room (WebSocket or polling), wait for admission, buy,
+// wait for the order to become payable and pay with probability
+// PayFraction, then a wait until the system is quiet and the invariant
+// checks. Run returns an error when an invariant is broken.
+package loadtest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// WorkerEnv is the environment variable that marks a forked worker process.
+// When it is set (to any non-empty value), main must call RunWorker and exit
+// with its result instead of doing anything else.
+const WorkerEnv = "FLASHSALE_LOADTEST_WORKER"
+
+// Transports of the waiting room.
+const (
+	TransportWS      = "ws"
+	TransportPolling = "polling"
+)
+
+// Hostile is the hostile traffic of a run.
+type Hostile struct {
+	// PurchaseFlood purchases without valid tokens (none, garbage access
+	// token, valid access token without or with a garbage admission token).
+	PurchaseFlood int `json:"purchaseFlood,omitempty"`
+	// OneAddrUsers shoppers (real users, full flow) all from one source
+	// address (127.1.0.1), user ids after the regular shoppers'.
+	OneAddrUsers int `json:"oneAddrUsers,omitempty"`
+	// EarlyClicks purchases by valid users before the sale opens.
+	EarlyClicks int `json:"earlyClicks,omitempty"`
+	// Concurrency of the flood and the early clicks (0: 64).
+	Concurrency int `json:"concurrency,omitempty"`
+}
+
+// Config is one load run.
+type Config struct {
+	Scenario  string   `json:"scenario,omitempty"` // name shown in the report
+	BaseURL   string   `json:"baseUrl"`            // public address of a gateway, e.g. http://127.0.0.1:8080
+	BaseURLs  []string `json:"baseUrls,omitempty"` // several gateways: shoppers are spread over them (BaseURL is added)
+	AdminURL  string   `json:"adminUrl,omitempty"` // optional admin address: the run waits for GET /readyz first
+	JWTSecret string   `json:"-"`                  // HS256 secret: shopper and operator tokens are minted with it
+
+	SaleID        int64         `json:"saleId,omitempty"` // 0: create a sale
+	Shoppers      int           `json:"shoppers"`
+	UserBase      int64         `json:"userBase,omitempty"` // shoppers are users UserBase+1 … UserBase+Shoppers
+	Quantity      int           `json:"quantity"`           // units of a created sale, split over Items
+	Items         int           `json:"items"`              // items of a created sale
+	AdmissionRate int           `json:"admissionRate"`      // admissionRatePerSecond of a created sale
+	StartsIn      time.Duration `json:"startsIn"`           // a created sale opens this long after the run starts
+	// JoinSpread spreads the shoppers' joins evenly over this long from the
+	// start of the shopper phase (0: 80% of the time left before opening,
+	// at least 200 ms).
+	JoinSpread time.Duration `json:"joinSpread,omitempty"`
+
+	Transport    string        `json:"transport"`              // "ws" (default) or "polling"
+	PollInterval time.Duration `json:"pollInterval,omitempty"` // polling transport (0: 1s)
+	PayFraction  float64       `json:"payFraction"`            // fraction of winners who pay
+	// KeepWaiting keeps shoppers who saw SOLD_OUT in the waiting room until
+	// the run ends, so stock that comes back (expiry) is sold again.
+	KeepWaiting bool `json:"keepWaiting,omitempty"`
+	// UntilPaid ends the shopper phase once the admin API shows paid =
+	// quantity for every item (or when Duration runs out).
+	UntilPaid bool `json:"untilPaid,omitempty"`
+
+	Hostile Hostile `json:"hostile"`
+
+	SourceAddrs int           `json:"sourceAddrs,omitempty"` // client sockets bind 127.0.0.2 … (0: no binding)
+	Processes   int           `json:"processes,omitempty"`   // worker processes for shoppers (≤1: in-process)
+	Duration    time.Duration `json:"duration"`              // hard bound on the whole run
+	// QuietTimeout bounds the wait for conservation after the shoppers end
+	// (0: 15s, at most a fifth of Duration).
+	QuietTimeout time.Duration `json:"quietTimeout,omitempty"`
+	Seed         uint64        `json:"seed,omitempty"` // who pays and item choice are drawn from it
+
+	Progress    io.Writer `json:"-"` // live progress line (\r-updated); nil: none
+	DatabaseURL string    `json:"-"` // optional: invariants straight from PostgreSQL
+	RedisURL    string    `json:"-"` // optional: Redis command counter around the hostile phase
+
+	// SolvePow answers a waiting-room proof-of-work challenge (the whole
+	// challenge message in, the "pow" object of the next join out). Nil:
+	// the built-in solver (defense.SolvePow when available).
+	SolvePow func(challenge json.RawMessage) (json.RawMessage, error) `json:"-"`
+}
+
+func (c *Config) baseURLs() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, u := range append([]string{c.BaseURL}, c.BaseURLs...) {
+		u = strings.TrimRight(u, "/")
+		if u != "" && !seen[u] {
+			seen[u] = true
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// withDefaults fills zero fields and validates.
+func (c Config) withDefaults() (Config, error) {
+	if len(c.baseURLs()) == 0 {
+		return c, errors.New("loadtest: BaseURL is required")
+	}
+	if c.JWTSecret == "" {
+		return c, errors.New("loadtest: JWTSecret is required")
+	}
+	if c.Shoppers < 0 || c.Quantity < 0 || c.Items < 0 || c.Processes < 0 || c.SourceAddrs < 0 {
+		return c, errors.New("loadtest: counts must not be negative")
+	}
+	if c.SourceAddrs > maxSourceAddrs {
+		return c, fmt.Errorf("loadtest: SourceAddrs %d: at most %d", c.SourceAddrs, maxSourceAddrs)
+	}
+	if c.Transport == "" {
+		c.Transport = TransportWS
+	}
+	if c.Transport != TransportWS && c.Transport != TransportPolling {
+		return c, fmt.Errorf("loadtest: Transport %q: want ws or polling", c.Transport)
+	}
+	if c.PayFraction < 0 || c.PayFraction > 1 {
+		return c, fmt.Errorf("loadtest: PayFraction %v: want 0…1", c.PayFraction)
+	}
+	if c.SaleID == 0 {
+		if c.Items == 0 {
+			c.Items = 1
+		}
+		if c.Quantity == 0 {
+			c.Quantity = 10
+		}
+		if c.Quantity < c.Items {
+			return c, fmt.Errorf("loadtest: Quantity %d < Items %d", c.Quantity, c.Items)
+		}
+		if c.AdmissionRate == 0 {
+			c.AdmissionRate = 2000
+		}
+		if c.StartsIn == 0 {
+			c.StartsIn = 3 * time.Second
+		}
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = time.Second
+	}
+	if c.Duration == 0 {
+		c.Duration = 2 * time.Minute
+	}
+	if c.QuietTimeout == 0 {
+		c.QuietTimeout = min(15*time.Second, c.Duration/5)
+	}
+	if c.Processes == 0 {
+		c.Processes = 1
+	}
+	if c.Hostile.Concurrency == 0 {
+		c.Hostile.Concurrency = 64
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	return c, nil
+}
+
+// Scenario returns a preset: "smoke" (tiny), "drop" (10,000 units, 100,000
+// shoppers), "expiry" (60% pay; the server's payment window must be short:
+// the run waits for expired stock to be sold again and ends when paid =
+// quantity or Duration runs out) and "attack" (half the traffic hostile).
+// The caller sets BaseURL, JWTSecret and the optional URLs.
+func Scenario(name string) (Config, error) {
+	c := Config{Scenario: name, Transport: TransportWS, UserBase: 1_000_000}
+	switch name {
+	case "smoke":
+		c.Shoppers, c.Quantity, c.Items = 50, 10, 2
+		c.AdmissionRate, c.StartsIn = 100, 2*time.Second
+		c.PayFraction = 1
+		c.Hostile = Hostile{PurchaseFlood: 50, EarlyClicks: 10, OneAddrUsers: 5}
+		c.Duration = 60 * time.Second
+	case "drop":
+		c.Shoppers, c.Quantity, c.Items = 100_000, 10_000, 10
+		c.AdmissionRate, c.StartsIn = 5000, 30*time.Second
+		c.PayFraction = 0.9
+		c.SourceAddrs = 64
+		// 100k WebSockets at ≤19k open files a process.
+		c.Processes = 6
+		c.Duration = 5 * time.Minute
+	case "expiry":
+		c.Shoppers, c.Quantity, c.Items = 2_000, 200, 2
+		c.AdmissionRate, c.StartsIn = 500, 5*time.Second
+		c.PayFraction = 0.6
+		c.KeepWaiting, c.UntilPaid = true, true
+		c.SourceAddrs = 8
+		c.Duration = 10 * time.Minute
+	case "attack":
+		c.Shoppers, c.Quantity, c.Items = 10_000, 1_000, 4
+		c.AdmissionRate, c.StartsIn = 2000, 15*time.Second
+		c.PayFraction = 0.9
+		// Half of all requests hostile: the flood and early clicks match
+		// roughly the shoppers' own requests.
+		c.Hostile = Hostile{PurchaseFlood: 15_000, EarlyClicks: 4_000, OneAddrUsers: 1_000, Concurrency: 128}
+		c.SourceAddrs = 32
+		c.Duration = 3 * time.Minute
+	default:
+		return Config{}, fmt.Errorf("loadtest: unknown scenario %q (want smoke, drop, expiry or attack)", name)
+	}
+	return c, nil
+}
+
+// ScenarioNames lists the presets of Scenario.
+func ScenarioNames() []string { return []string{"smoke", "drop", "expiry", "attack"} }

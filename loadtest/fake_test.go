@@ -1,0 +1,380 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/flashsale/flashsale/auth"
+)
+
+const testSecret = "loadtest-secret"
+
+// fakeStack implements just enough of CONTRACT sections 3–5 for the tool:
+// one sale, admission in join order at the sale's rate, stock and one
+// order per user (unless broken), orders payable after a short delay.
+type fakeStack struct {
+	t      testing.TB
+	srv    *httptest.Server
+	v      *auth.Verifier
+	broken bool // oversells by one unit
+
+	mu       sync.Mutex
+	saleID   int64
+	opensAt  time.Time
+	rate     int
+	items    []*fakeItem
+	buyers   map[int64]string // user → orderId
+	orders   map[string]*fakeOrder
+	admitAt  map[int64]time.Time
+	soldOut  chan struct{}
+	closedSO bool
+	ips      map[string]int
+	nextJoin atomic.Int64
+	nextOrd  atomic.Int64
+}
+
+type fakeItem struct {
+	ID, Quantity, Remaining int64
+}
+
+type fakeOrder struct {
+	ID      string
+	User    int64
+	Item    int64
+	Status  string
+	Created time.Time
+}
+
+func newFakeStack(t testing.TB, broken bool) *fakeStack {
+	f := &fakeStack{t: t, v: auth.NewVerifier(testSecret), broken: broken,
+		buyers: map[int64]string{}, orders: map[string]*fakeOrder{}, admitAt: map[int64]time.Time{},
+		soldOut: make(chan struct{}), ips: map[string]int{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/admin/sales", f.createSale)
+	mux.HandleFunc("GET /api/admin/sales/{id}", f.getSale)
+	mux.HandleFunc("/api/flash-sales/sales/{id}/queue", f.queue)
+	mux.HandleFunc("POST /api/flash-sales/items/{id}/purchase", f.purchase)
+	mux.HandleFunc("GET /api/flash-sales/orders/{id}", f.getOrder)
+	mux.HandleFunc("POST /api/flash-sales/orders/{id}/pay", f.pay)
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		f.mu.Lock()
+		f.ips[host]++
+		f.mu.Unlock()
+		mux.ServeHTTP(w, r)
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func writeErr(w http.ResponseWriter, status int, code string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `{"error":%q,"message":"fake"}`, code)
+}
+
+func writeJSONResp(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func (f *fakeStack) principal(r *http.Request) (int64, bool, bool) {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return 0, false, false
+	}
+	p, err := f.v.Verify(tok)
+	if err != nil {
+		return 0, false, false
+	}
+	return p.UserID, p.Operator, true
+}
+
+func (f *fakeStack) createSale(w http.ResponseWriter, r *http.Request) {
+	if _, op, ok := f.principal(r); !ok || !op {
+		writeErr(w, 403, "FORBIDDEN")
+		return
+	}
+	var b struct {
+		StartsAt string `json:"startsAt"`
+		Rate     int    `json:"admissionRatePerSecond"`
+		Items    []struct {
+			Quantity int64 `json:"quantity"`
+		} `json:"items"`
+	}
+	if json.NewDecoder(r.Body).Decode(&b) != nil || len(b.Items) == 0 || b.Rate < 1 {
+		writeErr(w, 400, "INVALID")
+		return
+	}
+	at, err := time.Parse(time.RFC3339Nano, b.StartsAt)
+	if err != nil {
+		writeErr(w, 400, "INVALID")
+		return
+	}
+	f.mu.Lock()
+	f.saleID, f.opensAt, f.rate = 7, at, b.Rate
+	for i, it := range b.Items {
+		f.items = append(f.items, &fakeItem{ID: 1001 + int64(i), Quantity: it.Quantity, Remaining: it.Quantity})
+	}
+	f.mu.Unlock()
+	f.getSaleLocked(w, 201)
+}
+
+func (f *fakeStack) getSale(w http.ResponseWriter, r *http.Request) {
+	if _, op, ok := f.principal(r); !ok || !op {
+		writeErr(w, 403, "FORBIDDEN")
+		return
+	}
+	f.getSaleLocked(w, 200)
+}
+
+func (f *fakeStack) getSaleLocked(w http.ResponseWriter, status int) {
+	f.mu.Lock()
+	type item struct {
+		ID        int64 `json:"id"`
+		Quantity  int64 `json:"quantity"`
+		Remaining int64 `json:"remaining"`
+		Sold      int64 `json:"sold"`
+		Paid      int64 `json:"paid"`
+	}
+	out := struct {
+		ID       int64     `json:"id"`
+		StartsAt time.Time `json:"startsAt"`
+		Items    []item    `json:"items"`
+	}{ID: f.saleID, StartsAt: f.opensAt}
+	for _, it := range f.items {
+		x := item{ID: it.ID, Quantity: it.Quantity, Remaining: it.Remaining}
+		for _, o := range f.orders {
+			if o.Item == it.ID {
+				x.Sold++
+				if o.Status == "PAID" {
+					x.Paid++
+				}
+			}
+		}
+		out.Items = append(out.Items, x)
+	}
+	f.mu.Unlock()
+	writeJSONResp(w, status, out)
+}
+
+// status computes a user's room status; it registers the join on first use.
+func (f *fakeStack) status(user int64) map[string]any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at, ok := f.admitAt[user]
+	if !ok {
+		n := f.nextJoin.Add(1)
+		at = f.opensAt.Add(time.Duration(n) * time.Second / time.Duration(f.rate))
+		f.admitAt[user] = at
+	}
+	now := time.Now()
+	m := map[string]any{"type": "status", "serverTimeMs": now.UnixMilli(), "opensAtMs": f.opensAt.UnixMilli(), "position": 0}
+	switch {
+	case f.closedSO:
+		m["state"] = "SOLD_OUT"
+	case now.Before(f.opensAt):
+		m["state"] = "PREQUEUE"
+	case now.Before(at):
+		m["state"] = "WAITING"
+	default:
+		m["state"] = "ADMITTED"
+		m["admissionToken"] = fmt.Sprintf("adm-%d", user)
+		m["items"] = f.itemsLocked()
+	}
+	return m
+}
+
+func (f *fakeStack) itemsLocked() []map[string]any {
+	var out []map[string]any
+	for _, it := range f.items {
+		out = append(out, map[string]any{"id": it.ID, "purchaseUrl": fmt.Sprintf("/api/flash-sales/items/%d/purchase", it.ID)})
+	}
+	return out
+}
+
+func (f *fakeStack) queue(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Upgrade") == "" {
+		user, _, ok := f.principal(r)
+		if !ok {
+			writeErr(w, 401, "UNAUTHENTICATED")
+			return
+		}
+		writeJSONResp(w, 200, f.status(user))
+		return
+	}
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer c.CloseNow()
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	_, data, err := c.Read(ctx)
+	if err != nil {
+		return
+	}
+	var join struct {
+		Type        string `json:"type"`
+		AccessToken string `json:"accessToken"`
+	}
+	json.Unmarshal(data, &join)
+	p, err := f.v.Verify(join.AccessToken)
+	if join.Type != "join" || err != nil {
+		wsSend(ctx, c, map[string]any{"type": "error", "error": "UNAUTHENTICATED"})
+		c.Close(websocket.StatusPolicyViolation, "")
+		return
+	}
+	ctx = c.CloseRead(ctx)
+	st := f.status(p.UserID)
+	wsSend(ctx, c, stripAdmission(st))
+	f.mu.Lock()
+	at, so := f.admitAt[p.UserID], f.soldOut
+	f.mu.Unlock()
+	select {
+	case <-ctx.Done():
+		return
+	case <-so:
+	case <-time.After(time.Until(at)):
+	}
+	st = f.status(p.UserID)
+	if st["state"] == "ADMITTED" {
+		wsSend(ctx, c, stripAdmission(st))
+		wsSend(ctx, c, map[string]any{"type": "admitted", "admissionToken": st["admissionToken"],
+			"expiresAtMs": time.Now().Add(time.Minute).UnixMilli(), "items": st["items"]})
+		select {
+		case <-ctx.Done():
+			return
+		case <-so:
+		}
+	}
+	wsSend(ctx, c, map[string]any{"type": "status", "state": "SOLD_OUT"})
+	<-ctx.Done()
+}
+
+func stripAdmission(m map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range m {
+		if k != "admissionToken" && k != "items" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func wsSend(ctx context.Context, c *websocket.Conn, v any) {
+	b, _ := json.Marshal(v)
+	c.Write(ctx, websocket.MessageText, b)
+}
+
+func (f *fakeStack) purchase(w http.ResponseWriter, r *http.Request) {
+	user, _, ok := f.principal(r)
+	if !ok {
+		writeErr(w, 401, "UNAUTHENTICATED")
+		return
+	}
+	item, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at, joined := f.admitAt[user]
+	if r.Header.Get("X-Admission-Token") != fmt.Sprintf("adm-%d", user) || !joined || time.Now().Before(at) || time.Now().Before(f.opensAt) {
+		writeErr(w, 403, "NOT_ADMITTED")
+		return
+	}
+	var it *fakeItem
+	for _, x := range f.items {
+		if x.ID == item {
+			it = x
+		}
+	}
+	if it == nil {
+		writeErr(w, 404, "NOT_FOUND")
+		return
+	}
+	if id, ok := f.buyers[user]; ok {
+		writeJSONResp(w, 409, map[string]string{"error": "ALREADY_PURCHASED", "orderId": id})
+		return
+	}
+	floor := int64(0)
+	if f.broken {
+		floor = -1 // sells one unit too many
+	}
+	if it.Remaining <= floor {
+		writeErr(w, 410, "SOLD_OUT")
+		return
+	}
+	it.Remaining--
+	id := fmt.Sprintf("00000000-0000-0000-0000-%012d", f.nextOrd.Add(1))
+	f.buyers[user] = id
+	f.orders[id] = &fakeOrder{ID: id, User: user, Item: item, Status: "PENDING", Created: time.Now()}
+	all := true
+	for _, x := range f.items {
+		if x.Remaining > floor {
+			all = false
+		}
+	}
+	if all && !f.closedSO {
+		f.closedSO = true
+		close(f.soldOut)
+	}
+	writeJSONResp(w, 202, map[string]string{"orderId": id, "status": "PENDING"})
+}
+
+func (f *fakeStack) order(r *http.Request) (*fakeOrder, bool) {
+	user, _, ok := f.principal(r)
+	if !ok {
+		return nil, false
+	}
+	o := f.orders[r.PathValue("id")]
+	return o, o != nil && o.User == user
+}
+
+func (f *fakeStack) getOrder(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	o, ok := f.order(r)
+	if !ok {
+		writeErr(w, 404, "NOT_FOUND")
+		return
+	}
+	writeJSONResp(w, 200, map[string]any{"orderId": o.ID, "status": o.Status, "payable": time.Since(o.Created) > 20*time.Millisecond})
+}
+
+func (f *fakeStack) pay(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	o, ok := f.order(r)
+	if !ok {
+		writeErr(w, 404, "NOT_FOUND")
+		return
+	}
+	if time.Since(o.Created) <= 20*time.Millisecond {
+		writeErr(w, 409, "NOT_PAYABLE_YET")
+		return
+	}
+	o.Status = "PAID"
+	writeJSONResp(w, 200, map[string]string{"orderId": o.ID, "status": "PAID"})
+}
+
+func (f *fakeStack) sourceIPs() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range f.ips {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,422 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary act as a forked worker (Processes > 1).
+func TestMain(m *testing.M) {
+	if os.Getenv(WorkerEnv) != "" {
+		if err := RunWorker(context.Background()); err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func TestHistQuantile(t *testing.T) {
+	var h Hist
+	for i := 1; i <= 1000; i++ {
+		h.add(time.Duration(i) * time.Millisecond)
+	}
+	tests := []struct {
+		q    float64
+		want time.Duration
+	}{{0.5, 500 * time.Millisecond}, {0.9, 900 * time.Millisecond}, {0.99, 990 * time.Millisecond}, {1, time.Second}}
+	for _, tt := range tests {
+		got := h.Quantile(tt.q)
+		if rel := math.Abs(float64(got-tt.want)) / float64(tt.want); rel > 0.05 || got < tt.want {
+			t.Errorf("Quantile(%v) = %v, want %v (+5%% at most)", tt.q, got, tt.want)
+		}
+	}
+	if got := time.Duration(h.MaxNs); got != time.Second {
+		t.Errorf("max = %v, want 1s", got)
+	}
+	// Merging two halves gives the same histogram.
+	var a, b Hist
+	for i := 1; i <= 1000; i++ {
+		if i%2 == 0 {
+			a.add(time.Duration(i) * time.Millisecond)
+		} else {
+			b.add(time.Duration(i) * time.Millisecond)
+		}
+	}
+	a.merge(&b)
+	for _, q := range []float64{0.5, 0.9, 0.99} {
+		if got, want := a.Quantile(q), h.Quantile(q); got != want {
+			t.Errorf("merged Quantile(%v) = %v, want %v", q, got, want)
+		}
+	}
+	var empty Hist
+	if got := empty.Quantile(0.5); got != 0 {
+		t.Errorf("empty Quantile = %v, want 0", got)
+	}
+	var one Hist
+	one.add(3 * time.Millisecond)
+	if got := one.Quantile(0.99); got != 3*time.Millisecond {
+		t.Errorf("single-sample Quantile = %v, want 3ms (clamped to max)", got)
+	}
+}
+
+func TestBucketBounds(t *testing.T) {
+	for _, d := range []time.Duration{0, time.Microsecond, 11 * time.Microsecond, time.Millisecond, 1234 * time.Millisecond, time.Hour} {
+		i := bucketOf(d)
+		if i > 0 && i < histBuckets-1 && (d > bucketUpper(i) || d <= bucketUpper(i-1)) {
+			t.Errorf("bucketOf(%v) = %d: bounds (%v, %v]", d, i, bucketUpper(i-1), bucketUpper(i))
+		}
+	}
+}
+
+func TestSourceAddr(t *testing.T) {
+	tests := []struct {
+		i    int
+		want string
+	}{{0, "127.0.0.2"}, {1, "127.0.0.3"}, {253, "127.0.0.255"}, {254, "127.0.1.0"}, {65000, "127.0.253.234"}}
+	for _, tt := range tests {
+		if got := sourceAddr(tt.i).String(); got != tt.want {
+			t.Errorf("sourceAddr(%d) = %s, want %s", tt.i, got, tt.want)
+		}
+	}
+}
+
+func TestParseTotalCommands(t *testing.T) {
+	info := "# Stats\r\ntotal_connections_received:3\r\ntotal_commands_processed:12345\r\ninstantaneous_ops_per_sec:0\r\n"
+	got, err := parseTotalCommands(info)
+	if err != nil || got != 12345 {
+		t.Errorf("parseTotalCommands = %d, %v; want 12345", got, err)
+	}
+	if _, err := parseTotalCommands("# Stats\r\n"); err == nil {
+		t.Error("parseTotalCommands without the field: want an error")
+	}
+	r := RedisReport{BaselineMs: 1000, BaselineCommands: 10, HostileMs: 500, HostileCommands: 6, HostileRequests: 100}
+	r.computeExcess()
+	if math.Abs(r.ExcessPerRequest-0.01) > 1e-9 {
+		t.Errorf("ExcessPerRequest = %v, want 0.01", r.ExcessPerRequest)
+	}
+}
+
+func TestScenarios(t *testing.T) {
+	for _, name := range ScenarioNames() {
+		c, err := Scenario(name)
+		if err != nil {
+			t.Fatalf("Scenario(%q): %v", name, err)
+		}
+		c.BaseURL, c.JWTSecret = "http://127.0.0.1:1", "x"
+		if _, err := c.withDefaults(); err != nil {
+			t.Errorf("Scenario(%q) invalid: %v", name, err)
+		}
+	}
+	if _, err := Scenario("nope"); err == nil {
+		t.Error("Scenario(nope): want an error")
+	}
+	c, _ := Scenario("drop")
+	if c.Shoppers != 100_000 || c.Quantity != 10_000 || c.Processes*19_000 < c.Shoppers {
+		t.Errorf("drop = %d shoppers, %d units, %d processes", c.Shoppers, c.Quantity, c.Processes)
+	}
+}
+
+func TestCheckRunInvariants(t *testing.T) {
+	okFigs := []ItemFigures{{ID: 1, Quantity: 2, Remaining: 0, Sold: 2, Paid: 1}, {ID: 2, Quantity: 1, Remaining: 1}}
+	okOrders := map[int64][]orderRecord{
+		10: {{OrderID: "a", ItemID: 1, Status: "PAID", Via: 202}},
+		11: {{OrderID: "b", ItemID: 1, Status: "PENDING", Via: 202}, {OrderID: "b", ItemID: 1, Via: 409}},
+		12: {{OrderID: "c", ItemID: 2, Status: "EXPIRED", Via: 202}, {OrderID: "d", ItemID: 1, Status: "EXPIRED", Via: 202}},
+	}
+	tests := []struct {
+		name   string
+		orders map[int64][]orderRecord
+		figs   []ItemFigures
+		broken []string
+	}{
+		{"all hold", okOrders, okFigs, nil},
+		{"two live orders of one user", map[int64][]orderRecord{10: {{OrderID: "a", ItemID: 1, Via: 202}, {OrderID: "b", ItemID: 2, Via: 202}}}, okFigs,
+			[]string{"one order per user (run)"}},
+		{"run oversold", map[int64][]orderRecord{10: {{OrderID: "a", ItemID: 2}}, 11: {{OrderID: "b", ItemID: 2}}}, okFigs,
+			[]string{"orders ≤ stock (run)"}},
+		{"admin oversold", okOrders, []ItemFigures{{ID: 1, Quantity: 2, Remaining: -1, Sold: 3, Paid: 1}, {ID: 2, Quantity: 1, Remaining: 1}},
+			[]string{"orders ≤ stock (admin API)"}},
+		{"not conserved", okOrders, []ItemFigures{{ID: 1, Quantity: 2, Remaining: 1, Sold: 2, Paid: 1}, {ID: 2, Quantity: 1, Remaining: 1}},
+			[]string{"conservation"}},
+		{"payment lost", okOrders, []ItemFigures{{ID: 1, Quantity: 2, Sold: 2}, {ID: 2, Quantity: 1, Remaining: 1}},
+			[]string{"payments persisted"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &Report{}
+			r.checkRun(tt.orders, tt.figs, true, "")
+			var got []string
+			for _, c := range r.Invariants {
+				if !c.OK && !c.Skipped {
+					got = append(got, c.Name)
+				}
+			}
+			if strings.Join(got, ",") != strings.Join(tt.broken, ",") {
+				t.Errorf("broken = %q, want %q (%+v)", got, tt.broken, r.Invariants)
+			}
+			if err := r.Err(); (err != nil) != (len(tt.broken) > 0) {
+				t.Errorf("Err() = %v, want error: %v", err, len(tt.broken) > 0)
+			}
+		})
+	}
+	r := &Report{}
+	r.checkRun(okOrders, nil, false, "")
+	if err := r.Err(); err != nil {
+		t.Errorf("without figures, checks are skipped, got %v", err)
+	}
+}
+
+func TestReportAggregation(t *testing.T) {
+	epoch := time.Now()
+	opens := epoch.Add(time.Second)
+	a, b := newRecorder(epoch), newRecorder(epoch)
+	a.observe(StepPurchase, "202", epoch.Add(1100*time.Millisecond), 5*time.Millisecond, true)
+	a.observe(StepPurchase, "410 SOLD_OUT", epoch.Add(1150*time.Millisecond), 1*time.Millisecond, true)
+	b.observe(StepPurchase, "410 SOLD_OUT", epoch.Add(1250*time.Millisecond), 2*time.Millisecond, true)
+	b.observe(StepAdmittedWait, "SOLD_OUT", opens, 300*time.Millisecond, false)
+	a.mark(markFirstSoldOut, opens.Add(400*time.Millisecond))
+	b.mark(markFirstSoldOut, opens.Add(300*time.Millisecond))
+	a.mark(markFirstAdmitted, opens)
+	a.mark(markLastAdmitted, opens.Add(time.Second))
+	a.live.admitted.Add(11)
+	a.order(5, orderRecord{OrderID: "x", ItemID: 1, Status: "PENDING", Via: 202})
+	a.order(5, orderRecord{OrderID: "x", ItemID: 1, Status: "PAID", Via: 202})
+	p := a.result()
+	// b's result goes through JSON as from a worker process.
+	js, err := json.Marshal(b.result())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bp partial
+	if err := json.Unmarshal(js, &bp); err != nil {
+		t.Fatal(err)
+	}
+	merged := newRecorder(epoch)
+	merged.mergeRemote(p)
+	merged.mergeRemote(&bp)
+	r := &Report{OpensAt: opens}
+	r.fill(merged.result())
+	if got := r.Steps[StepPurchase].Outcomes["410 SOLD_OUT"]; got != 2 {
+		t.Errorf("purchase 410s = %d, want 2", got)
+	}
+	if got := r.Steps[StepPurchase].Count; got != 3 {
+		t.Errorf("purchase count = %d, want 3", got)
+	}
+	if r.SellOutMs != 300 {
+		t.Errorf("SellOutMs = %d, want 300", r.SellOutMs)
+	}
+	if math.Abs(r.AdmissionsPerSec-10) > 0.01 {
+		t.Errorf("AdmissionsPerSec = %v, want 10", r.AdmissionsPerSec)
+	}
+	if r.Orders.Reserved != 1 || r.Orders.PaidRun != 1 || r.Orders.Users != 1 {
+		t.Errorf("orders = %+v, want 1 reserved, 1 paid, 1 user", r.Orders)
+	}
+	if r.Counters.Admitted != 11 {
+		t.Errorf("admitted = %d, want 11", r.Counters.Admitted)
+	}
+	// Slots 11 and 12 hold the purchases; 13 the admitted wait (no request).
+	if len(r.Timeseries) != 14 || r.Timeseries[11].Requests != 2 || r.Timeseries[12].Requests != 1 ||
+		r.Timeseries[12].Outcomes["purchase 410 SOLD_OUT"] != 1 || r.Timeseries[13].Requests != 0 || r.Timeseries[13].Outcomes["admitted_wait SOLD_OUT"] != 1 {
+		t.Errorf("timeseries = %+v", r.Timeseries)
+	}
+}
+
+func TestWriters(t *testing.T) {
+	r := &Report{Scenario: "smoke <b>", SaleID: 7, SellOutMs: 120, Transport: "ws",
+		Invariants: []InvariantResult{{Name: "conservation", OK: true}, {Name: "x", Detail: "<script>alert(1)</script>"}},
+		Redis:      &RedisReport{HostileRequests: 10}}
+	rec := newRecorder(time.Now())
+	for i := range 100 {
+		rec.observe(StepPurchase, "410 SOLD_OUT", time.Now(), time.Duration(i)*time.Millisecond, true)
+	}
+	rec.observe(StepJoin, "PREQUEUE", time.Now(), time.Millisecond, true)
+	r.fill(rec.result())
+	var js bytes.Buffer
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back map[string]any
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatalf("JSON does not decode: %v", err)
+	}
+	for _, k := range []string{"steps", "invariants", "timeseries", "sellOutMs", "redis", "orders"} {
+		if _, ok := back[k]; !ok {
+			t.Errorf("JSON lacks %q", k)
+		}
+	}
+	var h bytes.Buffer
+	if err := r.WriteHTML(&h); err != nil {
+		t.Fatal(err)
+	}
+	s := h.String()
+	for _, want := range []string{"<svg", "polyline", "latency histogram purchase", "BROKEN", "&lt;script&gt;"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("HTML lacks %q", want)
+		}
+	}
+	for _, bad := range []string{"<script", " src=", "href=", "<link"} {
+		if strings.Contains(s, bad) {
+			t.Errorf("HTML contains %q (must be self-contained and escaped)", bad)
+		}
+	}
+}
+
+func fakeConfig(f *fakeStack) Config {
+	return Config{
+		BaseURL: f.srv.URL, JWTSecret: testSecret, UserBase: 1000,
+		Shoppers: 50, Quantity: 10, Items: 2, AdmissionRate: 500, StartsIn: 800 * time.Millisecond,
+		JoinSpread: 300 * time.Millisecond, PayFraction: 0.5, Duration: 20 * time.Second, QuietTimeout: 3 * time.Second,
+	}
+}
+
+func TestRunFakeWebSocket(t *testing.T) {
+	f := newFakeStack(t, false)
+	cfg := fakeConfig(f)
+	cfg.SourceAddrs = 4
+	cfg.Hostile = Hostile{PurchaseFlood: 40, EarlyClicks: 10, OneAddrUsers: 3, Concurrency: 8}
+	var prog bytes.Buffer
+	cfg.Progress = &prog
+	r, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if r.Orders.Reserved != 10 || r.Orders.Sold != 10 || r.Orders.Remaining != 0 {
+		t.Errorf("orders = %+v, want 10 reserved and sold", r.Orders)
+	}
+	if r.Stopped != "done" {
+		t.Errorf("stopped = %q, want done", r.Stopped)
+	}
+	if got := r.Steps[StepPurchase].Outcomes["202"]; got+r.Steps[oneAddrPrefix+StepPurchase].Outcomes["202"] != 10 {
+		t.Errorf("202s = %d (+ one-address), want 10 in all: %+v", got, r.Steps[StepPurchase].Outcomes)
+	}
+	if got := r.Steps[StepJoin].Outcomes["PREQUEUE"]; got != 50 {
+		t.Errorf("joins in PREQUEUE = %d, want 50 (%v)", got, r.Steps[StepJoin].Outcomes)
+	}
+	aw := r.Steps[StepAdmittedWait].Outcomes
+	if aw["ADMITTED"]+aw["SOLD_OUT"] != 50 {
+		t.Errorf("admitted wait outcomes = %v, want 50 in all", aw)
+	}
+	if r.SellOutMs < 0 {
+		t.Errorf("SellOutMs = %d, want ≥ 0", r.SellOutMs)
+	}
+	fl := r.Steps[StepFlood].Outcomes
+	if fl["401 UNAUTHENTICATED"] != 20 || fl["403 NOT_ADMITTED"] != 20 {
+		t.Errorf("flood outcomes = %v, want 20 × 401 and 20 × 403", fl)
+	}
+	if got := r.Steps[StepEarly].Outcomes["403 NOT_ADMITTED"]; got != 10 {
+		t.Errorf("early clicks 403 = %d, want 10", got)
+	}
+	if r.Steps[StepPay].Count == 0 || r.Orders.PaidRun == 0 || r.Orders.Paid != r.Orders.PaidRun {
+		t.Errorf("pay: %d requests, paid by run %d, persisted %d", r.Steps[StepPay].Count, r.Orders.PaidRun, r.Orders.Paid)
+	}
+	for _, c := range r.Invariants {
+		if !c.OK && !c.Skipped {
+			t.Errorf("invariant %s broken: %s", c.Name, c.Detail)
+		}
+	}
+	ips := f.sourceIPs()
+	for _, want := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.1.0.1"} {
+		if ips[want] == 0 {
+			t.Errorf("no request from %s: %v", want, ips)
+		}
+	}
+	if ips["127.0.0.6"] != 0 {
+		t.Errorf("requests from 127.0.0.6 with 4 source addresses: %v", ips)
+	}
+	if !strings.Contains(prog.String(), "joined") || !strings.Contains(prog.String(), "\r") {
+		t.Errorf("progress output = %q", prog.String())
+	}
+}
+
+func TestRunFakePolling(t *testing.T) {
+	f := newFakeStack(t, false)
+	cfg := fakeConfig(f)
+	cfg.Transport = TransportPolling
+	cfg.Shoppers, cfg.Quantity, cfg.Items = 20, 5, 1
+	cfg.PollInterval = 100 * time.Millisecond
+	cfg.PayFraction = 1
+	r, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if r.Orders.Reserved != 5 || r.Orders.Paid != 5 {
+		t.Errorf("orders = %+v, want 5 reserved and paid", r.Orders)
+	}
+	if r.Steps[StepPoll].Count == 0 {
+		t.Error("no polls recorded")
+	}
+	aw := r.Steps[StepAdmittedWait].Outcomes
+	if aw["ADMITTED"]+aw["SOLD_OUT"] != 20 {
+		t.Errorf("admitted wait outcomes = %v, want 20 in all", aw)
+	}
+}
+
+func TestRunFakeWorkers(t *testing.T) {
+	f := newFakeStack(t, false)
+	cfg := fakeConfig(f)
+	cfg.Processes = 2
+	cfg.Shoppers = 30
+	r, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Run: %v (notes %v)", err, r.Notes)
+	}
+	if len(r.Notes) > 0 {
+		t.Errorf("notes: %v", r.Notes)
+	}
+	if r.Orders.Reserved != 10 {
+		t.Errorf("reserved = %d, want 10", r.Orders.Reserved)
+	}
+	if got := r.Steps[StepJoin].Count; got != 30 {
+		t.Errorf("joins = %d, want 30 from the two workers", got)
+	}
+	if r.Counters.Joined != 30 {
+		t.Errorf("counters = %+v, want 30 joined", r.Counters)
+	}
+}
+
+func TestRunBrokenServerFails(t *testing.T) {
+	f := newFakeStack(t, true) // oversells
+	cfg := fakeConfig(f)
+	cfg.Shoppers, cfg.Quantity, cfg.Items = 20, 5, 1
+	r, err := Run(context.Background(), cfg)
+	if err == nil {
+		t.Fatal("Run against an overselling server: want an error")
+	}
+	if r == nil {
+		t.Fatal("no report with the invariant error")
+	}
+	broken := map[string]bool{}
+	for _, c := range r.Invariants {
+		if !c.OK && !c.Skipped {
+			broken[c.Name] = true
+		}
+	}
+	if !broken["orders ≤ stock (admin API)"] || !broken["orders ≤ stock (run)"] {
+		t.Errorf("broken = %v, want the oversell caught by the admin API and the run", broken)
+	}
+}
+
+func TestRunFakeUntilPaid(t *testing.T) {
+	f := newFakeStack(t, false)
+	cfg := fakeConfig(f)
+	cfg.Shoppers, cfg.Quantity, cfg.Items = 20, 4, 1
+	cfg.PayFraction, cfg.KeepWaiting, cfg.UntilPaid = 1, true, true
+	r, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if r.Stopped != "paid" || r.Orders.Paid != 4 {
+		t.Errorf("stopped %q with %d paid, want paid with 4", r.Stopped, r.Orders.Paid)
+	}
+	if d := time.Duration(r.ElapsedMs) * time.Millisecond; d > 10*time.Second {
+		t.Errorf("run took %v: the losers kept it going", d)
+	}
+}

@@ -1,0 +1,321 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/flashsale/flashsale/auth"
+)
+
+// operatorUserID is the user id of the run's operator token.
+const operatorUserID = 1
+
+// Run executes one load run against a running stack. It returns the report
+// and, when an invariant is broken, a non-nil error besides it. Other
+// errors (bad config, the sale cannot be created) come with a nil report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	started := time.Now()
+	ctx, cancel := context.WithDeadline(ctx, started.Add(cfg.Duration))
+	defer cancel()
+
+	bases := cfg.baseURLs()
+	ctl := &http.Client{Transport: newTransport(nil, 16)}
+	defer ctl.CloseIdleConnections()
+	if cfg.AdminURL != "" {
+		if err := waitReady(ctx, ctl, cfg.AdminURL); err != nil {
+			return nil, err
+		}
+	}
+	opTok, err := auth.Mint(cfg.JWTSecret, operatorUserID, true, cfg.Duration+time.Hour, started)
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: %w", err)
+	}
+	adm := &admin{hc: ctl, base: bases[0], tok: opTok}
+	var sale *adminSale
+	if cfg.SaleID == 0 {
+		sale, err = adm.createSale(ctx, cfg, started)
+	} else {
+		sale, err = adm.getSale(ctx, cfg.SaleID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	info := sale.info()
+	if info.OpensAt.IsZero() {
+		info.OpensAt = started.Add(cfg.StartsIn)
+	}
+
+	rep := &Report{
+		Scenario: cfg.Scenario, Transport: cfg.Transport, SaleID: info.ID, Shoppers: cfg.Shoppers,
+		Items: len(info.Items), Processes: cfg.Processes, SourceAddrs: cfg.SourceAddrs,
+		StartedAt: started, OpensAt: info.OpensAt, Config: cfg,
+	}
+	for _, it := range info.Items {
+		rep.Quantity += it.Quantity
+	}
+
+	rec := newRecorder(started)
+	cl := newClients(bases, cfg.SourceAddrs, cfg.Shoppers)
+	defer cl.close()
+	sh := newShard(cfg, info, rec, cl)
+	prog := newProgress(cfg.Progress, started, rec)
+	progCtx, progStop := context.WithCancel(ctx)
+	progDone := make(chan struct{})
+	go func() {
+		defer close(progDone)
+		prog.run(progCtx)
+	}()
+	defer func() { progStop(); <-progDone }()
+
+	// Hostile-only phase, before opening: early clicks and half the flood
+	// (all of it without shoppers), around the Redis command counter.
+	preFlood := cfg.Hostile.PurchaseFlood
+	if cfg.Shoppers > 0 || cfg.Hostile.OneAddrUsers > 0 {
+		preFlood = cfg.Hostile.PurchaseFlood / 2
+	}
+	if preFlood+cfg.Hostile.EarlyClicks > 0 {
+		rep.Redis = hostilePhase(ctx, cfg, sh, info.OpensAt, preFlood, rep)
+	}
+
+	// Shopper phase: ends when every shopper is done, when paid = quantity
+	// (UntilPaid), or QuietTimeout before the hard deadline.
+	shopDeadline := started.Add(cfg.Duration - cfg.QuietTimeout - 2*time.Second)
+	shopCtx, shopCancel := context.WithDeadline(ctx, shopDeadline)
+	defer shopCancel()
+	var stopMu sync.Mutex
+	stopped := ""
+	setStopped := func(s string) {
+		stopMu.Lock()
+		if stopped == "" {
+			stopped = s
+		}
+		stopMu.Unlock()
+	}
+	var wg sync.WaitGroup
+	if rest := cfg.Hostile.PurchaseFlood - preFlood; rest > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if sleepCtx(shopCtx, time.Until(info.OpensAt)) {
+				sh.hostile(shopCtx, rest, false)
+			}
+		}()
+	}
+	if n := cfg.Hostile.OneAddrUsers; n > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sh.runOneAddr(shopCtx, n)
+		}()
+	}
+	watchDone := make(chan struct{})
+	if cfg.UntilPaid {
+		go func() {
+			defer close(watchDone)
+			watchPaid(shopCtx, adm, info.ID, func() { setStopped("paid"); shopCancel() })
+		}()
+	} else {
+		close(watchDone)
+	}
+	spread := cfg.JoinSpread
+	if spread == 0 {
+		spread = max(time.Duration(float64(time.Until(info.OpensAt))*0.8), 200*time.Millisecond)
+	}
+	spec := workSpec{
+		Config: cfg, JWTSecret: cfg.JWTSecret, Sale: info, Epoch: started, JoinStart: time.Now(),
+		Spread: spread, Total: cfg.Shoppers, First: 0, Count: cfg.Shoppers, Deadline: shopDeadline,
+	}
+	var workerErr error
+	if cfg.Processes > 1 && cfg.Shoppers > 0 {
+		workerErr = runWorkers(shopCtx, spec, cfg.Processes, prog, rec)
+	} else {
+		sh.runShoppers(shopCtx, spec)
+	}
+	if cfg.UntilPaid {
+		// The shoppers are done (or still waiting): paid = quantity or
+		// the deadline ends the phase.
+		<-shopCtx.Done()
+	}
+	wg.Wait()
+	switch {
+	case !time.Now().Before(shopDeadline):
+		setStopped("duration")
+	case ctx.Err() != nil:
+		setStopped("canceled")
+	default:
+		setStopped("done")
+	}
+	shopCancel()
+	wg.Wait()
+	<-watchDone
+	if workerErr != nil {
+		rep.Notes = append(rep.Notes, "workers: "+workerErr.Error())
+	}
+	rep.Stopped = stopped
+
+	// Quiet wait, then the invariants.
+	p := rec.result()
+	rep.fill(p)
+	figs, quiet, qd := waitQuiet(ctx, adm, info.ID, cfg.QuietTimeout)
+	if figs != nil {
+		rep.setFigures(figs.Items)
+		rep.Queue = figs.Queue
+	}
+	var items []ItemFigures
+	if figs != nil {
+		items = figs.Items
+	}
+	rep.checkRun(p.Orders, items, quiet, qd)
+	if cfg.DatabaseURL != "" {
+		rep.checkPostgres(ctx, cfg.DatabaseURL, info.ID)
+	} else {
+		rep.Invariants = append(rep.Invariants,
+			InvariantResult{Name: "one order per user (PostgreSQL)", Skipped: true, Detail: "no DatabaseURL"},
+			InvariantResult{Name: "orders ≤ stock (PostgreSQL)", Skipped: true, Detail: "no DatabaseURL"})
+	}
+	rep.FinishedAt = time.Now()
+	rep.ElapsedMs = rep.FinishedAt.Sub(started).Milliseconds()
+	return rep, rep.Err()
+}
+
+// hostilePhase runs the hostile-only traffic before opening and measures
+// Redis commands over an idle baseline window and over the phase.
+func hostilePhase(ctx context.Context, cfg Config, sh *shard, opensAt time.Time, flood int, rep *Report) *RedisReport {
+	budget := time.Until(opensAt) - 200*time.Millisecond
+	if budget < time.Second {
+		// Already open (or about to): the phase still runs, bounded.
+		budget = 10 * time.Second
+		rep.Notes = append(rep.Notes, "hostile phase ran after opening: early clicks are plain clicks without admission")
+	}
+	var rr *RedisReport
+	var rc *redisCounter
+	if cfg.RedisURL != "" {
+		var err error
+		rc, err = newRedisCounter(cfg.RedisURL)
+		if err != nil {
+			return &RedisReport{Error: err.Error()}
+		}
+		defer rc.close()
+		rr = &RedisReport{}
+		base := min(budget/4, time.Second)
+		budget -= base
+		b0, err := rc.total(ctx)
+		if err == nil {
+			t0 := time.Now()
+			sleepCtx(ctx, base)
+			var b1 int64
+			b1, err = rc.total(ctx)
+			rr.BaselineMs, rr.BaselineCommands = time.Since(t0).Milliseconds(), b1-b0
+		}
+		if err != nil {
+			rr.Error = err.Error()
+			rc.close()
+			rc = nil
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	var before int64
+	if rc != nil {
+		before, _ = rc.total(ctx)
+	}
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	var sentEarly, sentFlood int64
+	wg.Add(2)
+	go func() { defer wg.Done(); sentEarly = sh.hostile(pctx, cfg.Hostile.EarlyClicks, true) }()
+	go func() { defer wg.Done(); sentFlood = sh.hostile(pctx, flood, false) }()
+	wg.Wait()
+	if rc != nil {
+		after, err := rc.total(ctx)
+		rr.Before, rr.After = before, after
+		rr.HostileMs = time.Since(t0).Milliseconds()
+		rr.HostileCommands = after - before
+		rr.HostileRequests = sentEarly + sentFlood
+		if err != nil {
+			rr.Error = err.Error()
+		}
+		rr.computeExcess()
+	}
+	return rr
+}
+
+// watchPaid polls the admin API every second and calls done once paid =
+// quantity for every item.
+func watchPaid(ctx context.Context, adm *admin, saleID int64, done func()) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s, err := adm.getSale(ctx, saleID)
+		if err != nil || len(s.Items) == 0 {
+			continue
+		}
+		all := true
+		for _, it := range s.Items {
+			if it.Paid < it.Quantity {
+				all = false
+			}
+		}
+		if all {
+			done()
+			return
+		}
+	}
+}
+
+// waitQuiet reads the admin figures until remaining + sold = quantity for
+// every item on two reads in a row, or timeout. It returns the last figures
+// read (nil if none could be read), whether they were quiet, and why not.
+func waitQuiet(ctx context.Context, adm *admin, saleID int64, timeout time.Duration) (*adminSale, bool, string) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last *adminSale
+	var lastErr error
+	streak := 0
+	for {
+		s, err := adm.getSale(ctx, saleID)
+		switch {
+		case err != nil:
+			lastErr = err
+			streak = 0
+		default:
+			last = s
+			if conserved(s.Items) {
+				streak++
+			} else {
+				streak = 0
+			}
+		}
+		if streak >= 2 {
+			return last, true, ""
+		}
+		if !sleepCtx(ctx, 250*time.Millisecond) {
+			why := fmt.Sprintf("not quiet within %s", timeout)
+			if last == nil && lastErr != nil {
+				why += ": " + lastErr.Error()
+			}
+			return last, false, why
+		}
+	}
+}
+
+func conserved(items []ItemFigures) bool {
+	for _, it := range items {
+		if it.Remaining+it.Sold != it.Quantity {
+			return false
+		}
+	}
+	return len(items) > 0
+}

@@ -1,0 +1,99 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flashsale/flashsale/internal/localsvc"
+	"github.com/flashsale/flashsale/internal/postgres"
+)
+
+// TestRealServices checks the Redis command counter and the PostgreSQL
+// invariant queries against a real redis-server and PostgreSQL.
+func TestRealServices(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server and PostgreSQL")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	rs, err := localsvc.StartRedis(ctx, localsvc.RedisOptions{Dir: filepath.Join(dir, "redis")})
+	if errors.Is(err, localsvc.ErrMissing) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Stop() })
+	rc, err := newRedisCounter(rs.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.close()
+	a, err := rc.total(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.c.Set(ctx, "k", "v", 0)
+	b, err := rc.total(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b-a != 2 { // the SET and the first INFO
+		t.Errorf("commands between two INFOs around one SET = %d, want 2", b-a)
+	}
+
+	pg, err := localsvc.StartPostgres(ctx, localsvc.PostgresOptions{Dir: filepath.Join(dir, "pg"), Fast: true})
+	if errors.Is(err, localsvc.ErrMissing) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Stop() })
+	pool, err := pgxpool.New(ctx, pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec(`INSERT INTO sales (id, name, starts_at, admission_rate, shuffle_seed, shuffle_commitment) VALUES (7, 's', now(), 10, '\x00', 'x')`)
+	exec(`INSERT INTO items (id, sale_id, product_id, quantity, price_cents, sold) VALUES (1001, 7, 1, 2, 100, 2)`)
+	exec(`INSERT INTO orders (id, sale_id, item_id, user_id, status, price_cents, created_at, expires_at) VALUES
+		('00000000-0000-0000-0000-000000000001', 7, 1001, 10, 'PAID', 100, now(), now()),
+		('00000000-0000-0000-0000-000000000002', 7, 1001, 11, 'PENDING', 100, now(), now()),
+		('00000000-0000-0000-0000-000000000003', 7, 1001, 11, 'EXPIRED', 100, now(), now())`)
+	r := &Report{}
+	r.checkPostgres(ctx, pg.URL, 7)
+	if err := r.Err(); err != nil || len(r.Invariants) != 2 {
+		t.Fatalf("healthy database: %v (%+v)", err, r.Invariants)
+	}
+	// Break both: a second live order of user 11 (without the index that
+	// forbids it), which also puts 3 live orders on 2 units.
+	exec(`DROP INDEX orders_one_live_per_user`)
+	exec(`INSERT INTO orders (id, sale_id, item_id, user_id, status, price_cents, created_at, expires_at) VALUES
+		('00000000-0000-0000-0000-000000000004', 7, 1001, 11, 'PENDING', 100, now(), now())`)
+	r = &Report{}
+	r.checkPostgres(ctx, pg.URL, 7)
+	for _, c := range r.Invariants {
+		if c.OK {
+			t.Errorf("%s holds on a broken database: %s", c.Name, c.Detail)
+		}
+	}
+	if r.Err() == nil {
+		t.Error("broken database: want an error")
+	}
+}

@@ -1,0 +1,610 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/flashsale/flashsale/auth"
+)
+
+// Steps of the report.
+const (
+	StepJoin         = "join"          // connect + join → first answer of the room
+	StepAdmittedWait = "admitted_wait" // from opening (or join, if later) to admitted / SOLD_OUT
+	StepPoll         = "poll"          // polling transport: each GET of the status
+	StepPow          = "pow"           // proof-of-work challenges met
+	StepPurchase     = "purchase"      // each purchase request
+	StepOrderGet     = "order_get"     // each GET of the order
+	StepPayable      = "order_payable" // from the 202 until the order is payable
+	StepPay          = "pay"           // each pay request
+	StepFlood        = "hostile_flood" // purchases without valid tokens
+	StepEarly        = "hostile_early" // purchases before opening
+	oneAddrPrefix    = "hostile_oneaddr_"
+)
+
+// saleInfo is what shoppers need to know about the sale.
+type saleInfo struct {
+	ID      int64      `json:"id"`
+	OpensAt time.Time  `json:"opensAt"`
+	Items   []itemInfo `json:"items"`
+}
+
+type itemInfo struct {
+	ID       int64 `json:"id"`
+	Quantity int64 `json:"quantity"`
+}
+
+// shard runs a share of the shoppers in one process.
+type shard struct {
+	cfg   Config
+	sale  saleInfo
+	cl    *clients
+	rec   *recorder
+	solve func(json.RawMessage) (json.RawMessage, error)
+	ttl   time.Duration // access-token lifetime
+}
+
+// shopper is one simulated user.
+type shopper struct {
+	idx    int // global index: picks source address and gateway
+	userID int64
+	prefix string // step-name prefix ("" or oneAddrPrefix)
+	hc     *http.Client
+	base   string
+	tok    string
+}
+
+func (s *shard) step(sh *shopper, name string) string { return sh.prefix + name }
+
+// roomMsg is any waiting-room message (WebSocket) or status object (polling).
+type roomMsg struct {
+	Type           string      `json:"type"`
+	State          string      `json:"state"`
+	Error          string      `json:"error"`
+	OpensAtMs      int64       `json:"opensAtMs"`
+	AdmissionToken string      `json:"admissionToken"`
+	Items          []roomItem  `json:"items"`
+	Position       json.Number `json:"position"`
+}
+
+type roomItem struct {
+	ID          int64  `json:"id"`
+	PurchaseURL string `json:"purchaseUrl"`
+}
+
+type buyResult int
+
+const (
+	buyFailed buyResult = iota
+	buySoldOut
+	buyBought
+)
+
+// wait tracks one shopper's time in the room.
+type wait struct {
+	joined    bool
+	start     time.Time // join start
+	waitFrom  time.Time // max(join, opening)
+	soldOut   bool
+	counted   bool // in the sold-out counter
+	admitted  bool
+	lastAdm   *roomMsg
+	order     *orderRecord // bought: the order to follow up after leaving the room
+	opensAtMs int64
+}
+
+func (s *shard) waitFrom(w *wait, now time.Time) time.Time {
+	open := s.sale.OpensAt
+	if w.opensAtMs > 0 {
+		open = time.UnixMilli(w.opensAtMs)
+	}
+	if now.After(open) {
+		return now
+	}
+	return open
+}
+
+// joinedNow records the first answer of the room.
+func (s *shard) joinedNow(sh *shopper, w *wait, outcome string) {
+	if w.joined {
+		return
+	}
+	now := time.Now()
+	w.joined = true
+	w.waitFrom = s.waitFrom(w, w.start)
+	s.rec.observe(s.step(sh, StepJoin), outcome, w.start, now.Sub(w.start), true)
+	s.rec.live.joined.Add(1)
+}
+
+func (s *shard) soldOutNow(sh *shopper, w *wait) {
+	if w.soldOut {
+		return
+	}
+	now := time.Now()
+	w.soldOut = true
+	if !w.admitted {
+		// The wait ended in SOLD_OUT; an admitted shopper's wait already
+		// ended in ADMITTED (its 410 is in the purchase step).
+		s.rec.observe(s.step(sh, StepAdmittedWait), "SOLD_OUT", w.waitFrom, max(now.Sub(w.waitFrom), 0), false)
+	}
+	s.rec.mark(markFirstSoldOut, now)
+	if !w.counted {
+		w.counted = true
+		s.rec.live.soldOut.Add(1)
+	}
+}
+
+func (s *shard) admittedNow(sh *shopper, w *wait) {
+	now := time.Now()
+	if !w.admitted {
+		s.rec.observe(s.step(sh, StepAdmittedWait), "ADMITTED", w.waitFrom, max(now.Sub(w.waitFrom), 0), false)
+		s.rec.live.admitted.Add(1)
+	}
+	w.admitted = true
+	s.rec.mark(markFirstAdmitted, now)
+	s.rec.mark(markLastAdmitted, now)
+}
+
+// run is one shopper's whole life, bounded by ctx.
+func (s *shard) run(ctx context.Context, sh *shopper) {
+	defer s.rec.live.done.Add(1)
+	tok, err := auth.Mint(s.cfg.JWTSecret, sh.userID, false, s.ttl, time.Now())
+	if err != nil {
+		s.rec.errorf(err.Error())
+		return
+	}
+	sh.tok = tok
+	if s.cfg.Transport == TransportPolling {
+		s.runPolling(ctx, sh)
+		return
+	}
+	s.runWS(ctx, sh)
+}
+
+func (s *shard) runWS(ctx context.Context, sh *shopper) {
+	w := &wait{start: time.Now()}
+	dctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	conn, resp, err := websocket.Dial(dctx, wsURL(sh.base)+queuePath(s.sale.ID), &websocket.DialOptions{HTTPClient: sh.hc})
+	cancel()
+	if err != nil {
+		out := "ws_" + errOutcome(err)
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			out = fmt.Sprintf("ws_%d", resp.StatusCode)
+		}
+		s.rec.observe(s.step(sh, StepJoin), out, w.start, time.Since(w.start), true)
+		if ctx.Err() == nil {
+			s.rec.errorf("ws dial: " + err.Error())
+		}
+		return
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(1 << 16)
+	if err := writeJSON(ctx, conn, map[string]any{"type": "join", "accessToken": sh.tok}); err != nil {
+		s.rec.observe(s.step(sh, StepJoin), "ws_"+errOutcome(err), w.start, time.Since(w.start), true)
+		return
+	}
+	for {
+		_, data, err := conn.Read(ctx)
+		if err != nil {
+			out := "ws_" + errOutcome(err)
+			if cs := websocket.CloseStatus(err); cs != -1 {
+				out = fmt.Sprintf("ws_close_%d", cs)
+			}
+			switch {
+			case !w.joined:
+				s.rec.observe(s.step(sh, StepJoin), out, w.start, time.Since(w.start), true)
+			case !w.admitted && !w.soldOut:
+				s.rec.observe(s.step(sh, StepAdmittedWait), out, w.waitFrom, max(time.Since(w.waitFrom), 0), false)
+			}
+			return
+		}
+		var m roomMsg
+		if err := json.Unmarshal(data, &m); err != nil {
+			s.rec.errorf("room message: " + err.Error())
+			return
+		}
+		if m.OpensAtMs > 0 {
+			w.opensAtMs = m.OpensAtMs
+		}
+		switch m.Type {
+		case "challenge":
+			pow, ok := s.solvePow(sh, data)
+			if !ok {
+				return
+			}
+			if err := writeJSON(ctx, conn, map[string]any{"type": "join", "accessToken": sh.tok, "pow": pow}); err != nil {
+				return
+			}
+		case "error":
+			if !w.joined {
+				s.joinedNow(sh, w, "error "+m.Error)
+			} else {
+				s.rec.observe(s.step(sh, StepAdmittedWait), "error "+m.Error, w.waitFrom, max(time.Since(w.waitFrom), 0), false)
+			}
+			return
+		case "status":
+			s.joinedNow(sh, w, m.State)
+			switch m.State {
+			case "SOLD_OUT":
+				s.soldOutNow(sh, w)
+				if !s.cfg.KeepWaiting {
+					conn.Close(websocket.StatusNormalClosure, "")
+					return
+				}
+			case "ENDED":
+				if !w.admitted && !w.soldOut {
+					s.rec.observe(s.step(sh, StepAdmittedWait), "ENDED", w.waitFrom, max(time.Since(w.waitFrom), 0), false)
+				}
+				return
+			case "ADMITTED":
+				// Stock came back after a sold-out while this shopper
+				// still holds a valid admission: buy again.
+				if w.soldOut && w.lastAdm != nil {
+					w.soldOut = false
+					if done := s.admittedBuy(ctx, sh, w, w.lastAdm); done {
+						s.leave(ctx, sh, w, conn)
+						return
+					}
+				}
+			}
+		case "admitted":
+			s.joinedNow(sh, w, "ADMITTED")
+			w.soldOut = false
+			if done := s.admittedBuy(ctx, sh, w, &m); done {
+				s.leave(ctx, sh, w, conn)
+				return
+			}
+		}
+	}
+}
+
+// admittedBuy buys after an admission; it reports whether the shopper is
+// done in the room (bought: w.order is set; failed; or sold out without
+// KeepWaiting).
+func (s *shard) admittedBuy(ctx context.Context, sh *shopper, w *wait, m *roomMsg) bool {
+	s.admittedNow(sh, w)
+	w.lastAdm = m
+	res, o := s.buy(ctx, sh, m)
+	switch res {
+	case buyBought:
+		w.order = &o
+		return true
+	case buySoldOut:
+		s.soldOutNow(sh, w)
+		return !s.cfg.KeepWaiting
+	default:
+		return true
+	}
+}
+
+// leave closes the room connection, then follows up a bought order (the
+// room is not read meanwhile, so it is left first).
+func (s *shard) leave(ctx context.Context, sh *shopper, w *wait, conn *websocket.Conn) {
+	conn.Close(websocket.StatusNormalClosure, "")
+	if w.order != nil {
+		s.afterOrder(ctx, sh, *w.order)
+	}
+}
+
+func (s *shard) solvePow(sh *shopper, challenge []byte) (json.RawMessage, bool) {
+	t0 := time.Now()
+	if s.solve == nil {
+		s.rec.observe(s.step(sh, StepPow), "no_solver", t0, 0, false)
+		return nil, false
+	}
+	pow, err := s.solve(json.RawMessage(challenge))
+	if err != nil {
+		s.rec.observe(s.step(sh, StepPow), "solve_error", t0, time.Since(t0), false)
+		s.rec.errorf("pow: " + err.Error())
+		return nil, false
+	}
+	s.rec.observe(s.step(sh, StepPow), "solved", t0, time.Since(t0), false)
+	return pow, true
+}
+
+func writeJSON(ctx context.Context, c *websocket.Conn, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return c.Write(ctx, websocket.MessageText, b)
+}
+
+func (s *shard) runPolling(ctx context.Context, sh *shopper) {
+	w := &wait{start: time.Now()}
+	url := sh.base + queuePath(s.sale.ID)
+	var body any
+	var m roomMsg
+	for attempt := 0; ; attempt++ {
+		r, err := do(ctx, sh.hc, http.MethodPost, url, bearer(sh.tok), body)
+		if err != nil {
+			s.rec.observe(s.step(sh, StepJoin), errOutcome(err), w.start, time.Since(w.start), true)
+			return
+		}
+		var c struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(r.Body, &c) == nil && c.Type == "challenge" {
+			// The answer body is the challenge, whatever its status
+			// (defense/POW.md); the next POST carries the solution.
+			s.rec.observe(s.step(sh, StepPoll), "challenge", w.start, time.Since(w.start), true)
+			pow, ok := s.solvePow(sh, r.Body)
+			if !ok || attempt > 3 {
+				return
+			}
+			body = map[string]any{"pow": pow}
+			continue
+		}
+		if r.Status == http.StatusOK {
+			if json.Unmarshal(r.Body, &m) != nil {
+				s.rec.observe(s.step(sh, StepJoin), "bad_body", w.start, time.Since(w.start), true)
+				return
+			}
+			break
+		}
+		if (r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable) && attempt < 3 {
+			s.rec.observe(s.step(sh, StepPoll), r.outcome(), w.start, time.Since(w.start), true)
+			if !sleepCtx(ctx, retryDelay(r)) {
+				return
+			}
+			continue
+		}
+		s.joinedNow(sh, w, r.outcome())
+		return
+	}
+	s.joinedNow(sh, w, m.State)
+	interval := s.cfg.PollInterval
+	rng := rand.New(rand.NewPCG(s.cfg.Seed, uint64(sh.userID)))
+	for ctx.Err() == nil {
+		if m.OpensAtMs > 0 {
+			w.opensAtMs = m.OpensAtMs
+		}
+		switch m.State {
+		case "ADMITTED":
+			if m.AdmissionToken != "" && len(m.Items) > 0 {
+				adm := m
+				if done := s.admittedBuy(ctx, sh, w, &adm); done {
+					if w.order != nil {
+						s.afterOrder(ctx, sh, *w.order)
+					}
+					return
+				}
+			}
+		case "SOLD_OUT":
+			s.soldOutNow(sh, w)
+			if !s.cfg.KeepWaiting {
+				return
+			}
+		case "ENDED":
+			if !w.admitted && !w.soldOut {
+				s.rec.observe(s.step(sh, StepAdmittedWait), "ENDED", w.waitFrom, max(time.Since(w.waitFrom), 0), false)
+			}
+			return
+		}
+		// ±20% jitter so pollers do not march in step.
+		d := time.Duration(float64(interval) * (0.8 + 0.4*rng.Float64()))
+		if w.soldOut {
+			d *= 2
+		}
+		if !sleepCtx(ctx, d) {
+			break
+		}
+		t0 := time.Now()
+		r, err := do(ctx, sh.hc, http.MethodGet, url, bearer(sh.tok), nil)
+		if err != nil {
+			s.rec.observe(s.step(sh, StepPoll), errOutcome(err), t0, time.Since(t0), true)
+			if ctx.Err() == nil {
+				continue
+			}
+			break
+		}
+		s.rec.observe(s.step(sh, StepPoll), r.outcome(), t0, time.Since(t0), true)
+		if r.Status != http.StatusOK {
+			if r.RetryAfter > 0 && !sleepCtx(ctx, retryDelay(r)) {
+				break
+			}
+			continue
+		}
+		m = roomMsg{}
+		if json.Unmarshal(r.Body, &m) != nil {
+			s.rec.errorf("poll: undecodable status")
+			return
+		}
+	}
+	if !w.admitted && !w.soldOut {
+		s.rec.observe(s.step(sh, StepAdmittedWait), "canceled", w.waitFrom, max(time.Since(w.waitFrom), 0), false)
+	}
+}
+
+func retryDelay(r apiResult) time.Duration {
+	return min(max(r.RetryAfter, 100*time.Millisecond), 2*time.Second)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (s *shard) absURL(sh *shopper, path string) string {
+	if strings.HasPrefix(path, "http://") || strings.HasPrefix(path, "https://") {
+		return path
+	}
+	return sh.base + path
+}
+
+// buy tries the admitted items (starting at one picked by user id) until a
+// reservation, an error, or every item sold out.
+func (s *shard) buy(ctx context.Context, sh *shopper, m *roomMsg) (buyResult, orderRecord) {
+	n := len(m.Items)
+	if n == 0 {
+		s.rec.errorf("admitted without items")
+		return buyFailed, orderRecord{}
+	}
+	hdr := map[string]string{"Authorization": "Bearer " + sh.tok, "X-Admission-Token": m.AdmissionToken}
+	first := int(uint64(sh.userID) % uint64(n))
+	for k := range n {
+		it := m.Items[(first+k)%n]
+		for attempt := 0; ; attempt++ {
+			if ctx.Err() != nil {
+				return buyFailed, orderRecord{}
+			}
+			t0 := time.Now()
+			r, err := do(ctx, sh.hc, http.MethodPost, s.absURL(sh, it.PurchaseURL), hdr, nil)
+			if err != nil {
+				s.rec.observe(s.step(sh, StepPurchase), errOutcome(err), t0, time.Since(t0), true)
+				if ctx.Err() == nil {
+					s.rec.errorf("purchase: " + err.Error())
+				}
+				return buyFailed, orderRecord{}
+			}
+			s.rec.observe(s.step(sh, StepPurchase), r.outcome(), t0, time.Since(t0), true)
+			switch {
+			case r.Status == http.StatusAccepted || (r.Status == http.StatusConflict && r.Code == "ALREADY_PURCHASED"):
+				var b struct {
+					OrderID string `json:"orderId"`
+				}
+				if json.Unmarshal(r.Body, &b) != nil || b.OrderID == "" {
+					s.rec.errorf(fmt.Sprintf("purchase %d without orderId", r.Status))
+					return buyFailed, orderRecord{}
+				}
+				o := orderRecord{OrderID: b.OrderID, ItemID: it.ID, Status: "PENDING", Via: r.Status}
+				if it.ID == 0 {
+					o.ItemID = itemFromURL(it.PurchaseURL)
+				}
+				s.rec.order(sh.userID, o)
+				if r.Status == http.StatusAccepted {
+					now := time.Now()
+					s.rec.live.reserved.Add(1)
+					s.rec.mark(markFirstReserved, now)
+					s.rec.mark(markLastReserved, now)
+				}
+				return buyBought, o
+			case r.Status == http.StatusGone:
+				// this item is sold out: try the next
+			case (r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable) && attempt < 3:
+				if !sleepCtx(ctx, retryDelay(r)) {
+					return buyFailed, orderRecord{}
+				}
+				continue
+			default:
+				return buyFailed, orderRecord{}
+			}
+			break
+		}
+	}
+	return buySoldOut, orderRecord{}
+}
+
+func itemFromURL(u string) int64 {
+	var id int64
+	if i := strings.Index(u, "/items/"); i >= 0 {
+		fmt.Sscanf(u[i+len("/items/"):], "%d", &id)
+	}
+	return id
+}
+
+// pays draws, from the seed and the user id, whether this winner pays.
+func (s *shard) pays(userID int64) bool {
+	if s.cfg.PayFraction >= 1 {
+		return true
+	}
+	return rand.New(rand.NewPCG(s.cfg.Seed^0x9e3779b97f4a7c15, uint64(userID))).Float64() < s.cfg.PayFraction
+}
+
+// afterOrder waits for the order to become payable, then pays (or not).
+func (s *shard) afterOrder(ctx context.Context, sh *shopper, o orderRecord) {
+	t0 := time.Now()
+	url := sh.base + "/api/flash-sales/orders/" + o.OrderID
+	delay := 50 * time.Millisecond
+	deadline := t0.Add(requestTimeout)
+	payable := false
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		t := time.Now()
+		r, err := do(ctx, sh.hc, http.MethodGet, url, bearer(sh.tok), nil)
+		if err != nil {
+			s.rec.observe(s.step(sh, StepOrderGet), errOutcome(err), t, time.Since(t), true)
+			break
+		}
+		s.rec.observe(s.step(sh, StepOrderGet), r.outcome(), t, time.Since(t), true)
+		if r.Status == http.StatusOK {
+			var b struct {
+				Status  string `json:"status"`
+				Payable bool   `json:"payable"`
+			}
+			if json.Unmarshal(r.Body, &b) == nil {
+				if b.Status != "" && b.Status != "PENDING" {
+					o.Status = b.Status
+					s.rec.order(sh.userID, o)
+					s.rec.observe(s.step(sh, StepPayable), "status "+b.Status, t0, time.Since(t0), false)
+					return
+				}
+				if b.Payable {
+					payable = true
+					break
+				}
+			}
+		}
+		if !sleepCtx(ctx, delay) {
+			break
+		}
+		delay = min(delay*2, 500*time.Millisecond)
+	}
+	if !payable {
+		out := "timeout"
+		if ctx.Err() != nil {
+			out = "canceled"
+		}
+		s.rec.observe(s.step(sh, StepPayable), out, t0, time.Since(t0), false)
+		return
+	}
+	s.rec.observe(s.step(sh, StepPayable), "payable", t0, time.Since(t0), false)
+	if !s.pays(sh.userID) {
+		return
+	}
+	payURL := url + "/pay"
+	for attempt := 0; attempt < 10 && ctx.Err() == nil; attempt++ {
+		t := time.Now()
+		r, err := do(ctx, sh.hc, http.MethodPost, payURL, bearer(sh.tok), map[string]string{"paymentToken": "loadtest"})
+		if err != nil {
+			s.rec.observe(s.step(sh, StepPay), errOutcome(err), t, time.Since(t), true)
+			return
+		}
+		s.rec.observe(s.step(sh, StepPay), r.outcome(), t, time.Since(t), true)
+		switch {
+		case r.Status == http.StatusOK:
+			o.Status = "PAID"
+			s.rec.order(sh.userID, o)
+			s.rec.live.paid.Add(1)
+			return
+		case r.Code == "ORDER_EXPIRED":
+			o.Status = "EXPIRED"
+			s.rec.order(sh.userID, o)
+			return
+		case r.Code == "ORDER_CANCELLED":
+			o.Status = "CANCELLED"
+			s.rec.order(sh.userID, o)
+			return
+		case r.Code == "NOT_PAYABLE_YET" || r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable:
+			if !sleepCtx(ctx, max(retryDelay(r), 200*time.Millisecond)) {
+				return
+			}
+		default:
+			return
+		}
+	}
+}

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package loadtest
+
+import "syscall"
+
+func bindNoPort(_, _ string, _ syscall.RawConn) error { return nil }

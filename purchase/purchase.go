@@ -1,0 +1,335 @@
+// Package purchase is the reservation service: it takes one unit in Redis
+// (internal/stock, one script call), publishes the order to Kafka with a
+// bound, keeps a local sold-out flag per item so refused requests never reach
+// Redis, and reconciles reservations that never reached the database
+// (Reconciler).
+package purchase
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/stock"
+)
+
+// Publisher sends an accepted order on its way to the database
+// (*kafka.Producer). Publish must return within the context's deadline.
+//
+// A nil error means the order is durably accepted. An error whose chain holds
+// a value with an Uncertain() bool method reporting true means the order may
+// still be delivered later (the producer gave up waiting while a request was
+// in flight): the reservation is then left to the writer or the Reconciler.
+// Any other error means the order was not and will not be delivered, and the
+// reservation is given back at once.
+type Publisher interface {
+	Publish(ctx context.Context, o flashsale.OrderPlaced) error
+}
+
+// Config configures a Service. Zero fields take the defaults.
+type Config struct {
+	Now func() time.Time // nil: time.Now
+	// SoldOutRecheck is how often Run looks whether flagged items got
+	// stock back (default 500ms).
+	SoldOutRecheck time.Duration
+	// PublishTimeout bounds the publish of one order (default 3s).
+	PublishTimeout time.Duration
+	// RedisTimeout bounds one reservation script call (default 2s).
+	RedisTimeout time.Duration
+}
+
+// Defaults of Config.
+const (
+	DefaultSoldOutRecheck = 500 * time.Millisecond
+	DefaultPublishTimeout = 3 * time.Second
+	DefaultRedisTimeout   = 2 * time.Second
+)
+
+// Reservation outcomes, the values of the outcome label of
+// flashsale_purchase_reservations_total.
+const (
+	OutcomeReserved         = "reserved"
+	OutcomeSoldOutFlag      = "sold_out_flag" // answered by the local flag, no Redis
+	OutcomeSoldOut          = "sold_out"
+	OutcomeAlreadyPurchased = "already_purchased"
+	OutcomeNotFound         = "not_found"
+	OutcomeRedisError       = "redis_error"
+	OutcomePublishFailed    = "publish_failed"    // given back at once
+	OutcomePublishUncertain = "publish_uncertain" // left to the writer or the reconciler
+)
+
+var (
+	errUnavailable = &flashsale.Error{Code: flashsale.CodeUnavailable, Message: "the shop is busy; nothing was reserved, try again shortly"}
+	errNoOrderID   = errors.New("no order id")
+)
+
+// Service reserves stock and publishes orders. It is safe for concurrent use.
+type Service struct {
+	now            func() time.Time
+	recheck        time.Duration
+	publishTimeout time.Duration
+	redisTimeout   time.Duration
+	st             *stock.Store
+	pub            Publisher
+	log            *slog.Logger
+
+	// flags is an immutable map itemID → saleID of items seen sold out,
+	// replaced whole on change (rare), read without locks (often).
+	flags   atomic.Pointer[map[int64]int64]
+	flagsMu sync.Mutex
+
+	outcomes   map[string]prometheus.Counter
+	publishDur prometheus.Observer
+}
+
+// New returns a Service. reg may be nil.
+func New(cfg Config, st *stock.Store, pub Publisher, logger *slog.Logger, reg prometheus.Registerer) *Service {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.SoldOutRecheck <= 0 {
+		cfg.SoldOutRecheck = DefaultSoldOutRecheck
+	}
+	if cfg.PublishTimeout <= 0 {
+		cfg.PublishTimeout = DefaultPublishTimeout
+	}
+	if cfg.RedisTimeout <= 0 {
+		cfg.RedisTimeout = DefaultRedisTimeout
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Service{
+		now: cfg.Now, recheck: cfg.SoldOutRecheck, publishTimeout: cfg.PublishTimeout, redisTimeout: cfg.RedisTimeout,
+		st: st, pub: pub, log: logger.With("component", "purchase"),
+	}
+	empty := map[int64]int64{}
+	s.flags.Store(&empty)
+	reservations := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flashsale_purchase_reservations_total",
+		Help: "Purchase attempts that reached the purchase service, by outcome.",
+	}, []string{"outcome"}))
+	s.outcomes = map[string]prometheus.Counter{}
+	for _, o := range []string{OutcomeReserved, OutcomeSoldOutFlag, OutcomeSoldOut, OutcomeAlreadyPurchased,
+		OutcomeNotFound, OutcomeRedisError, OutcomePublishFailed, OutcomePublishUncertain} {
+		s.outcomes[o] = reservations.WithLabelValues(o)
+	}
+	s.publishDur = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "flashsale_purchase_publish_seconds",
+		Help:    "Time from a reservation to its Kafka acknowledgement (or failure).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+	}))
+	return s
+}
+
+// register registers c on reg, reusing an identical collector registered
+// before (several services on one registry in tests and dev mode).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if reg == nil {
+		return c
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+	}
+	return c
+}
+
+// SoldOut reports whether the item was seen sold out and has not been seen
+// with stock since. It reads a local flag: no I/O, no lock.
+func (s *Service) SoldOut(itemID int64) bool {
+	_, ok := (*s.flags.Load())[itemID]
+	return ok
+}
+
+func (s *Service) setSoldOut(saleID, itemID int64) {
+	if s.SoldOut(itemID) {
+		return
+	}
+	s.flagsMu.Lock()
+	defer s.flagsMu.Unlock()
+	old := *s.flags.Load()
+	m := make(map[int64]int64, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[itemID] = saleID
+	s.flags.Store(&m)
+}
+
+func (s *Service) clearSoldOut(itemIDs []int64) {
+	if len(itemIDs) == 0 {
+		return
+	}
+	s.flagsMu.Lock()
+	defer s.flagsMu.Unlock()
+	old := *s.flags.Load()
+	m := make(map[int64]int64, len(old))
+	for k, v := range old {
+		m[k] = v
+	}
+	for _, id := range itemIDs {
+		delete(m, id)
+	}
+	s.flags.Store(&m)
+}
+
+// Reserve takes one unit of item for userID and publishes the order. It
+// returns the new order's id, or a *flashsale.Error in the chain:
+//
+//   - SOLD_OUT: no stock (answered by the local flag without Redis once the
+//     item was seen sold out);
+//   - ALREADY_PURCHASED with OrderID: the user holds an order in this sale;
+//   - NOT_FOUND: Redis has no stock record for the item;
+//   - UNAVAILABLE: Redis or Kafka failed. The reservation was given back,
+//     except when the publish outcome is unknown: then the error's OrderID
+//     names the order, which either reaches the database or is returned by
+//     the Reconciler (and becomes REJECTED) after its bound.
+//
+// Once the reservation is taken, a caller giving up (ctx cancelled) does not
+// interrupt it: the publish runs to its own bound.
+func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashsale.Item, userID int64) (string, error) {
+	if s.SoldOut(item.ID) {
+		s.outcomes[OutcomeSoldOutFlag].Inc()
+		return "", stock.ErrSoldOut()
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("purchase.Reserve: %w", err)
+	}
+	uid, err := uuid.NewV7()
+	if err != nil {
+		return "", fmt.Errorf("purchase.Reserve: %w: %w", errNoOrderID, err)
+	}
+	orderID := uid.String()
+	now := s.now()
+	work := context.WithoutCancel(ctx)
+
+	rctx, cancel := context.WithTimeout(work, s.redisTimeout)
+	err = s.st.Reserve(rctx, sale.ID, item.ID, userID, orderID, now)
+	cancel()
+	if err != nil {
+		var fe *flashsale.Error
+		if errors.As(err, &fe) {
+			switch fe.Code {
+			case flashsale.CodeSoldOut:
+				s.setSoldOut(sale.ID, item.ID)
+				s.outcomes[OutcomeSoldOut].Inc()
+			case flashsale.CodeAlreadyPurchased:
+				s.outcomes[OutcomeAlreadyPurchased].Inc()
+			default:
+				s.outcomes[OutcomeNotFound].Inc()
+			}
+			return "", err
+		}
+		// The script may have run before the connection failed: give back
+		// whatever it may have taken (a no-op when it did not run; when
+		// Redis is down, the Reconciler does it later).
+		s.outcomes[OutcomeRedisError].Inc()
+		s.release(work, sale.ID, userID, item.ID, orderID)
+		return "", fmt.Errorf("purchase.Reserve: %w: %w", errUnavailable, err)
+	}
+
+	msg := flashsale.OrderPlaced{
+		OrderID: orderID, SaleID: sale.ID, ItemID: item.ID, UserID: userID,
+		PriceCents: item.PriceCents, CreatedAtMs: now.UnixMilli(),
+	}
+	pctx, cancel := context.WithTimeout(work, s.publishTimeout)
+	start := time.Now()
+	err = s.pub.Publish(pctx, msg)
+	s.publishDur.Observe(time.Since(start).Seconds())
+	cancel()
+	if err == nil {
+		s.outcomes[OutcomeReserved].Inc()
+		return orderID, nil
+	}
+	if uncertain(err) {
+		s.outcomes[OutcomePublishUncertain].Inc()
+		return "", fmt.Errorf("purchase.Reserve: %w: %w", &flashsale.Error{
+			Code:    flashsale.CodeUnavailable,
+			Message: "your order could not be confirmed yet; look for it in this sale shortly",
+			OrderID: orderID,
+		}, err)
+	}
+	s.outcomes[OutcomePublishFailed].Inc()
+	s.release(work, sale.ID, userID, item.ID, orderID)
+	return "", fmt.Errorf("purchase.Reserve: %w: %w", errUnavailable, err)
+}
+
+// release gives back a reservation that will not go further. A failure is
+// logged and left to the Reconciler (the reservation stays pending).
+func (s *Service) release(ctx context.Context, saleID, userID, itemID int64, orderID string) {
+	ctx, cancel := context.WithTimeout(ctx, s.redisTimeout)
+	defer cancel()
+	if _, err := s.st.Release(ctx, saleID, userID, itemID, orderID); err != nil {
+		s.log.Warn("could not give a reservation back; the reconciler will", "order", orderID, "sale", saleID, "err", err)
+	}
+}
+
+func uncertain(err error) bool {
+	var u interface{ Uncertain() bool }
+	return errors.As(err, &u) && u.Uncertain()
+}
+
+// Run clears sold-out flags of items whose stock came back (expiry, cancel,
+// rejection), checking every SoldOutRecheck with one HMGET per sale, until
+// ctx ends. It returns nil on cancellation.
+func (s *Service) Run(ctx context.Context) error {
+	t := time.NewTicker(s.recheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := s.recheckSoldOut(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("sold-out recheck failed", "err", err)
+		}
+	}
+}
+
+// recheckSoldOut clears the flags of items that have stock again. An item
+// Redis has no record of (data loss, not yet rebuilt) stays flagged.
+func (s *Service) recheckSoldOut(ctx context.Context) error {
+	flags := *s.flags.Load()
+	if len(flags) == 0 {
+		return nil
+	}
+	bySale := map[int64][]int64{}
+	for item, sale := range flags {
+		bySale[sale] = append(bySale[sale], item)
+	}
+	var back []int64
+	var errs []error
+	for sale, items := range bySale {
+		rctx, cancel := context.WithTimeout(ctx, s.redisTimeout)
+		left, err := s.st.ItemsRemaining(rctx, sale, items)
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for i, n := range left {
+			if n > 0 {
+				back = append(back, items[i])
+			}
+		}
+	}
+	s.clearSoldOut(back)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("purchase.recheckSoldOut: %w", err)
+	}
+	return nil
+}

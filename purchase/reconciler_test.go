@@ -1,0 +1,293 @@
+package purchase
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flashsale/flashsale"
+)
+
+// insertOrder stores an order row the way the writer does (live orders count
+// in items.sold).
+func insertOrder(t *testing.T, e *env, id string, itemID, user int64, status flashsale.OrderStatus) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := e.pool.Exec(ctx, `INSERT INTO orders (id, sale_id, item_id, user_id, status, price_cents, created_at, expires_at)
+		VALUES ($1, $2, $3, $4, $5, 1999, $6, $7)`, id, e.sale.ID, itemID, user, string(status), t0, t0.Add(10*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if status.Live() {
+		if _, err := e.pool.Exec(ctx, `UPDATE items SET sold = sold + 1 WHERE id = $1`, itemID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func assertOrder(t *testing.T, pool *pgxpool.Pool, id string, want flashsale.OrderStatus) {
+	t.Helper()
+	var status string
+	if err := pool.QueryRow(context.Background(), `SELECT status FROM orders WHERE id = $1`, id).Scan(&status); err != nil {
+		t.Fatalf("order %s: %v", id, err)
+	}
+	if flashsale.OrderStatus(status) != want {
+		t.Errorf("order %s is %s, want %s", id, status, want)
+	}
+}
+
+func countRows(t *testing.T, pool *pgxpool.Pool, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A reservation whose publish never happened (the gateway died between
+// Redis and Kafka) comes back once it is older than the bound, and only then.
+func TestReconcilerReturnsLostReservation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 5)
+	ctx := context.Background()
+	clk := newClock(t0)
+	item := e.item(0)
+	id := uuid.NewString()
+	if err := e.st.Reserve(ctx, e.sale.ID, item.ID, 77, id, t0); err != nil {
+		t.Fatal(err)
+	}
+	r := NewReconciler(ReconcilerConfig{Now: clk.now, PaymentWindow: 10 * time.Minute}, e.pool, e.st, e, nil, nil)
+
+	clk.add(time.Minute)
+	if n, err := r.RunOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("RunOnce before the bound = %d, %v; want 0", n, err)
+	}
+	if _, ok := e.buyer(t, 77); !ok {
+		t.Fatal("reservation returned before the bound")
+	}
+
+	clk.add(2 * time.Minute)
+	if n, err := r.RunOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("RunOnce after the bound = %d, %v; want 1", n, err)
+	}
+	if got := e.remaining(t, item); got != 5 {
+		t.Errorf("remaining %d, want 5", got)
+	}
+	if _, ok := e.buyer(t, 77); ok {
+		t.Error("buyer record left")
+	}
+	if n := e.pending(t); n != 0 {
+		t.Errorf("%d pending left, want 0", n)
+	}
+	var status, reason string
+	var created, expires time.Time
+	if err := e.pool.QueryRow(ctx, `SELECT status, reject_reason, created_at, expires_at FROM orders WHERE id = $1`, id).
+		Scan(&status, &reason, &created, &expires); err != nil {
+		t.Fatal(err)
+	}
+	if status != "REJECTED" || reason != RejectLost || !created.Equal(t0) || !expires.Equal(t0.Add(10*time.Minute)) {
+		t.Errorf("tombstone = %s %q %v %v, want REJECTED %q %v %v", status, reason, created, expires, RejectLost, t0, t0.Add(10*time.Minute))
+	}
+	if n := countRows(t, e.pool, `SELECT count(*) FROM stock_returns`); n != 0 {
+		t.Errorf("%d outbox rows left, want 0", n)
+	}
+	if n := countRows(t, e.pool, `SELECT sold FROM items WHERE id = $1`, item.ID); n != 0 {
+		t.Errorf("items.sold = %d, want 0", n)
+	}
+	// Nothing more to do; the user may buy again.
+	if n, err := r.RunOnce(ctx); err != nil || n != 0 {
+		t.Errorf("third RunOnce = %d, %v; want 0", n, err)
+	}
+	if err := e.st.Reserve(ctx, e.sale.ID, item.ID, 77, uuid.NewString(), clk.now()); err != nil {
+		t.Errorf("buying again: %v", err)
+	}
+}
+
+// The writer stored the order and died before confirming it in Redis: the
+// reconciler confirms, gives nothing back.
+func TestReconcilerConfirmsStoredOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 5)
+	ctx := context.Background()
+	clk := newClock(t0)
+	item := e.item(0)
+	id := uuid.NewString()
+	if err := e.st.Reserve(ctx, e.sale.ID, item.ID, 8, id, t0); err != nil {
+		t.Fatal(err)
+	}
+	insertOrder(t, e, id, item.ID, 8, flashsale.OrderPending)
+	r := NewReconciler(ReconcilerConfig{Now: clk.now}, e.pool, e.st, e, nil, nil)
+	clk.add(time.Hour)
+	if n, err := r.RunOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("RunOnce = %d, %v; want 0 returned", n, err)
+	}
+	if n := e.pending(t); n != 0 {
+		t.Errorf("%d pending left, want 0 (confirmed)", n)
+	}
+	if b, ok := e.buyer(t, 8); !ok || b.OrderID != id {
+		t.Errorf("buyer record %+v %v, want kept", b, ok)
+	}
+	if got := e.remaining(t, item); got != 4 {
+		t.Errorf("remaining %d, want 4", got)
+	}
+	assertOrder(t, e.pool, id, flashsale.OrderPending)
+}
+
+// A reconciler that stopped between its commit and the Redis release left an
+// outbox row and the pending member: the next run finishes the job.
+func TestReconcilerFinishesInterruptedReturn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 5)
+	ctx := context.Background()
+	clk := newClock(t0)
+	item := e.item(0)
+	id := uuid.NewString()
+	if err := e.st.Reserve(ctx, e.sale.ID, item.ID, 3, id, t0); err != nil {
+		t.Fatal(err)
+	}
+	insertOrder(t, e, id, item.ID, 3, flashsale.OrderRejected)
+	if _, err := e.pool.Exec(ctx, `INSERT INTO stock_returns (order_id, sale_id, item_id, user_id) VALUES ($1, $2, $3, 3)`, id, e.sale.ID, item.ID); err != nil {
+		t.Fatal(err)
+	}
+	r := NewReconciler(ReconcilerConfig{Now: clk.now}, e.pool, e.st, e, nil, nil)
+	clk.add(time.Hour)
+	if n, err := r.RunOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("RunOnce = %d, %v; want 1", n, err)
+	}
+	if got := e.remaining(t, item); got != 5 {
+		t.Errorf("remaining %d, want 5", got)
+	}
+	if n := countRows(t, e.pool, `SELECT count(*) FROM stock_returns`); n != 0 {
+		t.Errorf("%d outbox rows left, want 0", n)
+	}
+}
+
+func TestReconcilersConcurrentReturnOnce(t *testing.T) {
+	t.Parallel()
+	const lost = 30
+	e := newEnv(t, 50)
+	ctx := context.Background()
+	item := e.item(0)
+	for u := int64(1); u <= lost; u++ {
+		if err := e.st.Reserve(ctx, e.sale.ID, item.ID, u, uuid.NewString(), t0.Add(time.Duration(u)*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk := newClock(t0.Add(time.Hour))
+	var wg sync.WaitGroup
+	results := make([]int, 3)
+	errs := make([]error, 3)
+	for i := range results {
+		r := NewReconciler(ReconcilerConfig{Now: clk.now, Batch: 7}, e.pool, e.st, e, nil, nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = r.RunOnce(ctx)
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for i := range results {
+		if errs[i] != nil {
+			t.Errorf("reconciler %d: %v", i, errs[i])
+		}
+		total += results[i]
+	}
+	if total != lost {
+		t.Errorf("returned %d in total (%v), want %d", total, results, lost)
+	}
+	if got := e.remaining(t, item); got != 50 {
+		t.Errorf("remaining %d, want 50", got)
+	}
+	if n := countRows(t, e.pool, `SELECT count(*) FROM orders WHERE status = 'REJECTED'`); n != lost {
+		t.Errorf("%d tombstones, want %d", n, lost)
+	}
+	if n, _ := e.st.BuyerCount(ctx, e.sale.ID); n != 0 {
+		t.Errorf("%d buyer records left, want 0", n)
+	}
+}
+
+// Redis loses everything: the stock and buyer records come back from the
+// database.
+func TestReconcilerRebuildsAfterRedisLoss(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 10, 4)
+	ctx := context.Background()
+	a, b := e.item(0), e.item(1)
+	live := map[int64]string{}
+	for _, o := range []struct {
+		user   int64
+		item   int64
+		status flashsale.OrderStatus
+	}{
+		{1, a.ID, flashsale.OrderPending},
+		{2, a.ID, flashsale.OrderPaid},
+		{3, b.ID, flashsale.OrderPending},
+		{4, a.ID, flashsale.OrderExpired},
+		{5, b.ID, flashsale.OrderRejected},
+	} {
+		id := uuid.NewString()
+		insertOrder(t, e, id, o.item, o.user, o.status)
+		if o.status.Live() {
+			live[o.user] = id
+		}
+	}
+	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The stock script answers NOT_FOUND until the rebuild.
+	if err := e.st.Reserve(ctx, e.sale.ID, a.ID, 9, uuid.NewString(), t0); flashsale.ErrorCode(err) != flashsale.CodeNotFound {
+		t.Fatalf("Reserve with the stock lost: %v, want NOT_FOUND", err)
+	}
+	r := NewReconciler(ReconcilerConfig{Now: newClock(t0).now}, e.pool, e.st, e, nil, nil)
+	if _, err := r.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.remaining(t, a); got != 8 {
+		t.Errorf("item a remaining %d, want 8", got)
+	}
+	if got := e.remaining(t, b); got != 3 {
+		t.Errorf("item b remaining %d, want 3", got)
+	}
+	for u, id := range live {
+		if bu, ok := e.buyer(t, u); !ok || bu.OrderID != id {
+			t.Errorf("user %d buyer record %+v %v, want order %s", u, bu, ok, id)
+		}
+	}
+	for _, u := range []int64{4, 5} {
+		if _, ok := e.buyer(t, u); ok {
+			t.Errorf("user %d (no live order) has a buyer record", u)
+		}
+	}
+	// Rebuilt records behave: a live buyer cannot buy again, its expiry
+	// gives its unit back, a second run changes nothing.
+	if err := e.st.Reserve(ctx, e.sale.ID, b.ID, 1, uuid.NewString(), t0); flashsale.ErrorCode(err) != flashsale.CodeAlreadyPurchased {
+		t.Errorf("live buyer buys again: %v, want ALREADY_PURCHASED", err)
+	}
+	if ok, err := e.st.Release(ctx, e.sale.ID, 1, a.ID, live[1]); err != nil || !ok {
+		t.Errorf("release of a rebuilt order = %v, %v; want true", ok, err)
+	}
+	if _, err := r.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.remaining(t, a); got != 9 {
+		t.Errorf("item a remaining after release and a second run %d, want 9", got)
+	}
+}
+
+func TestReconcilerRunStops(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	r := NewReconciler(ReconcilerConfig{Interval: 10 * time.Millisecond}, e.pool, e.st, e, nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v, want nil on cancellation", err)
+	}
+}

@@ -1,0 +1,163 @@
+package waitroom
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strconv"
+
+	"github.com/flashsale/flashsale"
+)
+
+// Queue states of a shopper (CONTRACT section 4).
+const (
+	StatePrequeue = "PREQUEUE"
+	StateWaiting  = "WAITING"
+	StateAdmitted = "ADMITTED"
+	StateSoldOut  = "SOLD_OUT"
+	StateEnded    = "ENDED"
+)
+
+// Server message types.
+const (
+	TypeStatus    = "status"
+	TypeAdmitted  = "admitted"
+	TypeChallenge = "challenge"
+	TypeError     = "error"
+)
+
+// ClientMessage is a message from the shopper's page. The only one is join.
+type ClientMessage struct {
+	Type        string          `json:"type"`
+	AccessToken string          `json:"accessToken"`
+	PoW         json.RawMessage `json:"pow,omitempty"`
+}
+
+var errNotJoin = &flashsale.Error{Code: flashsale.CodeInvalid, Message: `expected {"type":"join","accessToken":"..."}`}
+
+// ParseClientMessage parses one client message. Anything but a JSON object
+// with "type":"join" and a string accessToken (pow, when present, must be a
+// JSON object) is INVALID. An empty accessToken parses; it is refused as
+// UNAUTHENTICATED by the token check.
+func ParseClientMessage(b []byte) (ClientMessage, error) {
+	var m ClientMessage
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || b[0] != '{' {
+		return ClientMessage{}, errNotJoin
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return ClientMessage{}, errNotJoin
+	}
+	if m.Type != "join" {
+		return ClientMessage{}, errNotJoin
+	}
+	if len(m.PoW) > 0 {
+		p := bytes.TrimSpace(m.PoW)
+		if bytes.Equal(p, []byte("null")) {
+			m.PoW = nil
+		} else if p[0] != '{' {
+			return ClientMessage{}, errNotJoin
+		} else {
+			m.PoW = append(json.RawMessage(nil), p...)
+		}
+	}
+	return m, nil
+}
+
+// AdmittedItem is an item the admitted shopper may buy.
+type AdmittedItem struct {
+	ID          int64  `json:"id"`
+	PurchaseURL string `json:"purchaseUrl"`
+}
+
+// Status is a shopper's place in the queue: the WebSocket "status" message
+// and the polling answer. Once admitted it carries the admission token
+// (polling only: over the WebSocket the token comes in the "admitted"
+// message). Type "challenge" (polling Join only) carries the JoinGuard's
+// challenge object in Challenge and marshals as that object plus "type".
+type Status struct {
+	Type           string          `json:"type"`
+	State          string          `json:"state,omitempty"`
+	ServerTimeMs   int64           `json:"serverTimeMs"`
+	OpensAtMs      int64           `json:"opensAtMs"`
+	Position       int64           `json:"position"`
+	EtaSeconds     int64           `json:"etaSeconds"`
+	AdmissionToken string          `json:"admissionToken,omitempty"`
+	ExpiresAtMs    int64           `json:"expiresAtMs,omitempty"`
+	Items          []AdmittedItem  `json:"items,omitempty"`
+	Challenge      json.RawMessage `json:"-"`
+}
+
+// MarshalJSON writes a status object, or the challenge object for Type
+// "challenge".
+func (s Status) MarshalJSON() ([]byte, error) {
+	if s.Type == TypeChallenge {
+		return challengeMessage(s.Challenge)
+	}
+	type plain Status
+	return json.Marshal(plain(s))
+}
+
+// challengeMessage is {"type":"challenge", ...fields of ch}.
+func challengeMessage(ch json.RawMessage) ([]byte, error) {
+	fields := map[string]json.RawMessage{}
+	if len(ch) > 0 {
+		if err := json.Unmarshal(ch, &fields); err != nil {
+			return nil, errors.New("waitroom: challenge is not a JSON object")
+		}
+	}
+	fields["type"] = json.RawMessage(`"challenge"`)
+	return json.Marshal(fields)
+}
+
+// view is what a shopper sees at one moment; the WebSocket sends a status
+// message when it changes.
+type view struct {
+	state    string
+	position int64
+	eta      int64
+}
+
+// appendStatus encodes a status message without reflection (it is sent to
+// every connection on every change).
+func appendStatus(b []byte, v view, serverMs, opensMs int64) []byte {
+	b = append(b, `{"type":"status","state":"`...)
+	b = append(b, v.state...)
+	b = append(b, `","serverTimeMs":`...)
+	b = strconv.AppendInt(b, serverMs, 10)
+	b = append(b, `,"opensAtMs":`...)
+	b = strconv.AppendInt(b, opensMs, 10)
+	b = append(b, `,"position":`...)
+	b = strconv.AppendInt(b, v.position, 10)
+	b = append(b, `,"etaSeconds":`...)
+	b = strconv.AppendInt(b, v.eta, 10)
+	return append(b, '}')
+}
+
+type admittedMessage struct {
+	Type           string         `json:"type"`
+	AdmissionToken string         `json:"admissionToken"`
+	ExpiresAtMs    int64          `json:"expiresAtMs"`
+	Items          []AdmittedItem `json:"items"`
+}
+
+type errorMessage struct {
+	Type    string `json:"type"`
+	Error   string `json:"error"`
+	Message string `json:"message"`
+}
+
+func encodeError(code flashsale.Code, msg string) []byte {
+	b, _ := json.Marshal(errorMessage{Type: TypeError, Error: string(code), Message: msg})
+	return b
+}
+
+// admittedItems lists the sale's items with their purchase URLs.
+func admittedItems(s *flashsale.Sale) []AdmittedItem {
+	items := make([]AdmittedItem, len(s.Items))
+	for i, it := range s.Items {
+		id := strconv.FormatInt(it.ID, 10)
+		items[i] = AdmittedItem{ID: it.ID, PurchaseURL: "/api/flash-sales/items/" + id + "/purchase"}
+	}
+	return items
+}

@@ -1,0 +1,123 @@
+package waitroom
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/flashsale/flashsale"
+)
+
+func TestParseClientMessage(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		wantErr bool
+		token   string
+		pow     string
+	}{
+		{"join", `{"type":"join","accessToken":"abc"}`, false, "abc", ""},
+		{"join with pow", `{"type":"join","accessToken":"abc","pow":{"nonce":"1"}}`, false, "abc", `{"nonce":"1"}`},
+		{"pow null", `{"type":"join","accessToken":"abc","pow":null}`, false, "abc", ""},
+		{"no token", `{"type":"join"}`, false, "", ""},
+		{"spaces", "  {\"type\":\"join\",\"accessToken\":\"x\"}\n", false, "x", ""},
+		{"not join", `{"type":"leave"}`, true, "", ""},
+		{"no type", `{"accessToken":"abc"}`, true, "", ""},
+		{"garbage", `hello`, true, "", ""},
+		{"empty", ``, true, "", ""},
+		{"array", `[{"type":"join"}]`, true, "", ""},
+		{"token not string", `{"type":"join","accessToken":5}`, true, "", ""},
+		{"pow not object", `{"type":"join","accessToken":"a","pow":"x"}`, true, "", ""},
+		{"trailing", `{"type":"join","accessToken":"a"} {}`, true, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := ParseClientMessage([]byte(tt.in))
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+			if err != nil {
+				if got := flashsale.ErrorCode(err); got != flashsale.CodeInvalid {
+					t.Fatalf("code = %s, want INVALID", got)
+				}
+				return
+			}
+			if m.AccessToken != tt.token || string(m.PoW) != tt.pow {
+				t.Fatalf("got token %q pow %q, want %q %q", m.AccessToken, m.PoW, tt.token, tt.pow)
+			}
+		})
+	}
+}
+
+func FuzzParseClientMessage(f *testing.F) {
+	for _, s := range []string{`{"type":"join","accessToken":"abc"}`, `{"type":"join","accessToken":"a","pow":{"n":1}}`,
+		`{"type":"x"}`, `[]`, `{"type":"join","pow":[1]}`, "\x00", `{"type":"join","accessToken":"\u00e9"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := ParseClientMessage(b)
+		if err != nil {
+			if flashsale.ErrorCode(err) != flashsale.CodeInvalid {
+				t.Fatalf("error code %s, want INVALID", flashsale.ErrorCode(err))
+			}
+			return
+		}
+		if m.Type != "join" {
+			t.Fatalf("accepted type %q", m.Type)
+		}
+		if len(m.PoW) > 0 && m.PoW[0] != '{' {
+			t.Fatalf("accepted pow %q", m.PoW)
+		}
+		// What parses re-encodes and parses to the same message.
+		again, err := json.Marshal(m)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		m2, err := ParseClientMessage(again)
+		if err != nil {
+			t.Fatalf("re-parse %q: %v", again, err)
+		}
+		if m2.AccessToken != m.AccessToken || !bytes.Equal(compact(t, m2.PoW), compact(t, m.PoW)) {
+			t.Fatalf("round trip changed %+v into %+v", m, m2)
+		}
+	})
+}
+
+func compact(t *testing.T, b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
+		t.Fatalf("compact %q: %v", b, err)
+	}
+	return out.Bytes()
+}
+
+func TestStatusJSON(t *testing.T) {
+	tests := []struct {
+		name string
+		in   Status
+		want string
+	}{
+		{"status", Status{Type: TypeStatus, State: StateWaiting, ServerTimeMs: 5, OpensAtMs: 4, Position: 3, EtaSeconds: 2},
+			`{"type":"status","state":"WAITING","serverTimeMs":5,"opensAtMs":4,"position":3,"etaSeconds":2}`},
+		{"challenge", Status{Type: TypeChallenge, Challenge: json.RawMessage(`{"difficulty":3,"prefix":"ab"}`)},
+			`{"difficulty":3,"prefix":"ab","type":"challenge"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := json.Marshal(tt.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(b) != tt.want {
+				t.Fatalf("got %s, want %s", b, tt.want)
+			}
+		})
+	}
+	if got, want := string(appendStatus(nil, view{state: StateWaiting, position: 3, eta: 2}, 5, 4)),
+		`{"type":"status","state":"WAITING","serverTimeMs":5,"opensAtMs":4,"position":3,"etaSeconds":2}`; got != want {
+		t.Fatalf("appendStatus = %s, want %s", got, want)
+	}
+}

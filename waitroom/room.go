@@ -1,0 +1,817 @@
+// Package waitroom is the virtual queue in front of a flash sale: shoppers
+// join over a WebSocket (or by polling), get a place, see their position and
+// an ETA, and receive an admission token when their turn comes.
+//
+// The queue lives in Redis so that any number of gateways share it (keys in
+// store.go). Joins are collected for a few milliseconds and registered with
+// one script call per batch and sale. Each gateway runs one tick loop: per
+// tick and sale it reads the stock (StockSource) and runs one script that
+// also lets the leader (a Redis lease) advance the shared "now serving"
+// cursor at the sale's admission rate, capped by the remaining stock. Every
+// gateway then computes the position of each of its own connections in
+// memory and pushes a status to those whose view changed. Places before the
+// opening are ordered by a published draw (draw.go, docs/DRAW.md).
+//
+// Blocking rules: Join and Status block for at most one join batch and a few
+// Redis round trips (bounded by ctx). ServeHTTP blocks for the life of its
+// WebSocket. Writes to WebSockets are done by a small pool of writers with a
+// write timeout; a slow client is dropped, never waited on by the tick.
+package waitroom
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/netip"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/admission"
+	"github.com/flashsale/flashsale/lua"
+)
+
+// SaleSource is the gateway's in-memory sale cache.
+type SaleSource interface {
+	Sale(id int64) (*flashsale.Sale, bool)
+}
+
+// StockSource reads a sale's remaining stock (itemID → remaining) from Redis.
+type StockSource interface {
+	Remaining(ctx context.Context, saleID int64) (map[int64]int64, error)
+}
+
+// AccessVerifier checks access tokens (*auth.Verifier).
+type AccessVerifier interface {
+	Verify(token string) (flashsale.Principal, error)
+}
+
+// JoinGuard is bot defense at join. (nil, nil) lets the join through; a
+// non-nil challenge is sent to the shopper, who must join again with "pow";
+// an error (a *flashsale.Error such as BLOCKED or RATE_LIMITED) refuses the
+// join.
+type JoinGuard interface {
+	CheckJoin(ctx context.Context, ip netip.Addr, userID, saleID int64, pow json.RawMessage) (challenge json.RawMessage, err error)
+}
+
+// Config configures a Room. Zero values take the defaults in brackets.
+type Config struct {
+	AdmissionTTL     time.Duration // validity of an admission token [5m]
+	Tick             time.Duration // state read and status push period [250ms]
+	HandshakeTimeout time.Duration // first message deadline [10s]
+	IdleTimeout      time.Duration // a connection that answers no ping for this long is closed [60s]
+	WriteTimeout     time.Duration // a write that takes longer drops the client [5s]
+	MaxMessageBytes  int64         // largest client message [4096]
+	MaxConnsPerIP    int           // [200]
+	MaxConnsPerUser  int           // [4]
+	CapacityFactor   float64       // admitted-unused places ≤ factor × remaining stock [2.0]
+	OriginPatterns   []string      // cross-origin pages allowed to open the WebSocket
+	JoinBatchWindow  time.Duration // how long joins are collected into one batch [2ms]
+	MaxJoinBatch     int           // largest join batch [1000]
+	LeaseTTL         time.Duration // leader lease [max(2s, 4 ticks)]
+	Writers          int           // WebSocket writer goroutines [8 × GOMAXPROCS]
+	// Now is the clock [time.Now].
+	Now func() time.Time
+	// ClientIP returns the client address of a WebSocket request [the
+	// address of RemoteAddr].
+	ClientIP func(*http.Request) netip.Addr
+}
+
+func (c *Config) defaults() {
+	setDur := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	setDur(&c.AdmissionTTL, 5*time.Minute)
+	setDur(&c.Tick, 250*time.Millisecond)
+	setDur(&c.HandshakeTimeout, 10*time.Second)
+	setDur(&c.IdleTimeout, 60*time.Second)
+	setDur(&c.WriteTimeout, 5*time.Second)
+	setDur(&c.JoinBatchWindow, 2*time.Millisecond)
+	setDur(&c.LeaseTTL, max(2*time.Second, 4*c.Tick))
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = 4096
+	}
+	if c.MaxConnsPerIP <= 0 {
+		c.MaxConnsPerIP = 200
+	}
+	if c.MaxConnsPerUser <= 0 {
+		c.MaxConnsPerUser = 4
+	}
+	if c.CapacityFactor <= 0 {
+		c.CapacityFactor = 2.0
+	}
+	if c.MaxJoinBatch <= 0 {
+		c.MaxJoinBatch = 1000
+	}
+	if c.Writers <= 0 {
+		c.Writers = 8 * runtime.GOMAXPROCS(0)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.ClientIP == nil {
+		c.ClientIP = remoteIP
+	}
+}
+
+func remoteIP(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}
+
+// bucketMs is the width of the admission-count buckets of the capacity cap.
+const bucketMs = 1000
+
+// rateSamples is how many ticks the measured admission rate looks back.
+const rateSamples = 16
+
+type metrics struct {
+	joined    prometheus.Counter
+	waiting   prometheus.Gauge
+	admitted  prometheus.Counter
+	conns     prometheus.Gauge
+	broadcast prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		joined: prometheus.NewCounter(prometheus.CounterOpts{Name: "flashsale_waitroom_joined_total",
+			Help: "Joins handled by this gateway (WebSocket and polling)."}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flashsale_waitroom_waiting",
+			Help: "Shoppers connected to this gateway who wait (PREQUEUE or WAITING)."}),
+		admitted: prometheus.NewCounter(prometheus.CounterOpts{Name: "flashsale_waitroom_admitted_total",
+			Help: "Places admitted by this gateway while it led a sale's queue."}),
+		conns: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flashsale_waitroom_connections",
+			Help: "Open waiting-room WebSockets on this gateway."}),
+		broadcast: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flashsale_waitroom_broadcast_duration_seconds",
+			Help:    "Time to compute and queue the status of every local connection of a sale, per tick.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 8)}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.joined, m.waiting, m.admitted, m.conns, m.broadcast} {
+			if err := reg.Register(c); err != nil {
+				return m, err
+			}
+		}
+	}
+	return m, nil
+}
+
+// Room is the waiting room of every sale, on one gateway.
+type Room struct {
+	cfg    Config
+	rdb    redis.UniversalClient
+	sales  SaleSource
+	stock  StockSource
+	access AccessVerifier
+	signer *admission.Signer
+	guard  JoinGuard
+	log    *slog.Logger
+	m      *metrics
+	id     string // leader lease owner id
+
+	joins chan *joinReq
+
+	mu        sync.Mutex
+	rooms     map[int64]*saleRoom
+	perIP     map[netip.Addr]int
+	perUser   map[int64]int
+	conns     map[*conn]struct{}
+	closing   bool
+	connSeq   uint64
+	handlers  sync.WaitGroup
+	pings     sync.WaitGroup
+	tickCount uint64
+
+	sendMu   sync.Mutex
+	sendCond *sync.Cond
+	sendQ    []*conn
+	sendStop bool
+}
+
+// New returns a Room. guard may be nil. Run must run for joins to be
+// registered and statuses to be pushed.
+func New(cfg Config, rdb redis.UniversalClient, sales SaleSource, stock StockSource, access AccessVerifier,
+	signer *admission.Signer, guard JoinGuard, logger *slog.Logger, reg prometheus.Registerer) *Room {
+	cfg.defaults()
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("component", "waitroom")
+	m, err := newMetrics(reg)
+	if err != nil {
+		logger.Error("register metrics", "err", err)
+	}
+	var idb [8]byte
+	_, _ = rand.Read(idb[:])
+	r := &Room{
+		cfg: cfg, rdb: rdb, sales: sales, stock: stock, access: access, signer: signer, guard: guard,
+		log: logger, m: m, id: hex.EncodeToString(idb[:]),
+		joins:   make(chan *joinReq, 4*cfg.MaxJoinBatch),
+		rooms:   map[int64]*saleRoom{},
+		perIP:   map[netip.Addr]int{},
+		perUser: map[int64]int{},
+		conns:   map[*conn]struct{}{},
+	}
+	r.sendCond = sync.NewCond(&r.sendMu)
+	return r
+}
+
+// Run registers join batches, pushes statuses and advances the queues of
+// the sales this gateway leads until ctx ends; then it returns nil.
+func (r *Room) Run(ctx context.Context) error {
+	if err := loadScripts(ctx, r.rdb); err != nil && ctx.Err() == nil {
+		r.log.Warn("load scripts", "err", err) // Script.Run falls back to EVAL
+	}
+	r.sendMu.Lock()
+	r.sendStop = false
+	r.sendMu.Unlock()
+	var wg sync.WaitGroup
+	for range r.cfg.Writers {
+		wg.Go(r.writer)
+	}
+	wg.Go(func() { r.batcher(ctx) })
+	t := time.NewTicker(r.cfg.Tick)
+	defer t.Stop()
+	for {
+		r.tickAll(ctx)
+		select {
+		case <-ctx.Done():
+			r.sendMu.Lock()
+			r.sendStop = true
+			r.sendCond.Broadcast()
+			r.sendMu.Unlock()
+			wg.Wait()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// saleRoom is one sale's local view: its connections and the last queue
+// state read from Redis.
+type saleRoom struct {
+	id         int64
+	registered bool // in activeKey (guarded by Room.mu)
+
+	mu      sync.Mutex
+	conns   map[*conn]struct{}
+	sale    *flashsale.Sale
+	items   []AdmittedItem
+	loaded  bool
+	st      queueState
+	soldOut bool
+	perm    *Permuter
+	touched time.Time // last polling use
+	samples [rateSamples]struct{ ms, serving int64 }
+	nsample int
+	leadAt  int64 // serving when this gateway last led (-1: not leading)
+	waiting int   // local connections waiting, last tick
+}
+
+func (r *Room) saleRoom(id int64, create bool) *saleRoom {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sr := r.rooms[id]
+	if sr == nil && create {
+		sr = &saleRoom{id: id, conns: map[*conn]struct{}{}, leadAt: -1, st: queueState{N: -1}}
+		r.rooms[id] = sr
+	}
+	return sr
+}
+
+// observe takes a newer queue state (the cursor only moves forward).
+// Called with sr.mu held.
+func (sr *saleRoom) observe(st queueState) {
+	if st.Seq > sr.st.Seq {
+		sr.st.Seq = st.Seq
+	}
+	if st.N >= 0 && sr.st.N < 0 {
+		sr.st.N = st.N
+	}
+	if st.Serving > sr.st.Serving {
+		sr.st.Serving = st.Serving
+	}
+	if sr.st.N >= 0 && sr.perm == nil && sr.sale != nil && sr.st.N > 0 {
+		sr.perm = NewPermuter(sr.sale.ShuffleSeed, uint64(sr.st.N))
+	}
+}
+
+// place returns the place of ticket (ok false before the draw). Called
+// with sr.mu held.
+func (sr *saleRoom) place(ticket int64) (int64, bool) {
+	if sr.st.N < 0 {
+		return 0, false
+	}
+	if ticket < sr.st.N {
+		if sr.perm == nil {
+			return 0, false
+		}
+		return int64(sr.perm.Place(uint64(ticket))), true
+	}
+	return ticket, true
+}
+
+// rate is the measured admission rate (places/s over the last ticks), or
+// the configured rate when nothing was measured. Called with sr.mu held.
+func (sr *saleRoom) rate() float64 {
+	n := min(sr.nsample, rateSamples)
+	if n >= 2 {
+		newest := sr.samples[(sr.nsample-1)%rateSamples]
+		oldest := sr.samples[(sr.nsample-n)%rateSamples]
+		if d := newest.ms - oldest.ms; d > 0 && newest.serving > oldest.serving {
+			return float64(newest.serving-oldest.serving) * 1000 / float64(d)
+		}
+	}
+	if sr.sale != nil && sr.sale.AdmissionRatePerSecond > 0 {
+		return float64(sr.sale.AdmissionRatePerSecond)
+	}
+	return 0
+}
+
+// viewOf is what a shopper with this ticket (and place, -1 unknown) sees
+// now. Called with sr.mu held.
+func (sr *saleRoom) viewOf(place int64, now time.Time) view {
+	s := sr.sale
+	switch {
+	case s != nil && !s.EndsAt.IsZero() && !now.Before(s.EndsAt):
+		return view{state: StateEnded}
+	case sr.soldOut:
+		return view{state: StateSoldOut}
+	case place < 0:
+		return view{state: StatePrequeue}
+	case place < sr.st.Serving:
+		return view{state: StateAdmitted}
+	}
+	pos := place - sr.st.Serving
+	v := view{state: StateWaiting, position: pos}
+	if rt := sr.rate(); rt > 0 {
+		v.eta = int64(math.Ceil(float64(pos+1) / rt))
+	}
+	return v
+}
+
+// refresh reads one sale's stock and queue state (and, as leader,
+// advances its queue). It returns the sale room, or nil when the sale is
+// unknown.
+func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom, error) {
+	sale, ok := r.sales.Sale(id)
+	if !ok {
+		return nil, nil
+	}
+	rem, err := r.stock.Remaining(ctx, id)
+	total, soldOut, known := int64(0), false, err == nil && len(rem) > 0
+	if err != nil {
+		r.log.Warn("read stock", "sale", id, "err", err)
+	}
+	if known {
+		soldOut = true
+		for _, v := range rem {
+			if v > 0 {
+				total += v
+				soldOut = false
+			}
+		}
+	}
+	capLimit := int64(-1)
+	ended := !sale.EndsAt.IsZero() && !now.Before(sale.EndsAt)
+	if known && !ended {
+		capLimit = int64(math.Floor(r.cfg.CapacityFactor * float64(total)))
+	}
+	leader, st, err := tickSale(ctx, r.rdb, sale, tickArgs{
+		me: r.id, nowMs: now.UnixMilli(), leaseMs: r.cfg.LeaseTTL.Milliseconds(), rate: sale.AdmissionRatePerSecond,
+		capLimit: capLimit, remaining: total, ttlMs: r.cfg.AdmissionTTL.Milliseconds(), bucketMs: bucketMs,
+	})
+	if err != nil {
+		return nil, err
+	}
+	sr := r.saleRoom(id, true)
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	if sr.sale == nil || sr.sale != sale {
+		sr.items = admittedItems(sale)
+	}
+	sr.sale = sale
+	sr.observe(st)
+	sr.loaded = true
+	if known {
+		sr.soldOut = soldOut
+	}
+	sr.samples[sr.nsample%rateSamples] = struct{ ms, serving int64 }{now.UnixMilli(), sr.st.Serving}
+	sr.nsample++
+	if leader {
+		if sr.leadAt >= 0 && st.Serving > sr.leadAt {
+			r.m.admitted.Add(float64(st.Serving - sr.leadAt))
+		}
+		sr.leadAt = st.Serving
+	} else {
+		sr.leadAt = -1
+	}
+	return sr, nil
+}
+
+// tickAll runs one tick over every sale this gateway serves or that has a
+// queue in Redis.
+func (r *Room) tickAll(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	now := r.cfg.Now()
+	ids := map[int64]bool{}
+	r.mu.Lock()
+	r.tickCount++
+	tick := r.tickCount
+	for id := range r.rooms {
+		ids[id] = true
+	}
+	r.mu.Unlock()
+	active, err := r.rdb.SMembers(ctx, activeKey).Result()
+	if err != nil && ctx.Err() == nil {
+		r.log.Warn("read active sales", "err", err)
+	}
+	for _, s := range active {
+		if id, err := strconv.ParseInt(s, 10, 64); err == nil {
+			ids[id] = true
+		}
+	}
+	waiting := 0
+	for id := range ids {
+		sr, err := r.refresh(ctx, id, now)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("tick sale", "sale", id, "err", err)
+			}
+			continue
+		}
+		if sr == nil {
+			continue
+		}
+		waiting += r.broadcast(ctx, sr, now, tick)
+		r.retire(ctx, sr, now)
+	}
+	r.m.waiting.Set(float64(waiting))
+}
+
+// retire forgets a sale that has ended and has no local connections.
+func (r *Room) retire(ctx context.Context, sr *saleRoom, now time.Time) {
+	sr.mu.Lock()
+	ended := sr.sale != nil && !sr.sale.EndsAt.IsZero() && now.After(sr.sale.EndsAt.Add(time.Minute))
+	idle := len(sr.conns) == 0 && now.Sub(sr.touched) > time.Minute
+	sr.mu.Unlock()
+	if !ended || !idle {
+		return
+	}
+	r.mu.Lock()
+	delete(r.rooms, sr.id)
+	r.mu.Unlock()
+	if err := r.rdb.SRem(ctx, activeKey, sr.id).Err(); err != nil {
+		r.log.Warn("retire sale", "sale", sr.id, "err", err)
+	}
+}
+
+// broadcast computes the view of every local connection of the sale,
+// records new admissions with one script call and queues the changed
+// statuses. It never writes to a socket. It returns the number of local
+// connections waiting.
+func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick uint64) int {
+	start := time.Now()
+	defer func() { r.m.broadcast.Observe(time.Since(start).Seconds()) }()
+	var admit []*conn
+	waiting := 0
+	pingSlots := uint64(max(1, r.cfg.IdleTimeout/2/r.cfg.Tick))
+	var ping []*conn
+	sr.mu.Lock()
+	opens := sr.sale.StartsAt.UnixMilli()
+	for c := range sr.conns {
+		if c.seq%pingSlots == tick%pingSlots {
+			ping = append(ping, c)
+		}
+		if c.place < 0 {
+			if p, ok := sr.place(c.ticket); ok {
+				c.place = p
+			}
+		}
+		v := sr.viewOf(c.place, now)
+		if v.state == StateAdmitted && c.admittedAt == 0 {
+			admit = append(admit, c)
+			continue
+		}
+		if v.state == StateWaiting || v.state == StatePrequeue {
+			waiting++
+		}
+		if v != c.last {
+			c.last = v
+			c.push(v, opens, nil)
+		}
+	}
+	sr.mu.Unlock()
+	for _, c := range ping {
+		r.ping(c)
+	}
+	if len(admit) == 0 {
+		return waiting
+	}
+	users := make([]int64, len(admit))
+	places := make([]int64, len(admit))
+	for i, c := range admit {
+		users[i], places[i] = c.user, c.place
+	}
+	at, err := admitUsers(ctx, r.rdb, sr.id, now.UnixMilli(), users, places)
+	if err != nil {
+		r.log.Warn("record admissions", "sale", sr.id, "err", err)
+		return waiting
+	}
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	for i, c := range admit {
+		if at[i] == 0 || c.admittedAt != 0 {
+			continue
+		}
+		c.admittedAt = at[i]
+		v := view{state: StateAdmitted}
+		c.last = v
+		c.push(v, opens, r.admittedMessage(sr, c.user, at[i]))
+	}
+	return waiting
+}
+
+func (r *Room) expiry(admittedAtMs int64) time.Time {
+	return time.UnixMilli(admittedAtMs).Add(r.cfg.AdmissionTTL)
+}
+
+func (r *Room) token(saleID, userID, admittedAtMs int64) (string, time.Time) {
+	exp := r.expiry(admittedAtMs)
+	return r.signer.Sign(flashsale.Admission{UserID: userID, SaleID: saleID, ExpiresAt: exp}), exp
+}
+
+// admittedMessage encodes the "admitted" message. Called with sr.mu held.
+func (r *Room) admittedMessage(sr *saleRoom, userID, admittedAtMs int64) []byte {
+	tok, exp := r.token(sr.id, userID, admittedAtMs)
+	b, _ := json.Marshal(admittedMessage{Type: TypeAdmitted, AdmissionToken: tok, ExpiresAtMs: exp.UnixMilli(), Items: sr.items})
+	return b
+}
+
+// Join batching.
+
+type joinReq struct {
+	sale *flashsale.Sale
+	user int64
+	done chan joinRes
+}
+
+type joinRes struct {
+	ticket int64
+	st     queueState
+	err    error
+}
+
+var errStopped = errors.New("waitroom: room is not running")
+
+// batcher collects joins for up to JoinBatchWindow (or MaxJoinBatch joins)
+// and registers each batch with one script call per sale. Up to 4 batches
+// are in flight.
+func (r *Room) batcher(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sem := make(chan struct{}, 4)
+	for {
+		var batch []*joinReq
+		select {
+		case <-ctx.Done():
+			r.drainJoins()
+			return
+		case q := <-r.joins:
+			batch = append(batch, q)
+		}
+		timer := time.NewTimer(r.cfg.JoinBatchWindow)
+	collect:
+		for len(batch) < r.cfg.MaxJoinBatch {
+			select {
+			case q := <-r.joins:
+				batch = append(batch, q)
+			case <-timer.C:
+				break collect
+			case <-ctx.Done():
+				break collect
+			}
+		}
+		timer.Stop()
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			for _, q := range batch {
+				q.done <- joinRes{err: errStopped}
+			}
+			r.drainJoins()
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			r.flushJoins(ctx, batch)
+		})
+	}
+}
+
+func (r *Room) drainJoins() {
+	for {
+		select {
+		case q := <-r.joins:
+			q.done <- joinRes{err: errStopped}
+		default:
+			return
+		}
+	}
+}
+
+func (r *Room) flushJoins(ctx context.Context, batch []*joinReq) {
+	bySale := map[int64][]*joinReq{}
+	var order []int64
+	for _, q := range batch {
+		if bySale[q.sale.ID] == nil {
+			order = append(order, q.sale.ID)
+		}
+		bySale[q.sale.ID] = append(bySale[q.sale.ID], q)
+	}
+	now := r.cfg.Now()
+	for _, id := range order {
+		qs := bySale[id]
+		users := make([]int64, len(qs))
+		for i, q := range qs {
+			users[i] = q.user
+		}
+		st, tickets, err := registerJoins(ctx, r.rdb, qs[0].sale, now.UnixMilli(), r.cfg.AdmissionTTL.Milliseconds(), users)
+		for i, q := range qs {
+			if err != nil {
+				q.done <- joinRes{err: err}
+				continue
+			}
+			q.done <- joinRes{ticket: tickets[i], st: st}
+		}
+	}
+}
+
+// register puts the user in the sale's queue (one batched script call) and
+// returns the ticket and the sale room, loaded.
+func (r *Room) register(ctx context.Context, sale *flashsale.Sale, userID int64) (int64, *saleRoom, error) {
+	sr := r.saleRoom(sale.ID, true)
+	r.mu.Lock()
+	reg := sr.registered
+	sr.registered = true
+	r.mu.Unlock()
+	if !reg {
+		if err := r.rdb.SAdd(ctx, activeKey, sale.ID).Err(); err != nil {
+			r.mu.Lock()
+			sr.registered = false
+			r.mu.Unlock()
+			return 0, nil, fmt.Errorf("waitroom.register: %w", err)
+		}
+	}
+	q := &joinReq{sale: sale, user: userID, done: make(chan joinRes, 1)}
+	select {
+	case r.joins <- q:
+	case <-ctx.Done():
+		return 0, nil, ctx.Err()
+	}
+	var res joinRes
+	select {
+	case res = <-q.done:
+	case <-ctx.Done():
+		return 0, nil, ctx.Err()
+	}
+	if res.err != nil {
+		return 0, nil, res.err
+	}
+	r.m.joined.Inc()
+	if err := r.ensureLoaded(ctx, sr, res.st); err != nil {
+		return 0, nil, err
+	}
+	return res.ticket, sr, nil
+}
+
+// ensureLoaded makes sure the sale room has read the sale's state once,
+// then folds st in.
+func (r *Room) ensureLoaded(ctx context.Context, sr *saleRoom, st queueState) error {
+	sr.mu.Lock()
+	loaded := sr.loaded
+	sr.touched = r.cfg.Now()
+	sr.mu.Unlock()
+	if !loaded {
+		if _, err := r.refresh(ctx, sr.id, r.cfg.Now()); err != nil {
+			return err
+		}
+	}
+	sr.mu.Lock()
+	sr.observe(st)
+	sr.mu.Unlock()
+	return nil
+}
+
+func notFound() error { return flashsale.Errorf(flashsale.CodeNotFound, "no such sale") }
+
+// Join puts the caller in the sale's queue (the polling POST) and returns
+// the status. A challenge from the JoinGuard comes back as a Status with
+// Type "challenge" (and no error); the caller solves it and joins again
+// with pow. Errors are *flashsale.Error (NOT_FOUND, BLOCKED, RATE_LIMITED)
+// or internal.
+func (r *Room) Join(ctx context.Context, p flashsale.Principal, saleID int64, ip netip.Addr, pow json.RawMessage) (Status, error) {
+	sale, ok := r.sales.Sale(saleID)
+	if !ok {
+		return Status{}, notFound()
+	}
+	if r.guard != nil {
+		ch, err := r.guard.CheckJoin(ctx, ip, p.UserID, saleID, pow)
+		if err != nil {
+			return Status{}, err
+		}
+		if ch != nil {
+			return Status{Type: TypeChallenge, Challenge: ch}, nil
+		}
+	}
+	ticket, sr, err := r.register(ctx, sale, p.UserID)
+	if err != nil {
+		return Status{}, err
+	}
+	return r.pollStatus(ctx, sr, p.UserID, ticket)
+}
+
+// Status is the caller's current status (the polling GET), with the
+// admission token once admitted. A caller who has not joined gets
+// NOT_FOUND.
+func (r *Room) Status(ctx context.Context, p flashsale.Principal, saleID int64) (Status, error) {
+	if _, ok := r.sales.Sale(saleID); !ok {
+		return Status{}, notFound()
+	}
+	ticket, err := r.rdb.HGet(ctx, lua.QueueKey(saleID, keyTickets), strconv.FormatInt(p.UserID, 10)).Int64()
+	if errors.Is(err, redis.Nil) {
+		return Status{}, flashsale.Errorf(flashsale.CodeNotFound, "not in this sale's queue; join first")
+	}
+	if err != nil {
+		return Status{}, fmt.Errorf("waitroom.Status: %w", err)
+	}
+	sr := r.saleRoom(saleID, true)
+	if err := r.ensureLoaded(ctx, sr, queueState{N: -1}); err != nil {
+		return Status{}, err
+	}
+	return r.pollStatus(ctx, sr, p.UserID, ticket)
+}
+
+// pollStatus builds the polling answer for one user.
+func (r *Room) pollStatus(ctx context.Context, sr *saleRoom, userID, ticket int64) (Status, error) {
+	now := r.cfg.Now()
+	sr.mu.Lock()
+	place, ok := sr.place(ticket)
+	if !ok {
+		place = -1
+	}
+	v := sr.viewOf(place, now)
+	sale := sr.sale
+	items := sr.items
+	sr.mu.Unlock()
+	st := Status{Type: TypeStatus, State: v.state, ServerTimeMs: now.UnixMilli(), OpensAtMs: sale.StartsAt.UnixMilli(),
+		Position: v.position, EtaSeconds: v.eta}
+	if v.state != StateAdmitted {
+		return st, nil
+	}
+	at, err := admitUsers(ctx, r.rdb, sr.id, now.UnixMilli(), []int64{userID}, []int64{place})
+	if err != nil {
+		return Status{}, err
+	}
+	if at[0] == 0 { // the cursor in Redis is behind our view: not yet
+		st.State, st.Position = StateWaiting, 0
+		return st, nil
+	}
+	tok, exp := r.token(sr.id, userID, at[0])
+	st.AdmissionToken, st.ExpiresAtMs, st.Items = tok, exp.UnixMilli(), items
+	return st, nil
+}
+
+// Figures are the sale's queue figures, shared by every gateway: joined
+// (distinct shoppers with a ticket), admitted (places the cursor passed)
+// and waiting (tickets not yet admitted).
+func (r *Room) Figures(ctx context.Context, saleID int64) (flashsale.QueueFigures, error) {
+	pipe := r.rdb.Pipeline()
+	joined := pipe.HLen(ctx, lua.QueueKey(saleID, keyTickets))
+	st := pipe.HMGet(ctx, lua.QueueKey(saleID, keyState), fieldSeq, fieldServing)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return flashsale.QueueFigures{}, fmt.Errorf("waitroom.Figures: %w", err)
+	}
+	vals := st.Val()
+	seq, serving := toInt(vals[0]), toInt(vals[1])
+	return flashsale.QueueFigures{Joined: joined.Val(), Admitted: serving, Waiting: max(0, seq-serving)}, nil
+}

@@ -1,0 +1,402 @@
+package waitroom
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/lua"
+)
+
+var testIP = netip.MustParseAddr("192.0.2.1")
+
+// TestTwoGatewaysFairQueue: 2,000 shoppers over two gateways sharing one
+// Redis. 1,200 join before opening (200 over WebSockets, the rest by
+// polling), 800 after opening in four waves. Everyone is admitted exactly
+// once; the pre-queue is admitted in the order of the draw, recomputed here
+// from the published seed; later joiners in arrival order.
+func TestTwoGatewaysFairQueue(t *testing.T) {
+	e := newEnv(t)
+	opens := e.clock.Now().Add(time.Hour)
+	sale := e.addSale(newSale(t, 7, opens, 20_000, 10_000))
+	gws := []*gateway{e.newGateway(Config{}, nil), e.newGateway(Config{}, nil)}
+	ctx := context.Background()
+
+	const preWS, prePoll, waves, perWave = 200, 1000, 4, 200
+	var clients []*client
+	wsUser := map[*client]int64{}
+	for i := range preWS {
+		c := dial(t, gws[i%2].url(sale.ID))
+		user := int64(1 + i)
+		c.join(e.token(user))
+		clients = append(clients, c)
+		wsUser[c] = user
+	}
+	joinAll := func(users []int64) map[int64]Status {
+		t.Helper()
+		var mu sync.Mutex
+		out := map[int64]Status{}
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 32)
+		for i, u := range users {
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				st, err := gws[i%2].room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil)
+				if err != nil {
+					t.Errorf("join %d: %v", u, err)
+					return
+				}
+				mu.Lock()
+				out[u] = st
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return out
+	}
+	var pollUsers []int64
+	for i := range prePoll {
+		pollUsers = append(pollUsers, int64(1+preWS+i))
+	}
+	for u, st := range joinAll(pollUsers) {
+		if st.State != StatePrequeue || st.Position != 0 {
+			t.Fatalf("user %d before opening: %+v, want PREQUEUE at 0", u, st)
+		}
+	}
+	for _, c := range clients {
+		if m := c.untilState(StatePrequeue); m.Position != 0 || m.OpensAtMs != opens.UnixMilli() {
+			t.Fatalf("ws status %+v", m)
+		}
+	}
+	// A reconnect before opening keeps the ticket (no new pre-queue entry).
+	if _, err := gws[1].room.Join(ctx, flashsale.Principal{UserID: 1}, sale.ID, testIP, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	e.clock.Advance(time.Hour) // open
+	var waveUsers [][]int64
+	next := int64(1 + preWS + prePoll)
+	for range waves {
+		var w []int64
+		for range perWave {
+			w = append(w, next)
+			next++
+		}
+		joinAll(w)
+		waveUsers = append(waveUsers, w)
+	}
+	const total = preWS + prePoll + waves*perWave
+
+	// Let the cursor run: advance the clock in small steps until all are admitted.
+	eventually(t, "everyone admitted", 20*time.Second, func() bool {
+		e.clock.Advance(20 * time.Millisecond)
+		f, err := gws[0].room.Figures(ctx, sale.ID)
+		return err == nil && f.Admitted >= total
+	})
+	f, err := gws[1].room.Figures(ctx, sale.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f != (flashsale.QueueFigures{Joined: total, Admitted: total, Waiting: 0}) {
+		t.Fatalf("figures = %+v, want joined=admitted=%d waiting=0", f, total)
+	}
+
+	// Every WebSocket shopper gets its admission; polling shoppers get theirs
+	// from either gateway, and the token is the same on both.
+	tokens := map[int64]string{}
+	for _, c := range clients {
+		m := c.untilAdmitted()
+		if len(m.Items) != 1 || m.Items[0].PurchaseURL != fmt.Sprintf("/api/flash-sales/items/%d/purchase", sale.Items[0].ID) {
+			t.Fatalf("admitted items = %+v", m.Items)
+		}
+		tokens[wsUser[c]] = m.AdmissionToken
+	}
+	for u := int64(1); u <= total; u++ {
+		st, err := gws[u%2].room.Status(ctx, flashsale.Principal{UserID: u}, sale.ID)
+		if err != nil {
+			t.Fatalf("status %d: %v", u, err)
+		}
+		if st.State != StateAdmitted || st.AdmissionToken == "" {
+			t.Fatalf("user %d: %+v, want ADMITTED with a token", u, st)
+		}
+		if prev, ok := tokens[u]; ok && prev != st.AdmissionToken {
+			t.Fatalf("user %d: token differs between WebSocket and polling", u)
+		}
+		if _, err := e.signer.Verify(st.AdmissionToken, u, sale.ID, e.clock.Now()); err != nil {
+			t.Fatalf("user %d: token does not verify: %v", u, err)
+		}
+	}
+
+	// Admitted exactly once: one admission record per user, places 0..total-1 each once.
+	recs, err := e.rdb.HGetAll(ctx, lua.QueueKey(sale.ID, keyAdmitted)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != total {
+		t.Fatalf("%d admission records, want %d", len(recs), total)
+	}
+	placeOf := map[int64]int64{}
+	seenPlace := map[int64]bool{}
+	for us, v := range recs {
+		u, _ := strconv.ParseInt(us, 10, 64)
+		p, _, err := parseAdmission(v)
+		if err != nil || seenPlace[p] || p < 0 || p >= total {
+			t.Fatalf("record %s=%q: bad or duplicate place", us, v)
+		}
+		seenPlace[p] = true
+		placeOf[u] = p
+	}
+
+	// The draw, recomputed from the published seed and pre-queue list.
+	sum := sha256.Sum256(sale.ShuffleSeed)
+	if hex.EncodeToString(sum[:]) != sale.ShuffleCommitment {
+		t.Fatal("commitment is not sha256(seed)")
+	}
+	pre, frozen, err := PreQueue(ctx, e.rdb, sale.ID)
+	if err != nil || !frozen {
+		t.Fatalf("PreQueue: frozen=%v err=%v", frozen, err)
+	}
+	if len(pre) != preWS+prePoll {
+		t.Fatalf("pre-queue has %d users, want %d", len(pre), preWS+prePoll)
+	}
+	for i, u := range pre {
+		if want := int64(refPlace(sale.ShuffleSeed, uint64(len(pre)), uint64(i))); placeOf[u] != want {
+			t.Fatalf("pre-queue user %d (ticket %d): place %d, draw says %d", u, i, placeOf[u], want)
+		}
+	}
+	// Later joiners: behind the pre-queue, in arrival order (wave by wave).
+	lastMax := int64(len(pre) - 1)
+	for w, users := range waveUsers {
+		var ps []int64
+		for _, u := range users {
+			ps = append(ps, placeOf[u])
+		}
+		sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+		if ps[0] <= lastMax {
+			t.Fatalf("wave %d: place %d not behind %d", w, ps[0], lastMax)
+		}
+		lastMax = ps[len(ps)-1]
+	}
+	rep, err := VerifyDraw(ctx, e.rdb, sale)
+	if err != nil || !rep.OK || rep.Checked != total || !rep.CommitmentOK {
+		t.Fatalf("VerifyDraw = %+v, %v", rep, err)
+	}
+	for place, u := range rep.Order {
+		if placeOf[u] != int64(place) {
+			t.Fatalf("report order: place %d holds %d, admitted at %d", place, u, placeOf[u])
+		}
+	}
+}
+
+func TestVerifyDrawDetectsTampering(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 3, e.clock.Now().Add(time.Minute), 1000, 100))
+	g := e.newGateway(Config{}, nil)
+	ctx := context.Background()
+	for u := int64(1); u <= 50; u++ {
+		if _, err := g.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.clock.Advance(time.Minute)
+	eventually(t, "all admitted", 10*time.Second, func() bool {
+		e.clock.Advance(50 * time.Millisecond)
+		for u := int64(1); u <= 50; u++ {
+			st, err := g.room.Status(ctx, flashsale.Principal{UserID: u}, sale.ID)
+			if err != nil || st.State != StateAdmitted {
+				return false
+			}
+		}
+		return true
+	})
+	rep, err := VerifyDraw(ctx, e.rdb, sale)
+	if err != nil || !rep.OK {
+		t.Fatalf("VerifyDraw = %+v, %v", rep, err)
+	}
+	// Swap two pre-queue users' admission places: the check must notice.
+	a, b := strconv.FormatInt(rep.Order[0], 10), strconv.FormatInt(rep.Order[1], 10)
+	ra, _ := e.rdb.HGet(ctx, lua.QueueKey(sale.ID, keyAdmitted), a).Result()
+	rb, _ := e.rdb.HGet(ctx, lua.QueueKey(sale.ID, keyAdmitted), b).Result()
+	e.rdb.HSet(ctx, lua.QueueKey(sale.ID, keyAdmitted), a, rb, b, ra)
+	rep, err = VerifyDraw(ctx, e.rdb, sale)
+	if err != nil || rep.OK || len(rep.Mismatches) != 2 {
+		t.Fatalf("tampered VerifyDraw = OK %v mismatches %v, err %v", rep.OK, rep.Mismatches, err)
+	}
+	other := *sale
+	other.ShuffleCommitment = "00"
+	if rep, _ := VerifyDraw(ctx, e.rdb, &other); rep.CommitmentOK || rep.OK {
+		t.Fatal("wrong commitment passed")
+	}
+}
+
+// TestSoldOutResumeReconnect uses a stopped clock: the cursor moves only when
+// the test advances it.
+func TestSoldOutResumeReconnect(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 5, e.clock.Now().Add(-time.Second), 1, 5))
+	item := sale.Items[0].ID
+	g := e.newGateway(Config{AdmissionTTL: time.Minute}, nil)
+
+	a, b, c := dial(t, g.url(sale.ID)), dial(t, g.url(sale.ID)), dial(t, g.url(sale.ID))
+	a.join(e.token(1))
+	if m := a.untilState(StateWaiting); m.Position != 0 {
+		t.Fatalf("a: %+v", m)
+	}
+	b.join(e.token(2))
+	if m := b.untilState(StateWaiting); m.Position != 1 {
+		t.Fatalf("b: %+v", m)
+	}
+	c.join(e.token(3))
+	if m := c.untilState(StateWaiting); m.Position != 2 || m.EtaSeconds < 1 {
+		t.Fatalf("c: %+v", m)
+	}
+
+	e.clock.Advance(time.Second) // rate 1/s: one place
+	a.untilState(StateAdmitted)
+	admA := a.untilAdmitted()
+	if admA.ExpiresAtMs != e.clock.Now().Add(time.Minute).UnixMilli() && admA.ExpiresAtMs > e.clock.Now().Add(time.Minute).UnixMilli() {
+		t.Fatalf("expiresAtMs %d", admA.ExpiresAtMs)
+	}
+	b.until("b at position 0", 5*time.Second, func(m msg) bool { return m.Type == TypeStatus && m.Position == 0 })
+
+	// Sold out: every connected shopper, admitted or waiting, hears it.
+	e.stock.set(sale.ID, item, 0)
+	for _, cl := range []*client{a, b, c} {
+		cl.untilState(StateSoldOut)
+	}
+	e.clock.Advance(3 * time.Second) // no admission while sold out
+	g.waitTicks(t, 2)
+	d := dial(t, g.url(sale.ID))
+	d.join(e.token(4))
+	d.untilState(StateSoldOut)
+
+	// Stock comes back: admission resumes in queue order.
+	e.stock.set(sale.ID, item, 2)
+	a.untilState(StateAdmitted)
+	if m := b.untilState(StateWaiting); m.Position != 0 {
+		t.Fatalf("b after restock: %+v", m)
+	}
+	if m := c.untilState(StateWaiting); m.Position != 1 {
+		t.Fatalf("c after restock: %+v", m)
+	}
+	e.clock.Advance(time.Second)
+	b.untilState(StateAdmitted)
+	admB := b.untilAdmitted()
+
+	// A second tab and a reconnect keep the place and the token.
+	a2 := dial(t, g.url(sale.ID))
+	a2.join(e.token(1))
+	a2.untilState(StateAdmitted)
+	if m := a2.untilAdmitted(); m.AdmissionToken != admA.AdmissionToken || m.ExpiresAtMs != admA.ExpiresAtMs {
+		t.Fatalf("second tab got another token")
+	}
+	_ = b.ws.CloseNow()
+	b2 := dial(t, g.url(sale.ID))
+	b2.join(e.token(2))
+	if m := b2.untilAdmitted(); m.AdmissionToken != admB.AdmissionToken {
+		t.Fatal("reconnect got another token")
+	}
+	c2 := dial(t, g.url(sale.ID))
+	c2.join(e.token(3))
+	if m := c2.untilState(StateWaiting); m.Position != 0 {
+		t.Fatalf("c second tab: %+v", m)
+	}
+
+	// The token is valid until expiresAtMs, not at it.
+	exp := time.UnixMilli(admA.ExpiresAtMs)
+	if _, err := e.signer.Verify(admA.AdmissionToken, 1, sale.ID, exp.Add(-time.Millisecond)); err != nil {
+		t.Fatalf("token before expiry: %v", err)
+	}
+	if _, err := e.signer.Verify(admA.AdmissionToken, 1, sale.ID, exp); err == nil {
+		t.Fatal("token at expiry still verifies")
+	}
+	if _, err := e.signer.Verify(admA.AdmissionToken, 2, sale.ID, e.clock.Now()); err == nil {
+		t.Fatal("token verifies for another user")
+	}
+}
+
+// TestCapacityCap: admitted-unused places stay within factor × remaining; an
+// expired admission frees its capacity.
+func TestCapacityCap(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 9, e.clock.Now().Add(-time.Second), 100, 2))
+	g := e.newGateway(Config{AdmissionTTL: 10 * time.Second, CapacityFactor: 2}, nil)
+	ctx := context.Background()
+	for u := int64(1); u <= 10; u++ {
+		if _, err := g.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	serving := func() int64 {
+		f, err := g.room.Figures(ctx, sale.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f.Admitted
+	}
+	e.clock.Advance(time.Second) // the rate would allow 100
+	eventually(t, "4 admitted", 5*time.Second, func() bool { return serving() == 4 })
+	e.clock.Advance(2 * time.Second)
+	g.waitTicks(t, 3) // nothing more may be admitted
+	if got := serving(); got != 4 {
+		t.Fatalf("admitted %d with stock 2 and factor 2, want 4", got)
+	}
+	e.clock.Advance(10 * time.Second) // the first admissions expire
+	eventually(t, "4 more admitted", 5*time.Second, func() bool { return serving() == 8 })
+	// Live rate change: rate 0 stops admission even with capacity free.
+	s2 := *sale
+	s2.AdmissionRatePerSecond = 0
+	e.sales.put(&s2)
+	e.clock.Advance(11 * time.Second)
+	g.waitTicks(t, 3)
+	if got := serving(); got != 8 {
+		t.Fatalf("admitted %d after rate 0, want 8", got)
+	}
+}
+
+func TestPollingErrors(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 4, e.clock.Now().Add(time.Minute), 10, 10))
+	g := e.newGateway(Config{}, guardFunc(func(userID int64, pow json.RawMessage) (json.RawMessage, error) {
+		switch {
+		case userID == 666:
+			return nil, flashsale.Errorf(flashsale.CodeBlocked, "blocked")
+		case userID == 42 && pow == nil:
+			return []byte(`{"difficulty":4,"prefix":"ab"}`), nil
+		}
+		return nil, nil
+	}))
+	ctx := context.Background()
+	if _, err := g.room.Join(ctx, flashsale.Principal{UserID: 1}, 999, testIP, nil); flashsale.ErrorCode(err) != flashsale.CodeNotFound {
+		t.Fatalf("unknown sale: %v", err)
+	}
+	if _, err := g.room.Join(ctx, flashsale.Principal{UserID: 666}, sale.ID, testIP, nil); flashsale.ErrorCode(err) != flashsale.CodeBlocked {
+		t.Fatalf("blocked: %v", err)
+	}
+	st, err := g.room.Join(ctx, flashsale.Principal{UserID: 42}, sale.ID, testIP, nil)
+	if err != nil || st.Type != TypeChallenge || string(st.Challenge) != `{"difficulty":4,"prefix":"ab"}` {
+		t.Fatalf("challenge: %+v %v", st, err)
+	}
+	if st, err := g.room.Join(ctx, flashsale.Principal{UserID: 42}, sale.ID, testIP, []byte(`{"nonce":"1"}`)); err != nil || st.State != StatePrequeue {
+		t.Fatalf("join with pow: %+v %v", st, err)
+	}
+	if _, err := g.room.Status(ctx, flashsale.Principal{UserID: 43}, sale.ID); flashsale.ErrorCode(err) != flashsale.CodeNotFound {
+		t.Fatalf("status without join: %v", err)
+	}
+}
+
+type guardFunc func(userID int64, pow json.RawMessage) (json.RawMessage, error)
+
+func (f guardFunc) CheckJoin(_ context.Context, _ netip.Addr, userID, _ int64, pow json.RawMessage) (json.RawMessage, error) {
+	return f(userID, pow)
+}

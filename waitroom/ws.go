@@ -1,0 +1,547 @@
+package waitroom
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/flashsale/flashsale"
+)
+
+// Buffer sizes of a hijacked connection. net/http would keep 4 KiB each;
+// the waiting room reads one small join and writes messages of a few
+// hundred bytes, so small buffers keep a connection's memory low.
+const (
+	readBufSize  = 512
+	writeBufSize = 512
+)
+
+// conn is one shopper's WebSocket. Its reader goroutine is the handler
+// goroutine of ServeHTTP; writes go through the Room's writer pool.
+type conn struct {
+	r   *Room
+	ws  *websocket.Conn
+	ip  netip.Addr
+	seq uint64
+
+	closeOnce sync.Once
+
+	// Set at join, then guarded by sr.mu.
+	sr         *saleRoom
+	user       int64
+	ticket     int64
+	place      int64 // -1 until known (after the draw)
+	admittedAt int64 // 0 until admitted
+	last       view  // last view queued
+
+	// Pending output, guarded by mu. A newer status replaces an unsent
+	// one, so a connection never holds more than one status, one admitted
+	// message and one test payload.
+	mu        sync.Mutex
+	pend      view
+	pendOpens int64
+	hasPend   bool
+	pendAdm   []byte
+	pendRaw   []byte
+	queued    bool
+	dead      bool
+}
+
+// push queues a status (and an admitted message, when adm != nil).
+func (c *conn) push(v view, opensMs int64, adm []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead {
+		return
+	}
+	c.pend, c.pendOpens, c.hasPend = v, opensMs, true
+	if adm != nil {
+		c.pendAdm = adm
+	}
+	c.schedule()
+}
+
+// pushRaw queues an arbitrary message (tests use it to stall a writer).
+func (c *conn) pushRaw(b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead {
+		return
+	}
+	c.pendRaw = b
+	c.schedule()
+}
+
+// schedule puts c on the write queue once. Called with c.mu held.
+func (c *conn) schedule() {
+	if c.queued {
+		return
+	}
+	c.queued = true
+	r := c.r
+	r.sendMu.Lock()
+	r.sendQ = append(r.sendQ, c)
+	r.sendCond.Signal()
+	r.sendMu.Unlock()
+}
+
+// writer sends queued messages until Run stops it.
+func (r *Room) writer() {
+	buf := make([]byte, 0, 256)
+	for {
+		r.sendMu.Lock()
+		for len(r.sendQ) == 0 && !r.sendStop {
+			r.sendCond.Wait()
+		}
+		if r.sendStop {
+			r.sendMu.Unlock()
+			return
+		}
+		c := r.sendQ[0]
+		r.sendQ[0] = nil
+		r.sendQ = r.sendQ[1:]
+		if len(r.sendQ) == 0 {
+			r.sendQ = nil
+		}
+		r.sendMu.Unlock()
+		buf = c.flush(buf)
+	}
+}
+
+// flush writes c's pending messages with the write timeout; a client that
+// does not take them in time is dropped (the library closes the
+// connection when the write context ends).
+func (c *conn) flush(buf []byte) []byte {
+	c.mu.Lock()
+	v, opens, has, adm, raw := c.pend, c.pendOpens, c.hasPend, c.pendAdm, c.pendRaw
+	c.hasPend, c.pendAdm, c.pendRaw, c.queued = false, nil, nil, false
+	dead := c.dead
+	c.mu.Unlock()
+	if dead {
+		return buf
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.r.cfg.WriteTimeout)
+	defer cancel()
+	var err error
+	if has {
+		buf = appendStatus(buf[:0], v, c.r.cfg.Now().UnixMilli(), opens)
+		err = c.ws.Write(ctx, websocket.MessageText, buf)
+	}
+	if adm != nil && err == nil {
+		err = c.ws.Write(ctx, websocket.MessageText, adm)
+	}
+	if raw != nil && err == nil {
+		err = c.ws.Write(ctx, websocket.MessageText, raw)
+	}
+	if err != nil {
+		c.markDead()
+		c.r.log.Debug("drop slow or gone client", "err", err)
+		_ = c.ws.CloseNow()
+	}
+	if cap(buf) > 4096 {
+		buf = make([]byte, 0, 256)
+	}
+	return buf
+}
+
+func (c *conn) markDead() {
+	c.mu.Lock()
+	c.dead = true
+	c.mu.Unlock()
+}
+
+// ping checks that the client still answers; one that does not within
+// IdleTimeout/2 is closed. Pings are spread over the ticks (by conn seq), so
+// few run at once.
+func (r *Room) ping(c *conn) {
+	r.pings.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.IdleTimeout/2)
+		defer cancel()
+		if err := c.ws.Ping(ctx); err != nil {
+			_ = c.ws.CloseNow()
+		}
+	})
+}
+
+// fail sends an error message and closes with the code's close status.
+func (c *conn) fail(err error) {
+	code := flashsale.ErrorCode(err)
+	if code == flashsale.CodeInternal {
+		code = flashsale.CodeUnavailable
+		c.r.log.Warn("join failed", "err", err)
+	}
+	msg := flashsale.ErrorMessage(err)
+	if code == flashsale.CodeUnavailable {
+		msg = "the waiting room is unavailable; retry shortly"
+	}
+	c.closeOnce.Do(func() {
+		c.markDead()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = c.ws.Write(ctx, websocket.MessageText, encodeError(code, msg))
+		cancel()
+		_ = c.ws.Close(closeStatus(code), string(code))
+	})
+}
+
+// closeStatus maps an error code to a WebSocket close status (the one
+// place this mapping lives).
+func closeStatus(code flashsale.Code) websocket.StatusCode {
+	switch code {
+	case flashsale.CodeInvalid:
+		return websocket.StatusUnsupportedData // 1003
+	case flashsale.CodeTooLarge:
+		return websocket.StatusMessageTooBig // 1009
+	case flashsale.CodeUnauthenticated, flashsale.CodeBlocked, flashsale.CodeNotFound, flashsale.CodeForbidden:
+		return websocket.StatusPolicyViolation // 1008
+	case flashsale.CodeRateLimited, flashsale.CodeUnavailable:
+		return websocket.StatusTryAgainLater // 1013
+	default:
+		return websocket.StatusInternalError // 1011
+	}
+}
+
+var errTooLarge = flashsale.Errorf(flashsale.CodeTooLarge, "message too large")
+
+// readMessage reads one client message of at most MaxMessageBytes.
+func (c *conn) readMessage(ctx context.Context) ([]byte, error) {
+	_, rd, err := c.ws.Reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	limit := c.r.cfg.MaxMessageBytes
+	b, err := io.ReadAll(io.LimitReader(rd, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, errTooLarge
+	}
+	return b, nil
+}
+
+// SalePath is the path prefix of the queue endpoint:
+// /api/flash-sales/sales/{saleId}/queue.
+const SalePath = "/api/flash-sales/sales/"
+
+// saleIDFromPath finds {saleId} (a ServeMux pattern value, or the path).
+func saleIDFromPath(req *http.Request) (int64, bool) {
+	s := req.PathValue("saleId")
+	if s == "" {
+		rest, ok := strings.CutPrefix(req.URL.Path, SalePath)
+		if !ok {
+			return 0, false
+		}
+		if s, ok = strings.CutSuffix(rest, "/queue"); !ok {
+			return 0, false
+		}
+	}
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, false
+	}
+	return id, true
+}
+
+func httpError(w http.ResponseWriter, status int, code flashsale.Code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": string(code), "message": msg})
+}
+
+// ServeHTTP is the WebSocket endpoint GET /api/flash-sales/sales/{saleId}/queue.
+// Requests without Upgrade get 426 (the gateway serves polling through
+// Join and Status).
+func (r *Room) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	saleID, ok := saleIDFromPath(req)
+	if !ok {
+		httpError(w, http.StatusNotFound, flashsale.CodeNotFound, "no such sale")
+		return
+	}
+	if !strings.EqualFold(req.Header.Get("Upgrade"), "websocket") {
+		w.Header().Set("Upgrade", "websocket")
+		httpError(w, http.StatusUpgradeRequired, flashsale.CodeInvalid, "WebSocket upgrade required")
+		return
+	}
+	ip := r.cfg.ClientIP(req)
+	r.mu.Lock()
+	if r.closing {
+		r.mu.Unlock()
+		httpError(w, http.StatusServiceUnavailable, flashsale.CodeUnavailable, "shutting down")
+		return
+	}
+	if r.perIP[ip] >= r.cfg.MaxConnsPerIP {
+		r.mu.Unlock()
+		httpError(w, http.StatusTooManyRequests, flashsale.CodeRateLimited, "too many connections from this address")
+		return
+	}
+	r.perIP[ip]++
+	r.handlers.Add(1)
+	r.mu.Unlock()
+	defer r.handlers.Done()
+	defer func() {
+		r.mu.Lock()
+		if r.perIP[ip]--; r.perIP[ip] <= 0 {
+			delete(r.perIP, ip)
+		}
+		r.mu.Unlock()
+	}()
+
+	ws, err := websocket.Accept(smallBuffers{w}, req, &websocket.AcceptOptions{OriginPatterns: r.cfg.OriginPatterns})
+	if err != nil {
+		return // Accept answered the request
+	}
+	ws.SetReadLimit(r.cfg.MaxMessageBytes + 1)
+	c := &conn{r: r, ws: ws, ip: ip, place: -1}
+	r.mu.Lock()
+	r.connSeq++
+	c.seq = r.connSeq
+	closing := r.closing
+	r.conns[c] = struct{}{}
+	r.mu.Unlock()
+	r.m.conns.Inc()
+	defer func() {
+		r.mu.Lock()
+		delete(r.conns, c)
+		r.mu.Unlock()
+		r.m.conns.Dec()
+		c.markDead()
+		_ = ws.CloseNow()
+	}()
+	if closing {
+		c.goAway()
+		return
+	}
+	c.serve(saleID)
+}
+
+// serve runs the connection: handshake (join, maybe a challenge), then
+// reads until the client leaves. Any data message after the join is
+// INVALID.
+func (c *conn) serve(saleID int64) {
+	r := c.r
+	sale, ok := r.sales.Sale(saleID)
+	if !ok {
+		c.fail(notFound())
+		return
+	}
+	timer := time.AfterFunc(r.cfg.HandshakeTimeout, func() {
+		c.fail(flashsale.Errorf(flashsale.CodeInvalid, "no join message in time"))
+	})
+	defer timer.Stop()
+	ctx := context.Background()
+	var sr *saleRoom
+	defer func() {
+		if sr == nil {
+			return
+		}
+		sr.mu.Lock()
+		delete(sr.conns, c)
+		sr.mu.Unlock()
+		r.mu.Lock()
+		if r.perUser[c.user]--; r.perUser[c.user] <= 0 {
+			delete(r.perUser, c.user)
+		}
+		r.mu.Unlock()
+	}()
+	for {
+		b, err := c.readMessage(ctx)
+		if err != nil {
+			if errors.Is(err, errTooLarge) {
+				c.fail(err)
+			}
+			return
+		}
+		if sr != nil {
+			c.fail(flashsale.Errorf(flashsale.CodeInvalid, "already joined; no further messages expected"))
+			return
+		}
+		m, err := ParseClientMessage(b)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		p, err := r.access.Verify(m.AccessToken)
+		if err != nil {
+			c.fail(flashsale.Errorf(flashsale.CodeUnauthenticated, "missing, invalid or expired access token"))
+			return
+		}
+		if r.guard != nil {
+			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			ch, err := r.guard.CheckJoin(gctx, c.ip, p.UserID, saleID, m.PoW)
+			cancel()
+			if err != nil {
+				c.fail(err)
+				return
+			}
+			if ch != nil {
+				msg, err := challengeMessage(ch)
+				if err != nil {
+					c.fail(err)
+					return
+				}
+				timer.Reset(r.cfg.HandshakeTimeout)
+				wctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+				err = c.ws.Write(wctx, websocket.MessageText, msg)
+				cancel()
+				if err != nil {
+					return
+				}
+				continue
+			}
+		}
+		r.mu.Lock()
+		if r.perUser[p.UserID] >= r.cfg.MaxConnsPerUser {
+			r.mu.Unlock()
+			c.fail(flashsale.Errorf(flashsale.CodeRateLimited, "too many connections for this user"))
+			return
+		}
+		r.perUser[p.UserID]++
+		r.mu.Unlock()
+		c.user = p.UserID
+		jctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		ticket, s, err := r.register(jctx, sale, p.UserID)
+		if err == nil {
+			err = c.enter(jctx, s, ticket)
+		}
+		cancel()
+		if err != nil {
+			r.mu.Lock()
+			if r.perUser[c.user]--; r.perUser[c.user] <= 0 {
+				delete(r.perUser, c.user)
+			}
+			r.mu.Unlock()
+			c.fail(err)
+			return
+		}
+		sr = s
+		timer.Stop()
+	}
+}
+
+// enter adds the joined connection to its sale room and queues its first
+// status (and the admitted message, when its turn has come).
+func (c *conn) enter(ctx context.Context, sr *saleRoom, ticket int64) error {
+	r := c.r
+	now := r.cfg.Now()
+	sr.mu.Lock()
+	c.sr, c.ticket = sr, ticket
+	if p, ok := sr.place(ticket); ok {
+		c.place = p
+	}
+	v := sr.viewOf(c.place, now)
+	opens := sr.sale.StartsAt.UnixMilli()
+	place := c.place
+	sr.mu.Unlock()
+	var adm []byte
+	if v.state == StateAdmitted {
+		at, err := admitUsers(ctx, r.rdb, sr.id, now.UnixMilli(), []int64{c.user}, []int64{place})
+		if err != nil {
+			return err
+		}
+		if at[0] == 0 {
+			v = view{state: StateWaiting}
+		} else {
+			sr.mu.Lock()
+			adm = r.admittedMessage(sr, c.user, at[0])
+			sr.mu.Unlock()
+			c.admittedAt = at[0]
+		}
+	}
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	c.last = v
+	sr.conns[c] = struct{}{}
+	c.push(v, opens, adm)
+	return nil
+}
+
+func (c *conn) goAway() {
+	c.closeOnce.Do(func() {
+		c.markDead()
+		_ = c.ws.Close(websocket.StatusGoingAway, "going away")
+	})
+}
+
+// Shutdown closes every WebSocket with "going away" (1001) and waits for
+// their handlers to end, or for ctx (then it drops the rest).
+func (r *Room) Shutdown(ctx context.Context) error {
+	r.mu.Lock()
+	r.closing = true
+	conns := make([]*conn, 0, len(r.conns))
+	for c := range r.conns {
+		conns = append(conns, c)
+	}
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 256)
+	for _, c := range conns {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			c.goAway()
+		})
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		r.handlers.Wait()
+		r.pings.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		r.mu.Lock()
+		for c := range r.conns {
+			_ = c.ws.CloseNow()
+		}
+		r.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// smallBuffers hijacks with small bufio buffers instead of net/http's 4 KiB
+// ones.
+type smallBuffers struct{ http.ResponseWriter }
+
+func (w smallBuffers) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	nc, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if brw.Writer.Buffered() > 0 {
+		if err := brw.Writer.Flush(); err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+	}
+	// The library re-reads what the reader has buffered and then reads the
+	// connection directly, so bytes the client sent early must sit in the
+	// new reader's buffer (Peek loads them without touching nc).
+	n := brw.Reader.Buffered()
+	if n == 0 {
+		return nc, bufio.NewReadWriter(bufio.NewReaderSize(nc, readBufSize), bufio.NewWriterSize(nc, writeBufSize)), nil
+	}
+	b, _ := brw.Reader.Peek(n)
+	br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(b)), nc), max(n, readBufSize))
+	if _, err := br.Peek(n); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(nc, writeBufSize)), nil
+}

@@ -1,0 +1,208 @@
+package waitroom
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/auth"
+)
+
+// expectClose reads until the server's error message and close.
+func (c *client) expectClose(t *testing.T, code string, status websocket.StatusCode) {
+	t.Helper()
+	var got msg
+	for {
+		m, err := c.read(10 * time.Second)
+		if err != nil {
+			if got.Error != code {
+				t.Fatalf("error message %q, want %q (close: %v)", got.Error, code, err)
+			}
+			if s := websocket.CloseStatus(err); s != status {
+				t.Fatalf("close status %v, want %v (%v)", s, status, err)
+			}
+			return
+		}
+		if m.Type == TypeError {
+			got = m
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	before := runtime.NumGoroutine()
+	t.Run("cases", func(t *testing.T) { // its cleanups run before the leak check
+		e := newEnv(t)
+		sale := e.addSale(newSale(t, 2, e.clock.Now().Add(time.Minute), 10, 10))
+		g := e.newGateway(Config{MaxMessageBytes: 256, HandshakeTimeout: 300 * time.Millisecond, MaxConnsPerUser: 2},
+			guardFunc(func(userID int64, pow json.RawMessage) (json.RawMessage, error) {
+				if userID == 666 {
+					return nil, flashsale.Errorf(flashsale.CodeBlocked, "blocked")
+				}
+				return nil, nil
+			}))
+		good := e.token(1)
+		tests := []struct {
+			name   string
+			sale   int64
+			send   []string
+			code   string
+			status websocket.StatusCode
+		}{
+			{"garbage", sale.ID, []string{"not json at all"}, "INVALID", websocket.StatusUnsupportedData},
+			{"non-join first", sale.ID, []string{`{"type":"hello"}`}, "INVALID", websocket.StatusUnsupportedData},
+			{"oversized", sale.ID, []string{`{"type":"join","accessToken":"` + strings.Repeat("a", 1000) + `"}`}, "TOO_LARGE", websocket.StatusMessageTooBig},
+			{"missing token", sale.ID, []string{`{"type":"join"}`}, "UNAUTHENTICATED", websocket.StatusPolicyViolation},
+			{"bad token", sale.ID, []string{`{"type":"join","accessToken":"x.y.z"}`}, "UNAUTHENTICATED", websocket.StatusPolicyViolation},
+			{"blocked", sale.ID, []string{`{"type":"join","accessToken":"` + e.token(666) + `"}`}, "BLOCKED", websocket.StatusPolicyViolation},
+			{"unknown sale", 999, nil, "NOT_FOUND", websocket.StatusPolicyViolation},
+			{"second join", sale.ID, []string{`{"type":"join","accessToken":"` + good + `"}`, `{"type":"join","accessToken":"` + good + `"}`}, "INVALID", websocket.StatusUnsupportedData},
+			{"handshake timeout", sale.ID, nil, "INVALID", websocket.StatusUnsupportedData},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				c := dial(t, g.url(tt.sale))
+				for _, s := range tt.send {
+					c.send(s)
+				}
+				c.expectClose(t, tt.code, tt.status)
+			})
+		}
+		t.Run("expired token", func(t *testing.T) {
+			expired, err := auth.Mint(jwtSecret, 3, false, -time.Hour, e.clock.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := dial(t, g.url(sale.ID))
+			c.join(expired)
+			c.expectClose(t, "UNAUTHENTICATED", websocket.StatusPolicyViolation)
+		})
+		t.Run("per-user cap", func(t *testing.T) {
+			a, b, c := dial(t, g.url(sale.ID)), dial(t, g.url(sale.ID)), dial(t, g.url(sale.ID))
+			a.join(e.token(77))
+			a.untilState(StatePrequeue)
+			b.join(e.token(77))
+			b.untilState(StatePrequeue)
+			c.join(e.token(77))
+			c.expectClose(t, "RATE_LIMITED", websocket.StatusTryAgainLater)
+		})
+		t.Run("not a websocket", func(t *testing.T) {
+			resp, err := http.Get(g.srv.URL + SalePath + "2/queue")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUpgradeRequired {
+				t.Fatalf("status %d, want 426", resp.StatusCode)
+			}
+		})
+		// The server still serves others.
+		ok := dial(t, g.url(sale.ID))
+		ok.join(e.token(5))
+		ok.untilState(StatePrequeue)
+	})
+	// Every goroutine of the rooms, servers and clients is gone.
+	deadline := time.Now().Add(15 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("goroutines: %d before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestPerIPCap(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 2, e.clock.Now().Add(time.Minute), 10, 10))
+	g := e.newGateway(Config{MaxConnsPerIP: 2}, nil)
+	dial(t, g.url(sale.ID))
+	dial(t, g.url(sale.ID))
+	eventually(t, "two connections counted", 5*time.Second, func() bool {
+		g.room.mu.Lock()
+		defer g.room.mu.Unlock()
+		return len(g.room.conns) == 2
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, resp, err := websocket.Dial(ctx, g.url(sale.ID), nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("third connection: err %v resp %v, want 429", err, resp)
+	}
+}
+
+// TestSlowReaderDropped: a client that stops reading is dropped after the
+// write timeout; the others keep getting their statuses.
+func TestSlowReaderDropped(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 6, e.clock.Now().Add(time.Minute), 10, 10))
+	g := e.newGateway(Config{WriteTimeout: 200 * time.Millisecond}, nil)
+	slow, fast := dial(t, g.url(sale.ID)), dial(t, g.url(sale.ID))
+	slow.join(e.token(1))
+	slow.untilState(StatePrequeue)
+	fast.join(e.token(2))
+	fast.untilState(StatePrequeue)
+	var sc *conn
+	g.room.mu.Lock()
+	for c := range g.room.conns {
+		if c.user == 1 {
+			sc = c
+		}
+	}
+	g.room.mu.Unlock()
+	if sc == nil {
+		t.Fatal("no server conn for the slow client")
+	}
+	// Far more than the socket buffers hold; the slow client reads nothing.
+	big := []byte(`"` + strings.Repeat("x", 16<<20) + `"`)
+	sc.pushRaw(big)
+	eventually(t, "slow client dropped", 10*time.Second, func() bool {
+		g.room.mu.Lock()
+		defer g.room.mu.Unlock()
+		_, still := g.room.conns[sc]
+		return !still
+	})
+	e.clock.Advance(time.Minute) // opening: the fast client hears it
+	fast.untilState(StateWaiting)
+	// The slow client's connection is closed (after what was in flight).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		if _, _, err := slow.ws.Read(ctx); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Fatal("slow client never saw its connection close")
+			}
+			break
+		}
+	}
+}
+
+func TestShutdownGoingAway(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 2, e.clock.Now().Add(time.Minute), 10, 10))
+	g := e.newGateway(Config{}, nil)
+	c := dial(t, g.url(sale.ID))
+	c.join(e.token(1))
+	c.untilState(StatePrequeue)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- g.room.Shutdown(ctx)
+	}()
+	_, err := c.read(10 * time.Second)
+	if s := websocket.CloseStatus(err); s != websocket.StatusGoingAway {
+		t.Fatalf("close status %v (%v), want 1001", s, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+}
