@@ -246,9 +246,6 @@ func (c *client) until(what string, timeout time.Duration, ok func(msg) bool) ms
 		if err != nil {
 			c.t.Fatalf("waiting for %s: %v", what, err)
 		}
-		if testing.Verbose() {
-			c.t.Logf("%p got %+v", c, m)
-		}
 		if ok(m) {
 			return m
 		}

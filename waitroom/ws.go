@@ -289,19 +289,30 @@ func (r *Room) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.perIP[ip]++
 	r.handlers.Add(1)
 	r.mu.Unlock()
-	defer r.handlers.Done()
-	defer func() {
+	release := func() {
 		r.mu.Lock()
 		if r.perIP[ip]--; r.perIP[ip] <= 0 {
 			delete(r.perIP, ip)
 		}
 		r.mu.Unlock()
-	}()
-
+		r.handlers.Done()
+	}
 	ws, err := websocket.Accept(smallBuffers{w}, req, &websocket.AcceptOptions{OriginPatterns: r.cfg.OriginPatterns})
 	if err != nil {
+		release()
 		return // Accept answered the request
 	}
+	// The connection gets its own goroutine and ServeHTTP returns, so that
+	// net/http frees its per-connection state (buffers, request, a deep
+	// stack): this halves the memory of an idle connection.
+	go r.serveConn(ws, ip, saleID, release)
+}
+
+// serveConn runs the handshake; a joined connection is then watched by a
+// fresh goroutine whose stack stays small (the handshake's deep calls
+// would otherwise keep this goroutine's stack grown for the connection's
+// life). release runs when the connection is done.
+func (r *Room) serveConn(ws *websocket.Conn, ip netip.Addr, saleID int64, release func()) {
 	ws.SetReadLimit(r.cfg.MaxMessageBytes + 1)
 	c := &conn{r: r, ws: ws, ip: ip, place: -1}
 	r.mu.Lock()
@@ -311,71 +322,84 @@ func (r *Room) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.conns[c] = struct{}{}
 	r.mu.Unlock()
 	r.m.conns.Inc()
-	defer func() {
+	done := func() {
 		r.mu.Lock()
 		delete(r.conns, c)
 		r.mu.Unlock()
 		r.m.conns.Dec()
 		c.markDead()
 		_ = ws.CloseNow()
-	}()
+		release()
+	}
 	if closing {
 		c.goAway()
+		done()
 		return
 	}
-	c.serve(saleID)
+	sr := c.handshake(saleID)
+	if sr == nil {
+		done()
+		return
+	}
+	go func() {
+		c.watch()
+		c.leave(sr)
+		done()
+	}()
 }
 
-// serve runs the connection: handshake (join, maybe a challenge), then
-// reads until the client leaves. Any data message after the join is
-// INVALID.
-func (c *conn) serve(saleID int64) {
+// watch reads until the client leaves; any data message is INVALID.
+func (c *conn) watch() {
+	if _, _, err := c.ws.Reader(context.Background()); err == nil {
+		c.fail(flashsale.Errorf(flashsale.CodeInvalid, "already joined; no further messages expected"))
+	}
+}
+
+// leave takes a joined connection out of its sale room.
+func (c *conn) leave(sr *saleRoom) {
+	r := c.r
+	sr.mu.Lock()
+	delete(sr.conns, c)
+	sr.mu.Unlock()
+	r.mu.Lock()
+	if r.perUser[c.user]--; r.perUser[c.user] <= 0 {
+		delete(r.perUser, c.user)
+	}
+	r.mu.Unlock()
+}
+
+// handshake reads the join (answering a challenge if the guard sends one)
+// and enters the shopper in the queue. It returns nil after sending an
+// error, or when the client left.
+func (c *conn) handshake(saleID int64) *saleRoom {
 	r := c.r
 	sale, ok := r.sales.Sale(saleID)
 	if !ok {
 		c.fail(notFound())
-		return
+		return nil
 	}
 	timer := time.AfterFunc(r.cfg.HandshakeTimeout, func() {
 		c.fail(flashsale.Errorf(flashsale.CodeInvalid, "no join message in time"))
 	})
 	defer timer.Stop()
 	ctx := context.Background()
-	var sr *saleRoom
-	defer func() {
-		if sr == nil {
-			return
-		}
-		sr.mu.Lock()
-		delete(sr.conns, c)
-		sr.mu.Unlock()
-		r.mu.Lock()
-		if r.perUser[c.user]--; r.perUser[c.user] <= 0 {
-			delete(r.perUser, c.user)
-		}
-		r.mu.Unlock()
-	}()
 	for {
 		b, err := c.readMessage(ctx)
 		if err != nil {
 			if errors.Is(err, errTooLarge) {
 				c.fail(err)
 			}
-			return
-		}
-		if sr != nil {
-			c.fail(flashsale.Errorf(flashsale.CodeInvalid, "already joined; no further messages expected"))
-			return
+			return nil
 		}
 		m, err := ParseClientMessage(b)
 		if err != nil {
 			c.fail(err)
-			return
+			return nil
 		}
 		p, err := r.access.Verify(m.AccessToken)
 		if err != nil {
 			c.fail(flashsale.Errorf(flashsale.CodeUnauthenticated, "missing, invalid or expired access token"))
-			return
+			return nil
 		}
 		if r.guard != nil {
 			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -383,20 +407,20 @@ func (c *conn) serve(saleID int64) {
 			cancel()
 			if err != nil {
 				c.fail(err)
-				return
+				return nil
 			}
 			if ch != nil {
 				msg, err := challengeMessage(ch)
 				if err != nil {
 					c.fail(err)
-					return
+					return nil
 				}
 				timer.Reset(r.cfg.HandshakeTimeout)
 				wctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
 				err = c.ws.Write(wctx, websocket.MessageText, msg)
 				cancel()
 				if err != nil {
-					return
+					return nil
 				}
 				continue
 			}
@@ -405,15 +429,15 @@ func (c *conn) serve(saleID int64) {
 		if r.perUser[p.UserID] >= r.cfg.MaxConnsPerUser {
 			r.mu.Unlock()
 			c.fail(flashsale.Errorf(flashsale.CodeRateLimited, "too many connections for this user"))
-			return
+			return nil
 		}
 		r.perUser[p.UserID]++
 		r.mu.Unlock()
 		c.user = p.UserID
 		jctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		ticket, s, err := r.register(jctx, sale, p.UserID)
+		ticket, sr, err := r.register(jctx, sale, p.UserID)
 		if err == nil {
-			err = c.enter(jctx, s, ticket)
+			err = c.enter(jctx, sr, ticket)
 		}
 		cancel()
 		if err != nil {
@@ -423,10 +447,13 @@ func (c *conn) serve(saleID int64) {
 			}
 			r.mu.Unlock()
 			c.fail(err)
-			return
+			return nil
 		}
-		sr = s
-		timer.Stop()
+		if !timer.Stop() { // the handshake timeout fired meanwhile
+			c.leave(sr)
+			return nil
+		}
+		return sr
 	}
 }
 

@@ -58,6 +58,9 @@ func StartRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("localsvc.StartRedis: redis-server %w (Debian/Ubuntu: apt-get install redis-server)", ErrMissing)
 	}
+	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
+		return nil, fmt.Errorf("localsvc.StartRedis: %w", err)
+	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("localsvc.StartRedis: %w", err)
 	}

@@ -1,10 +1,7 @@
-//go:build appe2e
-
 // Package e2e runs the load harness against a whole in-process stack
-// (internal/app on real Redis, PostgreSQL and kfake). It is behind the
-// appe2e build tag until internal/app builds in the tree:
+// (internal/app on real Redis, PostgreSQL and kfake) at small N:
 //
-//	go test -race -count=1 -tags appe2e ./loadtest/e2e/
+//	go test -race -count=1 ./loadtest/...
 package e2e
 
 import (

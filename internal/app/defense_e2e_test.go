@@ -1,0 +1,183 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/flashsale/flashsale/defense"
+)
+
+// twoGateways starts two whole stacks on the same Redis, PostgreSQL and
+// Kafka: two gateway processes of one deployment.
+func twoGateways(t *testing.T) (*stack, *stack) {
+	t.Helper()
+	var shared Config
+	a := startStack(t, func(c *Config) { shared = *c })
+	b := startStack(t, func(c *Config) {
+		c.RedisURL, c.DatabaseURL, c.KafkaBrokers = shared.RedisURL, shared.DatabaseURL, shared.KafkaBrokers
+	})
+	return a, b
+}
+
+// wsJoin opens the waiting room and returns the first message's type and
+// error code.
+func wsJoin(t *testing.T, s *stack, saleID int64, token string) (typ, code string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	url := strings.Replace(s.app.PublicURL, "http://", "ws://", 1) + fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID)
+	c, resp, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusForbidden {
+			return "http", "BLOCKED"
+		}
+		t.Fatalf("dial: %v", err)
+	}
+	defer c.CloseNow()
+	msg, _ := json.Marshal(map[string]string{"type": "join", "accessToken": token})
+	if err := c.Write(ctx, websocket.MessageText, msg); err != nil {
+		t.Fatal(err)
+	}
+	_, data, err := c.Read(ctx)
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	var m struct{ Type, Error string }
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatalf("bad message %s: %v", data, err)
+	}
+	return m.Type, m.Error
+}
+
+func putSettings(t *testing.T, s *stack, body string) {
+	t.Helper()
+	r := s.do("PUT", "/api/admin/settings", s.token(1, true), body)
+	s.want(r, 200, "")
+}
+
+func TestBlocklistReachesBothGatewaysWithin2s(t *testing.T) {
+	a, b := twoGateways(t)
+	saleID, items := a.createSale(10)
+	blocked := int64(4242)
+	for _, s := range []*stack{a, b} {
+		if typ, _ := wsJoin(t, s, saleID, s.token(blocked, false)); typ != "status" {
+			t.Fatalf("before blocking, join answered %q, want status", typ)
+		}
+	}
+	putSettings(t, a, `{"rateLimit": {"perIp": {"rps": 100000, "burst": 100000}, "perUser": {"rps": 100000, "burst": 100000}},
+		"pow": {"difficulty": 0}, "blocklist": {"cidrs": [], "users": ["4242"]}}`)
+	applied := time.Now()
+	purchase := fmt.Sprintf("/api/flash-sales/items/%d/purchase", items[0])
+	for _, s := range []*stack{b, a} {
+		for {
+			r := s.do("POST", purchase, s.token(blocked, false), nil, "X-Admission-Token", "x")
+			if r.Status == 403 && r.Body["error"] == "BLOCKED" {
+				break
+			}
+			if time.Since(applied) > 2*time.Second {
+				t.Fatalf("gateway %s: user not blocked 2s after the change (last %d %s)", s.app.PublicURL, r.Status, r.Raw)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if typ, code := wsJoin(t, s, saleID, s.token(blocked, false)); code != "BLOCKED" {
+			t.Fatalf("gateway %s: WebSocket join answered %s/%s, want BLOCKED", s.app.PublicURL, typ, code)
+		}
+		s.want(s.do("POST", fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID), s.token(blocked, false), nil), 403, "BLOCKED")
+		s.want(s.do("GET", "/api/flash-sales/orders/8d3f8a4e-4f0b-4c43-9a57-4d7f3f0c2b11", s.token(blocked, false), nil), 403, "BLOCKED")
+		// Others are still served.
+		if typ, _ := wsJoin(t, s, saleID, s.token(77, false)); typ != "status" {
+			t.Fatalf("an unblocked user got %q", typ)
+		}
+	}
+
+	// A CIDR covering loopback blocks every request of this test's address,
+	// on both gateways, before any token is looked at.
+	putSettings(t, a, `{"rateLimit": {"perIp": {"rps": 100000, "burst": 100000}, "perUser": {"rps": 100000, "burst": 100000}},
+		"pow": {"difficulty": 0}, "blocklist": {"cidrs": ["127.0.0.0/8"], "users": []}}`)
+	applied = time.Now()
+	for _, s := range []*stack{a, b} {
+		for {
+			r := s.do("POST", purchase, "", nil)
+			if r.Status == 403 && r.Body["error"] == "BLOCKED" {
+				break
+			}
+			if time.Since(applied) > 2*time.Second {
+				t.Fatalf("gateway %s: CIDR not blocked 2s after the change (last %d %s)", s.app.PublicURL, r.Status, r.Raw)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if _, code := wsJoin(t, s, saleID, s.token(77, false)); code != "BLOCKED" {
+			t.Fatalf("gateway %s: WebSocket join from a blocked CIDR: %s, want BLOCKED", s.app.PublicURL, code)
+		}
+	}
+	// Unblock through the other gateway's store directly (the API is blocked
+	// for this address now) and check it is served again.
+	if err := b.app.SetDefense(context.Background(), "test", []byte(permissive)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		r := a.do("GET", fmt.Sprintf("/api/flash-sales/sales/%d", saleID), "", nil)
+		if r.Status == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not unblocked within 2s: %d %s", r.Status, r.Raw)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestShadowModeChangesNoResponseButCounts(t *testing.T) {
+	s := startStack(t)
+	saleID, _ := s.createSale(1)
+	shadowed := `{"rateLimit": {"perIp": {"rps": 100000, "burst": 100000}, "perUser": {"rps": 0.001, "burst": 1}},
+		"pow": {"difficulty": 0}, "blocklist": {"cidrs": [], "users": ["555"]},
+		"shadow": {"perUser": true, "blocklist": true}}`
+	if err := s.app.SetDefense(context.Background(), "test", []byte(shadowed)); err != nil {
+		t.Fatal(err)
+	}
+	before := shadowCount(t, s)
+	path := fmt.Sprintf("/api/flash-sales/sales/%d/order", saleID)
+	for i := 0; i < 5; i++ {
+		// A blocked user over its per-user limit: both rules only count.
+		s.want(s.do("GET", path, s.token(555, false), nil), 404, "NOT_FOUND")
+	}
+	if got := shadowCount(t, s) - before; got < 5 {
+		t.Fatalf("shadow outcomes counted = %d, want at least 5 (5 blocked + 4 limited)", got)
+	}
+	// Out of shadow, the same requests are refused.
+	enforced := strings.Replace(shadowed, `"shadow": {"perUser": true, "blocklist": true}`, `"shadow": {}`, 1)
+	if err := s.app.SetDefense(context.Background(), "test", []byte(enforced)); err != nil {
+		t.Fatal(err)
+	}
+	s.want(s.do("GET", path, s.token(555, false), nil), 403, "BLOCKED")
+}
+
+func shadowCount(t *testing.T, s *stack) uint64 {
+	t.Helper()
+	r := s.do("GET", "/api/admin/defense", s.token(1, true), nil)
+	s.want(r, 200, "")
+	var body struct{ Counters []defense.Counter }
+	var list []defense.Counter
+	if err := json.Unmarshal(r.Raw, &list); err != nil {
+		if err := json.Unmarshal(r.Raw, &body); err != nil {
+			t.Fatalf("defense counters: %s", r.Raw)
+		}
+		list = body.Counters
+	}
+	var n uint64
+	for _, c := range list {
+		if c.Outcome == defense.OutcomeShadow {
+			n += c.Count
+		}
+	}
+	return n
+}
