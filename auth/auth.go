@@ -16,6 +16,9 @@ import (
 	"github.com/flashsale/flashsale"
 )
 
+// leeway is the clock skew tolerated on exp and nbf.
+const leeway = 5 * time.Second
+
 // MaxTokenLen bounds the accepted token size before any parsing.
 const MaxTokenLen = 4096
 
@@ -50,7 +53,7 @@ func NewVerifier(secret string, opts ...Option) *Verifier {
 		algs = append(algs, "RS256", "RS384", "RS512", "ES256", "ES384", "EdDSA", "PS256")
 	}
 	v.parser = jwt.NewParser(jwt.WithValidMethods(algs), jwt.WithExpirationRequired(),
-		jwt.WithTimeFunc(func() time.Time { return v.now() }), jwt.WithLeeway(5*time.Second))
+		jwt.WithTimeFunc(func() time.Time { return v.now() }), jwt.WithLeeway(leeway))
 	return v
 }
 
@@ -68,19 +71,25 @@ func ErrUnauthenticated() error { return errUnauthenticated }
 // Verify returns the principal of a valid token. Any problem is
 // UNAUTHENTICATED (the details are not shown to the caller).
 func (v *Verifier) Verify(token string) (flashsale.Principal, error) {
+	p, _, err := v.verify(token)
+	return p, err
+}
+
+// verify also returns when the token expires (with the parser's leeway).
+func (v *Verifier) verify(token string) (flashsale.Principal, time.Time, error) {
 	if token == "" || len(token) > MaxTokenLen {
-		return flashsale.Principal{}, errUnauthenticated
+		return flashsale.Principal{}, time.Time{}, errUnauthenticated
 	}
 	var c Claims
 	_, err := v.parser.ParseWithClaims(token, &c, v.key)
-	if err != nil {
-		return flashsale.Principal{}, errUnauthenticated
+	if err != nil || c.ExpiresAt == nil {
+		return flashsale.Principal{}, time.Time{}, errUnauthenticated
 	}
 	id, err := strconv.ParseInt(c.Subject, 10, 64)
 	if err != nil || id <= 0 {
-		return flashsale.Principal{}, errUnauthenticated
+		return flashsale.Principal{}, time.Time{}, errUnauthenticated
 	}
-	return flashsale.Principal{UserID: id, Operator: c.Role == "operator"}, nil
+	return flashsale.Principal{UserID: id, Operator: c.Role == "operator"}, c.ExpiresAt.Add(leeway), nil
 }
 
 func (v *Verifier) key(t *jwt.Token) (any, error) {

@@ -101,3 +101,54 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+func TestCache(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	v := NewVerifier(secret, WithClock(func() time.Time { return now }))
+	c := NewCache(v, 64)
+	tok, err := Mint(secret, 42, true, time.Minute, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ { // miss, then hit
+		p, err := c.Verify(tok)
+		if err != nil || p.UserID != 42 || !p.Operator {
+			t.Fatalf("round %d: got %+v, %v", i, p, err)
+		}
+	}
+	// Past exp (and the leeway) a cached token is refused like any other.
+	now = now.Add(time.Minute + leeway)
+	if _, err := c.Verify(tok); flashsale.ErrorCode(err) != flashsale.CodeUnauthenticated {
+		t.Fatalf("expired cached token: err = %v, want UNAUTHENTICATED", err)
+	}
+	// Forged tokens never enter the cache, and the cache stays bounded.
+	forged, _ := Mint("other", 7, false, time.Hour, now)
+	if _, err := c.Verify(forged); err == nil {
+		t.Fatal("forged token accepted")
+	}
+	for i := int64(1); i <= 500; i++ {
+		tok, _ := Mint(secret, i, false, time.Hour, now)
+		if _, err := c.Verify(tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	for i := range c.shards {
+		n += len(c.shards[i].m)
+	}
+	if n > 64 {
+		t.Fatalf("cache holds %d tokens, bound 64", n)
+	}
+}
+
+func BenchmarkCacheHit(b *testing.B) {
+	v := NewVerifier(secret)
+	c := NewCache(v, 1<<16)
+	tok, _ := Mint(secret, 42, false, time.Hour, time.Now())
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Verify(tok); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -80,17 +80,14 @@ func (s *Server) guarded(c *fiber.Ctx, class string) (flashsale.Principal, netip
 
 // purchase is POST /api/flash-sales/items/{itemId}/purchase. Checks run
 // cheapest first, so that a request that will be refused never reaches
-// Redis and a flood after the sell-out costs no token verification:
+// Redis:
 //
-//	body and head limits (fasthttp) → Guard.CheckAddr → item id and the
-//	in-memory item lookup (400, 404) → local sold-out flag (410) → access
-//	token (401) → Guard.CheckUser → sale open and admission token (403) →
-//	Reserve.
-//
-// Answering 410 before the access token is what CONTRACT section 5 allows
-// ("the gateway's sold-out flag answers before any lookup"); the sold-out
-// state is public on the sale page anyway. An access-token verification
-// (JWT parse and HMAC) costs several times a bare fiber handler.
+//	body and head limits (fasthttp) → Guard.CheckAddr (address blocklist,
+//	per-IP and per-prefix limits) → item id and the in-memory item lookup
+//	(400, 404) → access token (401; a verified-token cache makes a
+//	shopper's repeated clicks cost one map lookup) → Guard.CheckUser (user
+//	blocklist, per-user limit) → local sold-out flag (410) → sale open and
+//	admission token (403) → Reserve.
 func (s *Server) purchase(c *fiber.Ctx) error {
 	if _, ok := s.checkAddr(c, ClassPurchase); !ok {
 		return nil
@@ -103,19 +100,19 @@ func (s *Server) purchase(c *fiber.Ctx) error {
 	if !ok {
 		return errNoItem
 	}
-	r := c.Response()
-	if s.d.Purchase.SoldOut(itemID) {
-		r.SetStatusCode(http.StatusGone)
-		r.Header.SetContentType(fiber.MIMEApplicationJSON)
-		r.SetBodyRaw(soldOutBody)
-		return nil
-	}
 	p, err := s.principal(c)
 	if err != nil {
 		return err
 	}
 	if retry, err := s.d.Guard.CheckUser(p.UserID, ClassPurchase); err != nil {
 		return s.fail(c, err, retry)
+	}
+	r := c.Response()
+	if s.d.Purchase.SoldOut(itemID) {
+		r.SetStatusCode(http.StatusGone)
+		r.Header.SetContentType(fiber.MIMEApplicationJSON)
+		r.SetBodyRaw(soldOutBody)
+		return nil
 	}
 	now := s.now()
 	if !sale.Open(now) {

@@ -49,7 +49,8 @@ func TestPurchase(t *testing.T) {
 		{name: "sale ended", path: "/api/flash-sales/items/301/purchase", headers: []string{"Authorization", bearer(user), HeaderAdmissionToken, e.admit(7, 3)}, wantStatus: 403, wantCode: "NOT_ADMITTED"},
 		{name: "sold out", path: "/api/flash-sales/items/102/purchase", headers: []string{"Authorization", bearer(user), HeaderAdmissionToken, good}, wantStatus: 410, wantCode: "SOLD_OUT"},
 		{name: "sold out without admission", path: "/api/flash-sales/items/102/purchase", headers: []string{"Authorization", bearer(user)}, wantStatus: 410, wantCode: "SOLD_OUT"},
-		{name: "sold out without access token", path: "/api/flash-sales/items/102/purchase", wantStatus: 410, wantCode: "SOLD_OUT"},
+		{name: "sold out without access token", path: "/api/flash-sales/items/102/purchase", wantStatus: 401, wantCode: "UNAUTHENTICATED"},
+		{name: "blocked user sold out", path: "/api/flash-sales/items/102/purchase", headers: []string{"Authorization", bearer(e.token(42, false))}, wantStatus: 403, wantCode: "BLOCKED"},
 		{name: "unknown item without access token", path: "/api/flash-sales/items/999/purchase", wantStatus: 404, wantCode: "NOT_FOUND"},
 		{name: "malformed id without access token", path: "/api/flash-sales/items/x/purchase", wantStatus: 400, wantCode: "INVALID"},
 		{name: "blocked address sold out", path: "/api/flash-sales/items/102/purchase", headers: []string{"X-Forwarded-For", "203.0.113.5"}, wantStatus: 403, wantCode: "BLOCKED"},
@@ -162,14 +163,14 @@ func TestPurchaseCheckOrder(t *testing.T) {
 			t.Errorf("Reserve called %d times", got)
 		}
 	})
-	t.Run("sold out answers before the access token is verified", func(t *testing.T) {
-		before := e.access.calls.Load()
-		r := e.do("POST", "/api/flash-sales/items/102/purchase", "", "Authorization", bearer(user))
+	t.Run("sold out answers before the admission token and Reserve", func(t *testing.T) {
+		before := e.purchase.calls.Load()
+		r := e.do("POST", "/api/flash-sales/items/102/purchase", "", "Authorization", bearer(user), HeaderAdmissionToken, "garbage")
 		if r.status != 410 {
-			t.Fatalf("got %d %s", r.status, r.body)
+			t.Fatalf("got %d %s, want 410 (the flag answers before the admission token is checked)", r.status, r.body)
 		}
-		if got := e.access.calls.Load() - before; got != 0 {
-			t.Errorf("access verifier called %d times", got)
+		if got := e.purchase.calls.Load() - before; got != 0 {
+			t.Errorf("Reserve called %d times", got)
 		}
 	})
 	t.Run("no access token never reaches the admission check or Reserve", func(t *testing.T) {

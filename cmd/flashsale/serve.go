@@ -96,6 +96,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	fs := newFlagSet("dev", stderr)
 	commonFlags(fs, &cfg)
+	fs.IntVar(&cfg.KafkaPort, "kafka-port", cfg.KafkaPort, "port of the embedded Kafka broker on 127.0.0.1, so other processes (a second gateway) can use it (FLASHSALE_KAFKA_PORT; 0: any)")
 	demo := fs.Bool("demo", false, "create a demo sale opening a minute from now and print URLs and tokens")
 	dataDir := fs.String("data-dir", envOr("FLASHSALE_DATA_DIR", ".flashsale"), "where local Redis and PostgreSQL keep their data (FLASHSALE_DATA_DIR)")
 	if err := parseFlags(fs, args); err != nil {

@@ -60,7 +60,7 @@ type App struct {
 	stock    *stock.Store
 	sales    *sales.Store
 	cache    *sales.Cache
-	access   *auth.Verifier
+	access   *auth.Cache
 	signer   *admission.Signer
 
 	cancel    context.CancelFunc
@@ -109,7 +109,11 @@ func Start(ctx context.Context, cfg Config, roles Roles, logger *slog.Logger) (_
 		return nil, fmt.Errorf("%w (run `flashsale migrate`)", err)
 	}
 	if len(cfg.KafkaBrokers) == 0 {
-		a.kfake, err = kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(8, flashsale.TopicOrders, flashsale.TopicDeadLetter))
+		opts := []kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(8, flashsale.TopicOrders, flashsale.TopicDeadLetter)}
+		if cfg.KafkaPort > 0 {
+			opts = append(opts, kfake.Ports(cfg.KafkaPort))
+		}
+		a.kfake, err = kfake.NewCluster(opts...)
 		if err != nil {
 			return nil, fmt.Errorf("embedded kafka: %w", err)
 		}
@@ -148,7 +152,7 @@ func Start(ctx context.Context, cfg Config, roles Roles, logger *slog.Logger) (_
 		}
 		keyOpts = append(keyOpts, auth.WithPublicKey(k))
 	}
-	a.access = auth.NewVerifier(cfg.JWTSecret, keyOpts...)
+	a.access = auth.NewCache(auth.NewVerifier(cfg.JWTSecret, keyOpts...), cfg.TokenCacheSize)
 	a.signer, err = admission.NewSigner(admission.Key{ID: 1, Secret: cfg.AdmissionSecret()})
 	if err != nil {
 		return nil, err

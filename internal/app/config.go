@@ -22,6 +22,9 @@ type Config struct {
 	RedisURL     string
 	DatabaseURL  string
 	KafkaBrokers []string // empty: an embedded kfake broker in this process
+	// KafkaPort fixes the embedded broker's port on 127.0.0.1 (0: any free
+	// port), so other processes can reach it (FLASHSALE_KAFKA_PORT).
+	KafkaPort int
 
 	JWTSecret     string
 	JWTPublicKeys []string // PEM files of extra accepted signing keys
@@ -37,6 +40,7 @@ type Config struct {
 	WriterMaxConns  int32
 	ReconcileAfter  time.Duration
 	CapacityFactor  float64
+	TokenCacheSize  int // verified access tokens kept per process
 
 	LogFormat string // "json" or "text"
 	LogLevel  string
@@ -55,6 +59,7 @@ func Defaults() Config {
 		WriterMaxConns:  4,
 		ReconcileAfter:  2 * time.Minute,
 		CapacityFactor:  2,
+		TokenCacheSize:  1 << 18,
 		LogFormat:       "json",
 		LogLevel:        "info",
 	}
@@ -95,6 +100,7 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 	if v := getenv("FLASHSALE_KAFKA_BROKERS"); v != "" {
 		c.KafkaBrokers = splitList(v)
 	}
+	integer("FLASHSALE_KAFKA_PORT", &c.KafkaPort)
 	str("FLASHSALE_JWT_SECRET", &c.JWTSecret)
 	if v := getenv("FLASHSALE_JWT_PUBLIC_KEYS"); v != "" {
 		c.JWTPublicKeys = splitList(v)

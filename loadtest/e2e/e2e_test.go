@@ -1,5 +1,6 @@
 // Package e2e runs the load harness against a whole in-process stack
-// (internal/app on real Redis, PostgreSQL and kfake) at small N:
+// (internal/app on real Redis, PostgreSQL and kfake) at small N, with both
+// waiting-room transports:
 //
 //	go test -race -count=1 ./loadtest/...
 package e2e
@@ -21,12 +22,22 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 const secret = "loadtest-e2e-secret"
 
-func startApp(t *testing.T) *app.App {
+// stack is one in-process flashsale and the URLs of its own Redis logical
+// database and PostgreSQL database (testenv hands out a fresh one per
+// call, so they are read once and kept).
+type stack struct {
+	app         *app.App
+	redisURL    string
+	databaseURL string
+}
+
+func startApp(t *testing.T) stack {
 	t.Helper()
+	st := stack{redisURL: testenv.RedisURL(t), databaseURL: testenv.DatabaseURL(t)}
 	cfg := app.Defaults()
 	cfg.HTTPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.RedisURL = testenv.RedisURL(t)
-	cfg.DatabaseURL = testenv.DatabaseURL(t)
+	cfg.RedisURL = st.redisURL
+	cfg.DatabaseURL = st.databaseURL
 	cfg.KafkaBrokers = testenv.NewKafka(t).Brokers
 	cfg.JWTSecret = secret
 	cfg.ExpiryInterval = 200 * time.Millisecond
@@ -41,41 +52,92 @@ func startApp(t *testing.T) *app.App {
 			t.Errorf("close: %v", err)
 		}
 	})
-	return a
+	st.app = a
+	return st
+}
+
+// mustHold are the invariant checks a run against a whole stack must pass
+// (none of them skipped).
+var mustHold = []string{
+	"one order per user (run)",
+	"orders ≤ stock (run)",
+	"orders ≤ stock (admin API)",
+	"conservation",
+	"payments persisted",
+	"one order per user (PostgreSQL)",
+	"orders ≤ stock (PostgreSQL)",
 }
 
 func TestSmokeAgainstStack(t *testing.T) {
 	for _, transport := range []string{loadtest.TransportWS, loadtest.TransportPolling} {
 		t.Run(transport, func(t *testing.T) {
-			a := startApp(t)
+			st := startApp(t)
 			cfg, err := loadtest.Scenario("smoke")
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg.BaseURL, cfg.AdminURL, cfg.JWTSecret = a.PublicURL, a.AdminURL, secret
-			cfg.RedisURL, cfg.DatabaseURL = testenv.RedisURL(t), testenv.DatabaseURL(t)
+			cfg.BaseURL, cfg.AdminURL, cfg.JWTSecret = st.app.PublicURL, st.app.AdminURL, secret
+			cfg.RedisURL, cfg.DatabaseURL = st.redisURL, st.databaseURL
 			cfg.Transport = transport
 			cfg.PollInterval = 200 * time.Millisecond
 			cfg.SourceAddrs = 8
 			cfg.Duration = 45 * time.Second
 			r, err := loadtest.Run(context.Background(), cfg)
-			if r != nil {
-				var b bytes.Buffer
-				r.WriteJSON(&b)
+			if r == nil {
+				t.Fatalf("Run: %v", err)
+			}
+			var b bytes.Buffer
+			r.WriteJSON(&b)
+			if err != nil || testing.Verbose() {
 				t.Logf("report: %s", b.String())
 			}
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}
-			if r.Orders.Sold != r.Orders.Quantity {
-				t.Errorf("sold %d of %d with %d shoppers", r.Orders.Sold, r.Orders.Quantity, r.Shoppers)
+			got := map[string]loadtest.InvariantResult{}
+			for _, c := range r.Invariants {
+				got[c.Name] = c
 			}
-			if r.Orders.Reserved == 0 || r.Orders.Paid == 0 {
-				t.Errorf("orders = %+v", r.Orders)
+			for _, name := range mustHold {
+				c, ok := got[name]
+				switch {
+				case !ok:
+					t.Errorf("invariant %q not checked", name)
+				case c.Skipped:
+					t.Errorf("invariant %q skipped: %s", name, c.Detail)
+				case !c.OK:
+					t.Errorf("invariant %q broken: %s", name, c.Detail)
+				}
 			}
-			if r.Redis == nil || r.Redis.HostileRequests == 0 {
+			o := r.Orders
+			if o.Quantity != 10 {
+				t.Errorf("quantity = %d, want the smoke preset's 10", o.Quantity)
+			}
+			if o.Reserved != o.Quantity {
+				t.Errorf("reserved (202s) = %d, want quantity %d (%d shoppers)", o.Reserved, o.Quantity, r.Shoppers)
+			}
+			if o.Sold != o.Quantity || o.Remaining != 0 {
+				t.Errorf("sold %d, remaining %d of %d", o.Sold, o.Remaining, o.Quantity)
+			}
+			// PayFraction 1: every winner pays.
+			if o.Paid != o.Quantity || o.PaidRun != o.Quantity {
+				t.Errorf("paid %d (admin API), %d (run), want %d", o.Paid, o.PaidRun, o.Quantity)
+			}
+			if o.Users != int(o.Reserved) {
+				t.Errorf("%d users hold orders, %d reservations", o.Users, o.Reserved)
+			}
+			if r.Stopped != "done" {
+				t.Errorf("stopped = %q, want done", r.Stopped)
+			}
+			if r.Redis == nil || r.Redis.HostileRequests == 0 || r.Redis.Error != "" {
 				t.Errorf("redis report = %+v", r.Redis)
+			} else if r.Redis.ExcessPerRequest > 0.5 {
+				// A request that reached Redis costs at least one command;
+				// background work (cache refresh, room ticks) is noise.
+				t.Errorf("hostile requests reached Redis: %.3f commands each beyond the baseline (%+v)", r.Redis.ExcessPerRequest, *r.Redis)
 			}
+			t.Logf("%s: reserved %d, sold %d, paid %d, sell-out %d ms after opening, hostile %d requests → %d Redis commands (baseline %d in %d ms)",
+				transport, o.Reserved, o.Sold, o.Paid, r.SellOutMs, r.Redis.HostileRequests, r.Redis.HostileCommands, r.Redis.BaselineCommands, r.Redis.BaselineMs)
 		})
 	}
 }

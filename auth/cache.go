@@ -1,0 +1,70 @@
+package auth
+
+import (
+	"hash/maphash"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/flashsale/flashsale"
+)
+
+// Cache remembers verified access tokens so a shopper's repeated requests
+// (the flood of clicks at a drop) pay for one signature check, not one per
+// request. Only valid tokens enter it, each until its own expiry, so forged
+// tokens cannot fill it; its size is bounded (a full shard is emptied).
+type Cache struct {
+	v      *Verifier
+	seed   maphash.Seed
+	shards [64]cacheShard
+	per    int
+}
+
+type cacheShard struct {
+	mu sync.RWMutex
+	m  map[string]cacheEntry
+}
+
+type cacheEntry struct {
+	p   flashsale.Principal
+	exp time.Time
+}
+
+// NewCache wraps v with a cache of at most size tokens.
+func NewCache(v *Verifier, size int) *Cache {
+	if size < 64 {
+		size = 64
+	}
+	c := &Cache{v: v, seed: maphash.MakeSeed(), per: size / 64}
+	for i := range c.shards {
+		c.shards[i].m = make(map[string]cacheEntry)
+	}
+	return c
+}
+
+// Verify is Verifier.Verify with the cache in front. token may be backed by
+// a reused buffer: the cache keeps its own copy.
+func (c *Cache) Verify(token string) (flashsale.Principal, error) {
+	if token == "" || len(token) > MaxTokenLen {
+		return flashsale.Principal{}, errUnauthenticated
+	}
+	sh := &c.shards[maphash.String(c.seed, token)%uint64(len(c.shards))]
+	now := c.v.now()
+	sh.mu.RLock()
+	e, ok := sh.m[token]
+	sh.mu.RUnlock()
+	if ok && now.Before(e.exp) {
+		return e.p, nil
+	}
+	p, exp, err := c.v.verify(token)
+	if err != nil {
+		return p, err
+	}
+	sh.mu.Lock()
+	if len(sh.m) >= c.per {
+		clear(sh.m)
+	}
+	sh.m[strings.Clone(token)] = cacheEntry{p: p, exp: exp}
+	sh.mu.Unlock()
+	return p, nil
+}
