@@ -32,7 +32,10 @@ type Sale struct {
 	ShuffleSeed       []byte
 	ShuffleCommitment string
 	CreatedAt         time.Time
-	Items             []Item
+	// CreatedBy is who created the sale (the operator's user id), for the
+	// audit log; it is not stored with the sale.
+	CreatedBy string
+	Items     []Item
 }
 
 // Open reports whether the sale has started at now (and has not ended).
@@ -143,6 +146,8 @@ const (
 // SaleUpdate is a live change to a running sale (PATCH /api/admin/sales/{id});
 // nil fields stay as they are.
 type SaleUpdate struct {
+	// Actor is who asked (the operator's user id), for the audit log.
+	Actor                  string
 	Name                   *string
 	AdmissionRatePerSecond *int
 	EndsAt                 *time.Time

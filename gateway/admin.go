@@ -280,13 +280,15 @@ func jsonError(err error) error {
 
 // adminCreate is POST /api/admin/sales.
 func (s *Server) adminCreate(c *fiber.Ctx) error {
-	if _, ok := s.operator(c); !ok {
+	op, ok := s.operator(c)
+	if !ok {
 		return nil
 	}
 	sale, err := parseSaleRequest(c.Body())
 	if err != nil {
 		return err
 	}
+	sale.CreatedBy = strconv.FormatInt(op.UserID, 10)
 	ctx, cancel := s.reqCtx()
 	defer cancel()
 	stored, err := s.d.SaleAdmin.Create(ctx, sale)
@@ -349,7 +351,8 @@ func (s *Server) adminGet(c *fiber.Ctx) error {
 
 // adminUpdate is PATCH /api/admin/sales/{saleId}.
 func (s *Server) adminUpdate(c *fiber.Ctx) error {
-	if _, ok := s.operator(c); !ok {
+	op, ok := s.operator(c)
+	if !ok {
 		return nil
 	}
 	id, ok := parseID(c.Params("saleId"))
@@ -360,6 +363,7 @@ func (s *Server) adminUpdate(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	u.Actor = strconv.FormatInt(op.UserID, 10)
 	ctx, cancel := s.reqCtx()
 	defer cancel()
 	sale, err := s.d.SaleAdmin.Update(ctx, id, u)

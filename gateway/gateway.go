@@ -298,7 +298,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.fwdOnce.Do(func() {
 		s.fwdServing.Store(true)
 		go func() {
-			if err := s.ws.Serve(s.fwdLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := s.ws.Serve(s.fwdLn); err != nil && !errors.Is(err, http.ErrServerClosed) && !s.isClosed() {
 				s.log.Error("forwarded WebSocket listener stopped", "err", err)
 			}
 		}()

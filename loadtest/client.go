@@ -76,10 +76,15 @@ func newTransport(local net.IP, maxIdle int) *http.Transport {
 	}
 }
 
-// forUser returns the client and base URL a shopper uses: addresses and
-// gateways are assigned round-robin by user index.
+// forUser returns the client and base URL a shopper uses: gateways are
+// assigned round-robin by user index, and addresses round-robin within
+// each gateway's share, so every address reaches every gateway (with
+// idx%addrs for both, an even address count over two gateways sent each
+// address to one gateway only and hit its per-address connection cap at
+// half the intended spread).
 func (c *clients) forUser(idx int) (*http.Client, string) {
-	return c.byAddr[idx%len(c.byAddr)], c.bases[idx%len(c.bases)]
+	nb := len(c.bases)
+	return c.byAddr[(idx/nb)%len(c.byAddr)], c.bases[idx%nb]
 }
 
 func (c *clients) close() {

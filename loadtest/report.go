@@ -46,6 +46,7 @@ type Report struct {
 
 	Invariants []InvariantResult `json:"invariants"`
 	Redis      *RedisReport      `json:"redis,omitempty"`
+	Persist    *PersistReport    `json:"persist,omitempty"` // order rows in PostgreSQL over time (DatabaseURL runs)
 
 	Timeseries []Slot   `json:"timeseries"` // one per 100 ms from StartedAt
 	Errors     []string `json:"errors,omitempty"`

@@ -84,6 +84,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Redis = hostilePhase(ctx, cfg, sh, info.OpensAt, preFlood, rep)
 	}
 
+	// Order rows in PostgreSQL, counted from the opening to the end of
+	// the quiet wait: how long reservations take to be persisted.
+	var poller *orderPoller
+	if cfg.DatabaseURL != "" {
+		poller = startOrderPoller(ctx, cfg.DatabaseURL, info.ID, info.OpensAt, 100*time.Millisecond)
+	}
+
 	// Shopper phase: ends when every shopper is done, when paid = quantity
 	// (UntilPaid), or QuietTimeout before the hard deadline.
 	shopDeadline := started.Add(cfg.Duration - cfg.QuietTimeout - 2*time.Second)
@@ -171,6 +178,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var items []ItemFigures
 	if figs != nil {
 		items = figs.Items
+	}
+	if rep.Orders.Reserved > int64(rep.Quantity) {
+		// More reservations than units: some expired or were cancelled.
+		// Orders the run left PENDING are re-read so the run's own
+		// "orders ≤ stock" check sees their final status.
+		n := refreshPending(ctx, cfg, ctl, bases[0], p.Orders)
+		rep.Notes = append(rep.Notes, fmt.Sprintf("re-read %d orders the run last saw PENDING", n))
+	}
+	if poller != nil {
+		rep.Persist = poller.stop(rep.Orders.Reserved, info.OpensAt.UnixMilli(), rep.LastReservationMs)
 	}
 	rep.checkRun(p.Orders, items, quiet, qd)
 	if cfg.DatabaseURL != "" {

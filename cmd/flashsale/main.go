@@ -72,6 +72,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"loadtest":    cmdLoadtest,
 		"verify-draw": cmdVerifyDraw,
 		"healthcheck": cmdHealthcheck,
+		"bench":       cmdBench, // hidden: scripts/bench.sh
 	}
 	fn, ok := cmds[args[0]]
 	if !ok {

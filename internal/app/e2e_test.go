@@ -364,3 +364,31 @@ func TestHealthAndReady(t *testing.T) {
 		}
 	}
 }
+
+func TestSaleChangesAreAudited(t *testing.T) {
+	s := startStack(t)
+	saleID, _ := s.createSale(5)
+	op := s.token(9, true)
+	s.want(s.do("PATCH", fmt.Sprintf("/api/admin/sales/%d", saleID), op, map[string]any{"admissionRatePerSecond": 7}), 200, "")
+	r := s.do("GET", "/api/admin/audit", op, nil)
+	s.want(r, 200, "")
+	var entries []struct {
+		Actor, Action string
+		Body          map[string]any
+	}
+	if err := json.Unmarshal(r.Raw, &entries); err != nil {
+		t.Fatalf("audit: %s", r.Raw)
+	}
+	var sawCreate, sawUpdate bool
+	for _, e := range entries {
+		switch {
+		case e.Action == "sale.create" && e.Actor == "1" && e.Body["saleId"] == float64(saleID):
+			sawCreate = true
+		case e.Action == "sale.update" && e.Actor == "9" && e.Body["admissionRatePerSecond"] == float64(7):
+			sawUpdate = true
+		}
+	}
+	if !sawCreate || !sawUpdate {
+		t.Fatalf("audit log lacks the sale's create (%v) or rate change (%v): %s", sawCreate, sawUpdate, r.Raw)
+	}
+}

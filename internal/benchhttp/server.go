@@ -63,11 +63,11 @@ const InStockQuantity = 100_000_000
 
 // Permissive lifts the per-address and per-user limits: every request of a
 // benchmark comes from 127.0.0.1.
-const Permissive = `{"rateLimit": {"perIp": {"rps": 100000000, "burst": 100000000}, "perUser": {"rps": 100000000, "burst": 100000000}},
+const Permissive = `{"rateLimit": {"perIp": {"rps": 1000000, "burst": 1000000}, "perUser": {"rps": 1000000, "burst": 1000000}},
 	"pow": {"difficulty": 0}, "blocklist": {"cidrs": [], "users": []}}`
 
 // RateLimited allows one purchase request per second per address.
-const RateLimited = `{"rateLimit": {"perIp": {"rps": 1, "burst": 1}, "perUser": {"rps": 100000000, "burst": 100000000}},
+const RateLimited = `{"rateLimit": {"perIp": {"rps": 1, "burst": 1}, "perUser": {"rps": 1000000, "burst": 1000000}},
 	"pow": {"difficulty": 0}, "blocklist": {"cidrs": [], "users": []}}`
 
 // Serve runs a benchmark server until ctx ends or in reaches EOF (the

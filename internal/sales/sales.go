@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -74,7 +75,10 @@ func (s *Store) Create(ctx context.Context, in flashsale.Sale) (flashsale.Sale, 
 			}
 			out.Items[i] = it
 		}
-		return nil
+		return audit(ctx, tx, in.CreatedBy, "sale.create", map[string]any{
+			"saleId": out.ID, "name": out.Name, "startsAt": out.StartsAt, "admissionRatePerSecond": out.AdmissionRatePerSecond,
+			"shuffleCommitment": out.ShuffleCommitment, "items": len(out.Items),
+		})
 	})
 	if err != nil {
 		return flashsale.Sale{}, fmt.Errorf("sales.Create: %w", err)
@@ -170,17 +174,36 @@ func (s *Store) List(ctx context.Context) ([]flashsale.Sale, error) {
 
 // Update applies a live change and announces it.
 func (s *Store) Update(ctx context.Context, id int64, u flashsale.SaleUpdate) (flashsale.Sale, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE sales SET
-		name = coalesce($2, name),
-		admission_rate = coalesce($3, admission_rate),
-		ends_at = coalesce($4, ends_at),
-		updated_at = now()
-		WHERE id = $1`, id, u.Name, u.AdmissionRatePerSecond, u.EndsAt)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE sales SET
+			name = coalesce($2, name),
+			admission_rate = coalesce($3, admission_rate),
+			ends_at = coalesce($4, ends_at),
+			updated_at = now()
+			WHERE id = $1`, id, u.Name, u.AdmissionRatePerSecond, u.EndsAt)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return errNotFound
+		}
+		change := map[string]any{"saleId": id}
+		if u.Name != nil {
+			change["name"] = *u.Name
+		}
+		if u.AdmissionRatePerSecond != nil {
+			change["admissionRatePerSecond"] = *u.AdmissionRatePerSecond
+		}
+		if u.EndsAt != nil {
+			change["endsAt"] = *u.EndsAt
+		}
+		return audit(ctx, tx, u.Actor, "sale.update", change)
+	})
+	if errors.Is(err, errNotFound) {
+		return flashsale.Sale{}, errNotFound
+	}
 	if err != nil {
 		return flashsale.Sale{}, fmt.Errorf("sales.Update: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return flashsale.Sale{}, errNotFound
 	}
 	s.announce(ctx, id)
 	return s.Get(ctx, id)
@@ -236,4 +259,18 @@ func (s *Store) Figures(ctx context.Context, saleID int64) ([]flashsale.ItemFigu
 		return nil, fmt.Errorf("sales.Figures: %w", err)
 	}
 	return out, nil
+}
+
+// audit records an operator action in the audit log (the table the
+// bot-defense settings changes are logged in too).
+func audit(ctx context.Context, tx pgx.Tx, actor, action string, body map[string]any) error {
+	if actor == "" {
+		actor = "system"
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO audit_log (actor, action, body) VALUES ($1, $2, $3)`, actor, action, b)
+	return err
 }

@@ -126,6 +126,9 @@ func TestSmokeAgainstStack(t *testing.T) {
 			if o.Users != int(o.Reserved) {
 				t.Errorf("%d users hold orders, %d reservations", o.Users, o.Reserved)
 			}
+			if p := r.Persist; p == nil || p.Error != "" || p.AllPersistedMs < 0 || p.Rows != o.Reserved {
+				t.Errorf("persist report = %+v, want every reservation seen in PostgreSQL", p)
+			}
 			if r.Stopped != "done" {
 				t.Errorf("stopped = %q, want done", r.Stopped)
 			}

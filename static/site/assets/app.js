@@ -271,6 +271,11 @@ function renderActions() {
   for (const box of document.querySelectorAll('#items .action')) {
     const id = box.id.slice('action-'.length);
     const url = page.admission && page.admission.items.get(id);
+    if (page.order && page.order.status === 'PAID') {
+      // One item per sale: after paying there is nothing more to buy.
+      setNote(box, String(page.order.itemId) === id ? 'Bought' : 'One item per sale', '');
+      continue;
+    }
     if (page.soldOut.has(id)) {
       setNote(box, 'Sold out', 'soldout-' + id);
       continue;
@@ -551,7 +556,7 @@ const FINAL = new Set(['PAID', 'EXPIRED', 'CANCELLED', 'REJECTED']);
 
 function showOrder(orderId, known) {
   clearTimeout(page.orderTimer);
-  page.order = { id: orderId, status: '', payable: false, expiresAtMs: NaN };
+  page.order = { id: orderId, status: '', payable: false, expiresAtMs: NaN, itemId: '' };
   page.orderMisses = 0;
   $('order').hidden = false;
   $('order-id').textContent = orderId;
@@ -587,6 +592,7 @@ function renderOrder(body) {
   const o = page.order;
   o.status = body.status || o.status;
   o.payable = !!body.payable;
+  if (body.itemId !== undefined) o.itemId = body.itemId;
   const exp = Date.parse(body.expiresAt);
   if (Number.isFinite(exp)) o.expiresAtMs = exp;
   const st = $('order-status');
@@ -683,7 +689,9 @@ function tick() {
   cd.dataset.remainingMs = Number.isFinite(left) ? String(Math.max(0, Math.round(left))) : '';
 
   const adm = $('admission-expiry');
-  if (page.admission && page.clock.synced && Number.isFinite(page.admission.expiresAtMs)) {
+  if (page.order && page.order.status === 'PAID') {
+    adm.textContent = '';
+  } else if (page.admission && page.clock.synced && Number.isFinite(page.admission.expiresAtMs)) {
     const l = page.clock.until(page.admission.expiresAtMs);
     adm.textContent = l > 0 ? 'Your turn lasts ' + formatCountdown(l) + ' more.' : 'Your turn has ended.';
     if (l <= 0 && !page.order) {

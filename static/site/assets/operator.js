@@ -278,12 +278,14 @@ async function applyRate(ev) {
   ev.preventDefault();
   if (!op.saleId) return;
   const n = Number($('rate-input').value);
-  if (!Number.isInteger(n) || n < 0) {
-    showChange('The admission rate must be a whole number of 0 or more.');
+  if (!Number.isInteger(n) || n < 1) {
+    showChange('The admission rate must be a whole number of 1 or more.');
     return;
   }
   const r = await api('PATCH', '/sales/' + encodeURIComponent(op.saleId), { admissionRatePerSecond: n });
-  if (r.ok) await showChange('Admission rate set to ' + n + '/s');
+  // A sale change is not in the audit log (only settings changes are):
+  // report it without an audit entry, which would be an unrelated one.
+  if (r.ok) $('change-result').textContent = 'Admission rate set to ' + n + '/s.';
   else showChange('Not changed: ' + (r.message || r.error || 'HTTP ' + r.status));
   loadFigures();
 }
@@ -370,6 +372,7 @@ function renderSettings() {
   for (const path of paths) {
     const id = 'shadow-' + path.join('-');
     const row = document.createElement('div');
+    row.className = 'check';
     const cb = document.createElement('input');
     cb.type = 'checkbox';
     cb.id = id;
@@ -554,9 +557,9 @@ async function loadAudit() {
   return entries;
 }
 
-function auditText(e) {
+function auditText(e, withBody = true) {
   let body = '';
-  if (e.body !== undefined && e.body !== null) {
+  if (withBody && e.body !== undefined && e.body !== null) {
     body = typeof e.body === 'string' ? e.body : JSON.stringify(e.body);
     if (body.length > 400) body = body.slice(0, 400) + '…';
   }
@@ -573,7 +576,8 @@ async function showChange(what) {
     $('audit-list').dataset.fresh = String(e.id);
     const li = $('audit-' + e.id);
     if (li) li.className = 'fresh';
-    el.textContent = what + '. Audit #' + e.id + ': ' + auditText(e);
+    // The entry's body (the whole settings document) is in the audit list.
+    el.textContent = what + '. Audit #' + e.id + ': ' + auditText(e, false);
   }
 }
 

@@ -1,0 +1,139 @@
+package browsertest
+
+import (
+	"bytes"
+	"context"
+	"image/png"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/flashsale/flashsale/internal/app"
+)
+
+// committedDir holds the screenshots README.md shows.
+const committedDir = "../docs/screenshots"
+
+// size is a screen the pages are shown on.
+type size struct {
+	name          string
+	width, height int64
+	mobile        bool
+}
+
+var sizes = []size{
+	{"phone", 390, 844, true},     // iPhone 12–14 in CSS pixels, mobile emulation
+	{"desktop", 1280, 800, false}, // a laptop window
+}
+
+// shootSizes captures the current page at every size as name-<size>.png:
+// always into the test's artifacts, and into docs/screenshots/ when
+// FLASHSALE_UPDATE_SCREENSHOTS=1.
+func shootSizes(tb *tab, name string) {
+	tb.b.t.Helper()
+	update := os.Getenv("FLASHSALE_UPDATE_SCREENSHOTS") == "1"
+	for _, sz := range sizes {
+		tb.viewport(sz.width, sz.height, sz.mobile)
+		settle(tb)
+		pic := tb.screenshot(name + "-" + sz.name)
+		if pic == nil {
+			tb.b.t.Fatalf("no screenshot %s-%s", name, sz.name)
+		}
+		img, err := png.Decode(bytes.NewReader(pic))
+		if err != nil {
+			tb.b.t.Fatalf("screenshot %s-%s is not a PNG: %v", name, sz.name, err)
+		}
+		// The page must fit the width: no horizontal scrolling.
+		if sw := evalT[int](tb, `document.documentElement.scrollWidth`); int64(sw) > sz.width {
+			tb.b.t.Errorf("%s at %s: page is %d px wide, wider than the %d px screen", name, sz.name, sw, sz.width)
+		}
+		if img.Bounds().Dx() < int(sz.width) {
+			tb.b.t.Errorf("%s at %s: image %d px wide, want at least %d", name, sz.name, img.Bounds().Dx(), sz.width)
+		}
+		if update {
+			p := filepath.Join(committedDir, name+"-"+sz.name+".png")
+			if err := os.WriteFile(p, pic, 0o644); err != nil {
+				tb.b.t.Fatalf("write %s: %v", p, err)
+			}
+		}
+	}
+	tb.viewport(1280, 800, false)
+}
+
+// settle waits two animation frames, so that a new viewport is laid out and
+// painted before the capture.
+func settle(tb *tab) {
+	tb.b.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, waitFor)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](
+		`new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))`, chromedp.EvalAwaitPromise)); err != nil {
+		tb.fail("settle", err)
+	}
+}
+
+// TestScreenshots renders the shopper page (waiting; admitted and paid) and
+// the operator console at phone and desktop width.
+func TestScreenshots(t *testing.T) {
+	if os.Getenv("FLASHSALE_UPDATE_SCREENSHOTS") == "1" {
+		if err := os.MkdirAll(committedDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Capacity factor 1 keeps the queue still: as many shoppers admitted
+	// as units remain, the rest wait.
+	s := startStack(t, func(c *app.Config) { c.CapacityFactor = 1 })
+	winter, winterItems := s.createSale("Winter drop", time.Now().Add(-time.Second), 20, 2, 3)
+	spring, springItems := s.createSale("Spring drop", time.Now().Add(-time.Second), 500, 50, 25)
+
+	// Winter: five shoppers admitted (one per unit), one of them buys and
+	// pays; six more wait.
+	first := s.admit(8101, winter)
+	for u := int64(8102); u <= 8105; u++ {
+		s.admit(u, winter)
+	}
+	order := s.buy(8101, winterItems[0], first)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r := s.do("POST", "/api/flash-sales/orders/"+order+"/pay", s.token(8101, false), nil)
+		if r.Status == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pay: %d %s", r.Status, r.Raw)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for u := int64(8106); u <= 8111; u++ {
+		s.join(u, winter)
+	}
+
+	b := newBrowser(t)
+	shop := b.tab("")
+	shop.navigate(s.shopperURL(s.app.PublicURL, winter, 8120, ""))
+	shop.waitState("WAITING")
+	shop.waitJS("position and ETA", `document.getElementById('position').textContent !== '–' && document.getElementById('eta').textContent !== '–'`)
+	shootSizes(shop, "shopper-waiting")
+
+	shop.navigate(s.shopperURL(s.app.PublicURL, spring, 8120, ""))
+	shop.waitState("ADMITTED")
+	buyAndPay(shop, springItems[0])
+	shootSizes(shop, "shopper-paid")
+
+	op := b.tab("operator")
+	op.navigate(s.operatorURL(winter))
+	op.do("figures", chromedp.WaitVisible(chromedp.CSS("#figures-body")))
+	op.waitJS("items, queue and charts", `document.querySelectorAll('#fig-items tr').length === 2 &&
+	  document.getElementById('fig-waiting').textContent.trim() !== '' &&
+	  document.querySelectorAll('#charts svg').length > 0 &&
+	  document.querySelectorAll('#audit-list li').length > 0`)
+	op.do("block a user",
+		chromedp.SetValue(chromedp.CSS("#block-user-input"), "666"),
+		chromedp.Click(chromedp.CSS("#block-user-apply")),
+	)
+	op.waitJS("audit entry", `!!document.querySelector('#audit-list li.fresh')`)
+	shootSizes(op, "operator")
+}

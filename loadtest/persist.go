@@ -1,0 +1,199 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flashsale/flashsale/auth"
+)
+
+// PersistReport is how fast reservations reached PostgreSQL: the order
+// rows of the sale counted every PollMs from the opening to the end of the
+// quiet wait (DatabaseURL runs only).
+type PersistReport struct {
+	PollMs int64 `json:"pollMs"`
+	// Rows is the last count of order rows of the sale (any status).
+	Rows int64 `json:"rows"`
+	// AllPersistedMs is, relative to the opening, the first poll that saw
+	// at least as many order rows as the run got 202s; -1: never seen.
+	AllPersistedMs int64 `json:"allPersistedMs"`
+	// LagAfterLastReservationMs is AllPersistedMs − LastReservationMs
+	// (the last 202 the clients received; accurate to PollMs); -1 when
+	// either is unknown.
+	LagAfterLastReservationMs int64 `json:"lagAfterLastReservationMs"`
+	// LastCreatedMs is the latest orders.created_at of the sale (the
+	// server's reservation time) when all rows were seen, relative to the
+	// opening; -1: unknown.
+	LastCreatedMs int64 `json:"lastCreatedMs"`
+	// LagAfterLastCreatedMs is AllPersistedMs − LastCreatedMs: the
+	// server-side time from the last reservation to its row (accurate to
+	// PollMs); -1 when unknown.
+	LagAfterLastCreatedMs int64  `json:"lagAfterLastCreatedMs"`
+	Error                 string `json:"error,omitempty"`
+}
+
+// rowSample is one poll: order rows of the sale at a time (Unix ms).
+type rowSample struct {
+	atMs      int64
+	rows      int64
+	createdMs int64 // max(created_at), Unix ms; 0: no rows
+}
+
+// orderPoller counts the sale's order rows in PostgreSQL every interval.
+type orderPoller struct {
+	every  time.Duration
+	mu     sync.Mutex
+	series []rowSample
+	err    string
+	done   chan struct{}
+	cancel context.CancelFunc
+}
+
+// startOrderPoller polls until stop; polls start at from (the opening).
+func startOrderPoller(ctx context.Context, url string, saleID int64, from time.Time, every time.Duration) *orderPoller {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &orderPoller{every: every, done: make(chan struct{}), cancel: cancel}
+	go func() {
+		defer close(p.done)
+		if !sleepCtx(ctx, time.Until(from)-every) {
+			return
+		}
+		cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+		conn, err := pgx.Connect(cctx, url)
+		ccancel()
+		if err != nil {
+			p.setErr(err)
+			return
+		}
+		defer conn.Close(context.Background())
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
+			var n, created int64
+			err := conn.QueryRow(qctx, `SELECT count(*), coalesce((extract(epoch FROM max(created_at)) * 1000)::bigint, 0)
+				FROM orders WHERE sale_id = $1`, saleID).Scan(&n, &created)
+			qcancel()
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				p.setErr(err)
+			} else {
+				p.mu.Lock()
+				p.series = append(p.series, rowSample{atMs: time.Now().UnixMilli(), rows: n, createdMs: created})
+				p.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return p
+}
+
+func (p *orderPoller) setErr(err error) {
+	p.mu.Lock()
+	if p.err == "" {
+		p.err = err.Error()
+	}
+	p.mu.Unlock()
+}
+
+// stop ends the polls and returns the report for reserved 202s.
+func (p *orderPoller) stop(reserved, opensAtMs, lastReservationMs int64) *PersistReport {
+	p.cancel()
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := &PersistReport{PollMs: p.every.Milliseconds(), AllPersistedMs: -1, LagAfterLastReservationMs: -1,
+		LastCreatedMs: -1, LagAfterLastCreatedMs: -1, Error: p.err}
+	var createdAtAll int64
+	for _, s := range p.series {
+		r.Rows = s.rows
+		if r.AllPersistedMs < 0 && reserved > 0 && s.rows >= reserved {
+			r.AllPersistedMs = s.atMs - opensAtMs
+			createdAtAll = s.createdMs
+		}
+	}
+	if createdAtAll > 0 {
+		r.LastCreatedMs = createdAtAll - opensAtMs
+		r.LagAfterLastCreatedMs = r.AllPersistedMs - r.LastCreatedMs
+	}
+	if r.AllPersistedMs >= 0 && lastReservationMs >= 0 {
+		r.LagAfterLastReservationMs = r.AllPersistedMs - lastReservationMs
+	}
+	return r
+}
+
+// refreshPending re-reads the status of every order the run last saw
+// PENDING (a winner who did not pay leaves it so, and the server expires
+// it later), so the run's own "orders ≤ stock" check counts only orders
+// that are still live. Bounded by ctx and 60 s; an order that cannot be
+// read keeps its last status.
+func refreshPending(ctx context.Context, cfg Config, hc *http.Client, base string, orders map[int64][]orderRecord) int {
+	type job struct {
+		user int64
+		i    int
+	}
+	var jobs []job
+	for u, os := range orders {
+		for i, o := range os {
+			if o.Status == "" || o.Status == "PENDING" {
+				jobs = append(jobs, job{u, i})
+			}
+		}
+	}
+	if len(jobs) == 0 {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	refreshed := 0
+	for range min(32, len(jobs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				k := int(next.Add(1) - 1)
+				if k >= len(jobs) {
+					return
+				}
+				j := jobs[k]
+				mu.Lock()
+				id := orders[j.user][j.i].OrderID
+				mu.Unlock()
+				tok, err := auth.Mint(cfg.JWTSecret, j.user, false, time.Hour, time.Now())
+				if err != nil {
+					continue
+				}
+				r, err := do(ctx, hc, http.MethodGet, base+"/api/flash-sales/orders/"+id, bearer(tok), nil)
+				if err != nil || r.Status != http.StatusOK {
+					continue
+				}
+				var b struct {
+					Status string `json:"status"`
+				}
+				if json.Unmarshal(r.Body, &b) == nil && b.Status != "" {
+					mu.Lock()
+					orders[j.user][j.i].Status = b.Status
+					refreshed++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return refreshed
+}

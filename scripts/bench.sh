@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# scripts/bench.sh — `make bench`: the Go benchmarks, then the HTTP benchmarks
+# (wrk against a bare fiber baseline and the gateway, interleaved, in this
+# run), recorded under out/bench/. docs/BENCHMARKS.md explains the results.
+#
+#   OUT=out/bench            where results go
+#   BENCH_HTTP_FLAGS=...     extra flags of `flashsale bench http` (-rounds, -duration, -users ...)
+#   FLASHSALE_BENCH_CONNS=N  WebSockets held by waitroom's BenchmarkConnections (default 9000:
+#                            client and server share one process and its 20,000 open files)
+#   SKIP_GO=1 / SKIP_HTTP=1  run only one half
+#
+# Takes about 8 minutes on 2 cores. Benchmarks measure; nothing here fails on a
+# number. A benchmark that fails to build or run is recorded and the rest go on.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
+GO=${GO:-go}
+OUT=${OUT:-out/bench}
+BIN=bin/flashsale
+mkdir -p "$OUT"
+rm -f "$OUT"/summary.txt "$OUT"/failures.txt
+[ -n "${SKIP_GO:-}" ] || rm -f "$OUT"/go-*.txt
+[ -n "${SKIP_HTTP:-}" ] || rm -f "$OUT"/wrk-*.txt "$OUT"/http*.txt "$OUT"/server-*.log "$OUT"/*.lua
+
+$GO build -o "$BIN" ./cmd/flashsale || exit 1
+
+# The machine, and the load average every 5 s for the whole run (other
+# engineers' tests share these cores: the numbers are only as quiet as that).
+{
+	echo "date:      $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+	echo "commit:    $(git rev-parse --short HEAD 2>/dev/null) (+ uncommitted changes: $(git status --porcelain 2>/dev/null | wc -l) files)"
+	echo "nproc:     $(nproc)"
+	echo "cpu:       $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+	echo "memory:    $(free -m | awk '/^Mem:/ {print $2 " MiB"}')"
+	echo "go:        $($GO version)"
+	echo "redis:     $(redis-server --version 2>/dev/null | head -1)"
+	pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+	echo "postgres:  $("$pgbin"/postgres --version 2>/dev/null)"
+	echo "wrk:       $(wrk -v 2>&1 | head -1)"
+	echo "ulimit -n: $(ulimit -n)"
+	echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+} > "$OUT/machine.txt"
+cat "$OUT/machine.txt"
+
+( while :; do echo "$(date -u +%H:%M:%S) $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 5; done ) > "$OUT/loadavg.txt" &
+LOADPID=$!
+trap 'kill "$LOADPID" 2>/dev/null' EXIT
+
+# gobench NAME PKG [go test flags...]: one package's benchmarks into go-NAME.txt.
+gobench() {
+	local name=$1 pkg=$2
+	shift 2
+	if ! ls "$pkg"/*_test.go >/dev/null 2>&1 || ! grep -qs '^func Benchmark' "$pkg"/*_test.go; then
+		echo "== $name: no benchmarks in $pkg, skipped" | tee -a "$OUT/failures.txt"
+		return
+	fi
+	echo "== $name ($pkg) load $(cut -d' ' -f1-3 /proc/loadavg)"
+	if ! $GO test -run '^$' -count=1 -benchmem "$@" "./$pkg/" > "$OUT/go-$name.txt" 2>&1; then
+		echo "== $name: FAILED (see $OUT/go-$name.txt)" | tee -a "$OUT/failures.txt"
+	fi
+	grep -E '^(Benchmark|ok|FAIL|---)' "$OUT/go-$name.txt"
+}
+
+if [ -z "${SKIP_GO:-}" ]; then
+	gobench admission admission -bench .
+	gobench auth      auth      -bench .
+	gobench defense   defense   -bench .
+	gobench gateway   gateway   -bench .
+	gobench stock     internal/stock -bench ReserveScript -benchtime 3s -count 3
+	gobench kafka     internal/kafka -bench .
+	gobench purchase  purchase  -bench . -benchtime 3s
+	gobench writer    writer    -bench . -benchtime 3x -timeout 20m
+	gobench waitroom-join waitroom -bench 'Join|Permute'
+	if grep -qs 'FLASHSALE_BENCH_CONNS' waitroom/*_test.go; then
+		FLASHSALE_BENCH_CONNS=${FLASHSALE_BENCH_CONNS:-9000} \
+			gobench waitroom-conns waitroom -bench Connections -benchtime 3x -timeout 10m
+	fi
+fi
+
+if [ -z "${SKIP_HTTP:-}" ]; then
+	echo "== HTTP (wrk) load $(cut -d' ' -f1-3 /proc/loadavg)"
+	# shellcheck disable=SC2086
+	if ! "$BIN" bench http --out "$OUT" ${BENCH_HTTP_FLAGS:-} 2>&1 | tee "$OUT/http-progress.txt"; then
+		echo "== http: FAILED (see $OUT/http-progress.txt, $OUT/server-*.log)" | tee -a "$OUT/failures.txt"
+	fi
+fi
+
+{
+	cat "$OUT/machine.txt"
+	echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo
+	echo "Go benchmarks (full output: $OUT/go-*.txt)"
+	grep -hE '^Benchmark' "$OUT"/go-*.txt 2>/dev/null
+	[ -f "$OUT/http.txt" ] && cat "$OUT/http.txt"
+	echo
+	echo "Comparisons (medians of this run)"
+	# metric FILE PATTERN UNIT: the median of UNIT values of benchmark lines matching PATTERN.
+	metric() {
+		grep -hE "$2" "$1" 2>/dev/null | awk -v u="$3" '{for (i = 2; i <= NF; i++) if ($i == u) print $(i-1)}' |
+			sort -g | awk '{a[NR] = $1} END {if (NR) print (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2)}'
+	}
+	script=$(metric "$OUT/go-stock.txt" '^BenchmarkReserveScript' ops/s)
+	service=$(metric "$OUT/go-purchase.txt" '^BenchmarkServiceReserveInStock' ops/s)
+	instock=$(awk '$1 == "in-stock" {print $2}' "$OUT/http-medians.txt" 2>/dev/null)
+	base=$(awk '$1 == "baseline" {print $2}' "$OUT/http-medians.txt" 2>/dev/null)
+	ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a != "" && b != "" && b > 0) printf "%.1f%%", 100 * a / b; else print "n/a"}'; }
+	echo "  in-stock over HTTP ${instock:-n/a} req/s = $(ratio "$instock" "$base") of the bare fiber baseline (${base:-n/a}),"
+	echo "    $(ratio "$instock" "$script") of the reserve script driven straight at Redis (${script:-n/a} calls/s, 64 goroutines),"
+	echo "    $(ratio "$instock" "$service") of purchase.Service.Reserve with a kfake publish (${service:-n/a} ops/s)"
+	for v in fsync-off fsync-off-synccommit-on durable; do
+		w=$(metric "$OUT/go-writer.txt" "^BenchmarkWriter10k/$v-[0-9]+[[:space:]]" orders/s)
+		[ -n "$w" ] && echo "  writer 10k orders Kafka -> committed rows ($v): $w orders/s (goal >= 15000: $(awk -v w="$w" 'BEGIN {print (w >= 15000 ? "met" : "missed")}'))"
+	done
+	for v in unnest copy-temp; do
+		r=$(metric "$OUT/go-writer.txt" "^BenchmarkRawBatchedInsert/$v-[0-9]+[[:space:]]" orders/s)
+		[ -n "$r" ] && echo "  raw batched pgx insert ($v): $r orders/s"
+	done
+	[ -s "$OUT/failures.txt" ] && { echo; echo "Failures / skipped:"; cat "$OUT/failures.txt"; }
+} > "$OUT/summary.txt"
+echo
+echo "summary: $OUT/summary.txt"
+if grep -qs FAILED "$OUT/failures.txt"; then exit 1; fi

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Load scenarios against a real multi-process stack built from bin/flashsale.
+#
+#   scripts/loadscenarios.sh [drop|expiry|attack|smoke ...]   (default: drop expiry attack)
+#
+# For each scenario a fresh stack is started under out/load/<scenario>/:
+#   - `flashsale dev` (local redis-server + PostgreSQL, an embedded Kafka on a
+#     fixed port, writer, expiry, and a gateway on 127.0.0.1:18080 used only
+#     for the operator calls),
+#   - GATEWAYS `flashsale gateway` processes (127.0.0.1:18081, …) on the
+#     same Redis, PostgreSQL and Kafka, which take all the shopper traffic,
+# permissive bot-defense settings are stored through PUT /api/admin/settings
+# (operator token from `flashsale token --role operator`), then
+# `flashsale loadtest --scenario S` runs over every gateway and writes
+# out/load/S.json and out/load/S.html. Everything started is stopped by pid
+# at the end.
+#
+# Environment knobs (defaults in brackets):
+#   GATEWAYS [2]  SHOPPERS [scenario's]  PROCESSES [scenario's]
+#   SOURCE_ADDRS [scenario's]  RATE [scenario's]  STARTS_IN [scenario's]
+#   DURATION [scenario's]  LOADTEST_ARGS [extra flags for flashsale loadtest]
+#   CAPACITY_FACTOR [2]  BUILD [1: make build first]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SCENARIOS=("$@")
+[ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=(drop expiry attack)
+GATEWAYS=${GATEWAYS:-2}
+BIN=./bin/flashsale
+OUT=out/load
+KAFKA_PORT=${KAFKA_PORT:-19092}
+mkdir -p "$OUT"
+
+if [ "${BUILD:-1}" = 1 ]; then
+	make build >/dev/null
+fi
+
+# Open files: each gateway and each load worker holds one socket per
+# WebSocket shopper (hard limit 20,000 here).
+ulimit -n 20000 || ulimit -n "$(ulimit -Hn)"
+echo "open-file limit: $(ulimit -n)"
+
+PIDS=()
+cleanup() {
+	local p
+	for p in "${PIDS[@]}"; do
+		kill -TERM "$p" 2>/dev/null || true
+	done
+	for p in "${PIDS[@]}"; do
+		# bounded wait: 30 s per process at most
+		for _ in $(seq 1 300); do
+			kill -0 "$p" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL "$p" 2>/dev/null || true
+	done
+	PIDS=()
+}
+trap cleanup EXIT INT TERM
+
+# wait_url URL SECONDS: until URL answers 200.
+wait_url() {
+	local i
+	for i in $(seq 1 $(($2 * 4))); do
+		if curl -fsS -o /dev/null "$1" 2>/dev/null; then
+			return 0
+		fi
+		sleep 0.25
+	done
+	echo "timeout waiting for $1" >&2
+	return 1
+}
+
+# banner_value FILE LABEL: the value after LABEL in the dev banner.
+banner_value() {
+	local i v
+	for i in $(seq 1 240); do
+		v=$(awk -v l="$2" '$1 == l { print $2; exit }' "$1" 2>/dev/null || true)
+		if [ -n "$v" ]; then
+			echo "$v"
+			return 0
+		fi
+		sleep 0.25
+	done
+	echo "no $2 in $1" >&2
+	return 1
+}
+
+start_stack() { # scenario
+	local s=$1 dir="$OUT/$s"
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	export FLASHSALE_JWT_SECRET="loadscenarios-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+	export FLASHSALE_LOG_LEVEL=${FLASHSALE_LOG_LEVEL:-warn}
+	export FLASHSALE_CAPACITY_FACTOR=${CAPACITY_FACTOR:-2}
+	# The expiry scenario needs a short payment window; the others keep
+	# the default so nothing expires during the run.
+	if [ "$s" = expiry ]; then
+		export FLASHSALE_PAYMENT_WINDOW=20s FLASHSALE_EXPIRY_INTERVAL=2s
+	else
+		unset FLASHSALE_PAYMENT_WINDOW FLASHSALE_EXPIRY_INTERVAL
+	fi
+	unset FLASHSALE_REDIS_URL FLASHSALE_DATABASE_URL FLASHSALE_KAFKA_BROKERS
+	$BIN dev --data-dir "$dir/data" --kafka-port "$KAFKA_PORT" \
+		--http-addr 127.0.0.1:18080 --admin-addr 127.0.0.1:19080 \
+		>"$dir/dev.out" 2>"$dir/dev.log" &
+	PIDS+=($!)
+	REDIS_URL=$(banner_value "$dir/dev.out" Redis)
+	DATABASE_URL=$(banner_value "$dir/dev.out" PostgreSQL)
+	wait_url http://127.0.0.1:19080/readyz 60
+	# Shoppers go to GATEWAYS `flashsale gateway` processes; the dev
+	# process (embedded Kafka broker, writer, expiry, gateway 0 for the
+	# operator calls) gets no shopper traffic: with thousands of
+	# WebSockets it would run out of open files and take the broker's
+	# connections with it (seen with shoppers on it: every produce failed).
+	URLS=""
+	local g
+	for g in $(seq 1 "$GATEWAYS"); do
+		FLASHSALE_REDIS_URL=$REDIS_URL FLASHSALE_DATABASE_URL=$DATABASE_URL \
+			FLASHSALE_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT \
+			$BIN gateway --http-addr 127.0.0.1:$((18080 + g)) --admin-addr 127.0.0.1:$((19080 + g)) \
+			>"$dir/gateway$g.log" 2>&1 &
+		PIDS+=($!)
+		wait_url http://127.0.0.1:$((19080 + g))/readyz 60
+		URLS="${URLS:+$URLS,}http://127.0.0.1:$((18080 + g))"
+	done
+	echo "stack for $s: gateways $URLS, redis $REDIS_URL, postgres $DATABASE_URL, kafka 127.0.0.1:$KAFKA_PORT"
+
+	# Permissive bot defense: the simulated shoppers share few loopback
+	# source addresses, so per-address limits would measure the tool.
+	local op
+	op=$($BIN token --user 1 --role operator)
+	curl -fsS -X PUT -H "Authorization: Bearer $op" -H 'Content-Type: application/json' \
+		--data '{"rateLimit": {"perIp": {"rps": 1000000, "burst": 1000000}, "perUser": {"rps": 1000000, "burst": 1000000}}, "pow": {"difficulty": 0}, "blocklist": {"cidrs": [], "users": []}}' \
+		http://127.0.0.1:18080/api/admin/settings >"$dir/settings.json"
+	sleep 3 # applied on every gateway within 2 s (CONTRACT section 3)
+}
+
+run_scenario() { # scenario
+	local s=$1 args=()
+	[ -n "${SHOPPERS:-}" ] && args+=(--shoppers "$SHOPPERS")
+	[ -n "${PROCESSES:-}" ] && args+=(--processes "$PROCESSES")
+	[ -n "${SOURCE_ADDRS:-}" ] && args+=(--source-addrs "$SOURCE_ADDRS")
+	[ -n "${RATE:-}" ] && args+=(--rate "$RATE")
+	[ -n "${STARTS_IN:-}" ] && args+=(--starts-in "$STARTS_IN")
+	[ -n "${DURATION:-}" ] && args+=(--duration "$DURATION")
+	# shellcheck disable=SC2206
+	[ -n "${LOADTEST_ARGS:-}" ] && args+=(${LOADTEST_ARGS})
+	echo "== $s  $(date -u +%FT%TZ)  load average before: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/$s.txt"
+	local rc=0
+	$BIN loadtest --scenario "$s" --url "$URLS" --admin-url http://127.0.0.1:19081 \
+		--database-url "$DATABASE_URL" --redis-url "$REDIS_URL" \
+		--json "$OUT/$s.json" --html "$OUT/$s.html" "${args[@]}" \
+		> >(tee -a "$OUT/$s.txt") 2> >(tr '\r' '\n' | tail -n 40 >>"$OUT/$s.progress") || rc=$?
+	echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg); exit $rc" | tee -a "$OUT/$s.txt"
+	local g
+	for g in $(seq 0 "$GATEWAYS"); do
+		curl -fsS http://127.0.0.1:$((19080 + g))/metrics >"$OUT/$s/metrics-gateway$g.txt" 2>/dev/null || true
+	done
+	if [ -s "$OUT/$s.json" ] && command -v jq >/dev/null; then
+		jq -r '"shoppers \(.shoppers) over \(.config.baseUrls | length + 1) gateways, \(.processes) load processes, quantity \(.orders.quantity)",
+			"reserved \(.orders.reserved)  sold \(.orders.sold)  paid \(.orders.paid)  expired \(.orders.expired)  remaining \(.orders.remaining)  stopped \(.stopped)",
+			"first/last reservation \(.firstReservationMs)/\(.lastReservationMs) ms after opening, first sold-out seen \(.sellOutMs) ms, admissions \(.admissionsPerSecond | floor)/s",
+			"PostgreSQL: \(.persist.rows // "?") rows; all reserved orders in at \(.persist.allPersistedMs // "?") ms after opening: \(.persist.lagAfterLastCreatedMs // "?") ms after the last reservation (server time, orders.created_at \(.persist.lastCreatedMs // "?") ms), \(.persist.lagAfterLastReservationMs // "?") ms after the last 202 seen by a client",
+			"redis: \(.redis // "n/a" | tostring)",
+			(.steps | to_entries[] | "step \(.key): n=\(.value.count) p50 \(.value.latency.p50Ms) p99 \(.value.latency.p99Ms) max \(.value.latency.maxMs) ms \(.value.outcomes | tostring)"),
+			(.invariants[] | "invariant \(.name): \(if .ok then "OK" elif .skipped then "skipped" else "BROKEN" end) \(.detail // "")"),
+			(.errors // [] | .[:10][] | "error: \(.)"), (.notes // [] | .[] | "note: \(.)")' "$OUT/$s.json" | tee -a "$OUT/$s.txt"
+	fi
+	return $rc
+}
+
+status=0
+for s in "${SCENARIOS[@]}"; do
+	start_stack "$s"
+	run_scenario "$s" || status=1
+	cleanup
+	sleep 1
+done
+exit $status
