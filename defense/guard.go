@@ -279,6 +279,18 @@ func (g *Guard) classID(name string) (uint8, bool) {
 	return id, true
 }
 
+// Blocked reports whether the blocklist, enforced (not in shadow mode),
+// refuses this address or user now. It counts nothing: the waiting room
+// calls it on every tick to close the connections of shoppers blocked after
+// they joined.
+func (g *Guard) Blocked(ip netip.Addr, userID int64) bool {
+	c := g.cur.Load()
+	if c.shadow[rBlocklist] {
+		return false
+	}
+	return c.addrBlocked(ip) || c.userBlocked(userID)
+}
+
 // Settings returns the settings being enforced.
 func (g *Guard) Settings() Settings { return g.cur.Load().st.clone() }
 

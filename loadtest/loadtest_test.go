@@ -420,3 +420,31 @@ func TestRunFakeUntilPaid(t *testing.T) {
 		t.Errorf("run took %v: the losers kept it going", d)
 	}
 }
+
+// TestForUserSpreadsAddressesOverGateways: every source address reaches
+// every gateway, whatever the counts (an even address count over two
+// gateways once sent each address to one gateway only, so the gateways'
+// per-address connection cap bit at half the intended spread).
+func TestForUserSpreadsAddressesOverGateways(t *testing.T) {
+	for _, tc := range []struct{ addrs, bases int }{{64, 2}, {256, 2}, {32, 4}, {3, 2}, {1, 3}} {
+		bases := make([]string, tc.bases)
+		for i := range bases {
+			bases[i] = "http://127.0.0.1:" + itoa(int64(18081+i))
+		}
+		c := newClients(bases, tc.addrs, 1000)
+		seen := map[[2]any]int{}
+		for idx := range tc.addrs * tc.bases * 4 {
+			hc, base := c.forUser(idx)
+			seen[[2]any{hc, base}]++
+		}
+		if len(seen) != tc.addrs*tc.bases {
+			t.Errorf("%d addresses × %d gateways: %d pairs used, want %d", tc.addrs, tc.bases, len(seen), tc.addrs*tc.bases)
+		}
+		for p, n := range seen {
+			if n != 4 {
+				t.Errorf("%d addresses × %d gateways: pair %v used %d times, want 4", tc.addrs, tc.bases, p[1], n)
+			}
+		}
+		c.close()
+	}
+}

@@ -335,8 +335,18 @@ func (sr *saleRoom) rate() float64 {
 	if n >= 2 {
 		newest := sr.samples[(sr.nsample-1)%rateSamples]
 		oldest := sr.samples[(sr.nsample-n)%rateSamples]
-		if d := newest.ms - oldest.ms; d > 0 && newest.serving > oldest.serving {
+		d := newest.ms - oldest.ms
+		if d > 0 && newest.serving > oldest.serving {
 			return float64(newest.serving-oldest.serving) * 1000 / float64(d)
+		}
+		// Admission stalled over the window (the stock cap holds it back
+		// until purchases or expiries free places): the average since
+		// opening says more than the configured rate, which is not being
+		// reached.
+		if s := sr.sale; d > 0 && s != nil {
+			if open := newest.ms - s.StartsAt.UnixMilli(); open > 0 && newest.serving > 0 {
+				return float64(newest.serving) * 1000 / float64(open)
+			}
 		}
 	}
 	if sr.sale != nil && sr.sale.AdmissionRatePerSecond > 0 {
@@ -495,10 +505,15 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 	var admit []*conn
 	waiting := 0
 	pingSlots := uint64(max(1, r.cfg.IdleTimeout/2/r.cfg.Tick))
-	var ping []*conn
+	var ping, kick []*conn
+	blocker, _ := r.guard.(Blocker)
 	sr.mu.Lock()
 	opens := sr.sale.StartsAt.UnixMilli()
 	for c := range sr.conns {
+		if blocker != nil && len(kick) < maxKicksPerTick && blocker.Blocked(c.ip, c.user) {
+			kick = append(kick, c)
+			continue
+		}
 		if c.seq%pingSlots == tick%pingSlots {
 			ping = append(ping, c)
 		}
@@ -523,6 +538,12 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 	sr.mu.Unlock()
 	for _, c := range ping {
 		r.ping(c)
+	}
+	// Shoppers blocked after they joined lose their connection with BLOCKED
+	// (a bounded number per tick: each close waits up to a second for the
+	// error message to go out).
+	for _, c := range kick {
+		c.fail(errBlockedNow)
 	}
 	if len(admit) == 0 {
 		return waiting
@@ -550,6 +571,16 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 	}
 	return waiting
 }
+
+// Blocker is implemented by a JoinGuard that can tell, without side
+// effects, whether a shopper is blocked now (*defense.Guard does).
+type Blocker interface {
+	Blocked(ip netip.Addr, userID int64) bool
+}
+
+const maxKicksPerTick = 64
+
+var errBlockedNow = &flashsale.Error{Code: flashsale.CodeBlocked, Message: "access blocked"}
 
 func (r *Room) expiry(admittedAtMs int64) time.Time {
 	return time.UnixMilli(admittedAtMs).Add(r.cfg.AdmissionTTL)

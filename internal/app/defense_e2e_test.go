@@ -181,3 +181,50 @@ func shadowCount(t *testing.T, s *stack) uint64 {
 	}
 	return n
 }
+
+// TestBlockingClosesOpenWaitingRoomConnections: a shopper already in the
+// waiting room when an operator blocks them is told BLOCKED and
+// disconnected, on the next tick.
+func TestBlockingClosesOpenWaitingRoomConnections(t *testing.T) {
+	s := startStack(t)
+	saleID, _ := s.createSale(10)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	url := strings.Replace(s.app.PublicURL, "http://", "ws://", 1) + fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID)
+	c, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	msg, _ := json.Marshal(map[string]string{"type": "join", "accessToken": s.token(4343, false)})
+	if err := c.Write(ctx, websocket.MessageText, msg); err != nil {
+		t.Fatal(err)
+	}
+	if _, data, err := c.Read(ctx); err != nil || !strings.Contains(string(data), `"status"`) {
+		t.Fatalf("first message %s, %v", data, err)
+	}
+	blocked := strings.Replace(permissive, `"users": []`, `"users": ["4343"]`, 1)
+	if err := s.app.SetDefense(ctx, "test", []byte(blocked)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			if websocket.CloseStatus(err) != websocket.StatusPolicyViolation {
+				t.Fatalf("closed with %v, want 1008 after a BLOCKED message", err)
+			}
+			t.Fatal("closed without a BLOCKED message")
+		}
+		var m struct{ Type, Error string }
+		_ = json.Unmarshal(data, &m)
+		if m.Type == "error" {
+			if m.Error != "BLOCKED" {
+				t.Fatalf("error %s, want BLOCKED", data)
+			}
+			break
+		}
+	}
+	if _, _, err := c.Read(ctx); websocket.CloseStatus(err) != websocket.StatusPolicyViolation {
+		t.Fatalf("after BLOCKED: %v, want close 1008", err)
+	}
+}
