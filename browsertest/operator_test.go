@@ -21,11 +21,11 @@ func TestOperatorRateAndBlock(t *testing.T) {
 	// The shopper is in the queue before the block, in two tabs: one on
 	// the WebSocket (admitted), one polling.
 	ws := b.tab("shopper-ws")
-	ws.navigate(s.shopperURL(s.app.PublicURL, saleID, user, ""))
+	ws.navigate(s.shopperURL(s.App.PublicURL, saleID, user, ""))
 	ws.waitState("ADMITTED")
 	ws.do("buy button", chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf("#buy-%d", items[0]))))
 	poll := b.tab("shopper-polling")
-	poll.navigate(s.shopperURL(s.app.PublicURL, saleID, user, "?transport=polling"))
+	poll.navigate(s.shopperURL(s.App.PublicURL, saleID, user, "?transport=polling"))
 	poll.waitState("ADMITTED")
 
 	op := b.tab("")
@@ -75,7 +75,7 @@ func TestOperatorRateAndBlock(t *testing.T) {
 
 	// A new tab of the same user cannot join.
 	again := b.tab("shopper-new-tab")
-	again.navigate(s.shopperURL(s.app.PublicURL, saleID, user, ""))
+	again.navigate(s.shopperURL(s.App.PublicURL, saleID, user, ""))
 	again.do("new tab BLOCKED",
 		chromedp.WaitVisible(chromedp.CSS(`#error[data-error="BLOCKED"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#queue-state[data-state="ERROR"]`)),
@@ -86,7 +86,7 @@ func TestOperatorRateAndBlock(t *testing.T) {
 	ws.do("buy refused", chromedp.Click(chromedp.CSS(fmt.Sprintf("#buy-%d", items[0]))),
 		chromedp.WaitVisible(chromedp.CSS(`#result[data-result="BLOCKED"]`)))
 	ws.screenshot("buy-blocked")
-	r := s.do("GET", fmt.Sprintf("/api/flash-sales/sales/%d/order", saleID), s.token(user, false), nil)
+	r := s.Do("GET", fmt.Sprintf("/api/flash-sales/sales/%d/order", saleID), s.Token(user, false), nil)
 	if r.Status == 200 {
 		t.Fatalf("blocked user holds an order: %s", r.Raw)
 	}

@@ -98,7 +98,7 @@ func TestScreenshots(t *testing.T) {
 	order := s.buy(8101, winterItems[0], first)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		r := s.do("POST", "/api/flash-sales/orders/"+order+"/pay", s.token(8101, false), nil)
+		r := s.Do("POST", "/api/flash-sales/orders/"+order+"/pay", s.Token(8101, false), nil)
 		if r.Status == 200 {
 			break
 		}
@@ -113,12 +113,12 @@ func TestScreenshots(t *testing.T) {
 
 	b := newBrowser(t)
 	shop := b.tab("")
-	shop.navigate(s.shopperURL(s.app.PublicURL, winter, 8120, ""))
+	shop.navigate(s.shopperURL(s.App.PublicURL, winter, 8120, ""))
 	shop.waitState("WAITING")
 	shop.waitJS("position and ETA", `document.getElementById('position').textContent !== '–' && document.getElementById('eta').textContent !== '–'`)
 	shootSizes(shop, "shopper-waiting")
 
-	shop.navigate(s.shopperURL(s.app.PublicURL, spring, 8120, ""))
+	shop.navigate(s.shopperURL(s.App.PublicURL, spring, 8120, ""))
 	shop.waitState("ADMITTED")
 	buyAndPay(shop, springItems[0])
 	shootSizes(shop, "shopper-paid")

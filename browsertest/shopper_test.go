@@ -38,9 +38,9 @@ func buyAndPay(tb *tab, itemID int64) {
 
 // orderOf is the order the user holds in the sale, by the API.
 func orderOf(s *stack, user, saleID int64) map[string]any {
-	s.t.Helper()
-	r := s.do("GET", fmt.Sprintf("/api/flash-sales/sales/%d/order", saleID), s.token(user, false), nil)
-	s.want(r, 200)
+	s.T.Helper()
+	r := s.Do("GET", fmt.Sprintf("/api/flash-sales/sales/%d/order", saleID), s.Token(user, false), nil)
+	s.Want(r, 200, "")
 	return r.Body
 }
 
@@ -53,7 +53,7 @@ func TestShopperCountdownToPaid(t *testing.T) {
 	b := newBrowser(t)
 	tb := b.tab("")
 
-	tb.navigate(s.shopperURL(s.app.PublicURL, saleID, 7001, ""))
+	tb.navigate(s.shopperURL(s.App.PublicURL, saleID, 7001, ""))
 	// The countdown runs on server time before the opening.
 	tb.waitJS("countdown running", `(() => {
 	  const c = document.getElementById('countdown');
@@ -103,7 +103,7 @@ func TestWaitingShopperSeesSoldOut(t *testing.T) {
 
 	b := newBrowser(t)
 	tb := b.tab("")
-	tb.navigate(s.shopperURL(s.app.PublicURL, saleID, 8002, ""))
+	tb.navigate(s.shopperURL(s.App.PublicURL, saleID, 8002, ""))
 	tb.waitState("WAITING")
 	tb.do("position shown", chromedp.WaitVisible(chromedp.CSS("#position")))
 	tb.screenshot("waiting")
@@ -134,7 +134,7 @@ func TestPollingForced(t *testing.T) {
 	saleID, items := s.createSale("Polling drop", time.Now().Add(-time.Second), 100, 3)
 	b := newBrowser(t)
 	tb := b.tab("")
-	tb.navigate(s.shopperURL(s.app.PublicURL, saleID, 9001, "?transport=polling"))
+	tb.navigate(s.shopperURL(s.App.PublicURL, saleID, 9001, "?transport=polling"))
 	tb.waitState("ADMITTED")
 	buyAndPay(tb, items[0])
 	if got := evalT[string](tb, `document.getElementById('transport').dataset.transport`); got != "polling" {
@@ -154,7 +154,7 @@ func TestPollingForced(t *testing.T) {
 func TestWebSocketRefusedFallsBack(t *testing.T) {
 	s := startStack(t)
 	saleID, items := s.createSale("No WebSocket", time.Now().Add(-time.Second), 100, 3)
-	target, err := url.Parse(s.app.PublicURL)
+	target, err := url.Parse(s.App.PublicURL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -302,3 +302,10 @@ func (a *App) SetDefense(ctx context.Context, actor string, body []byte) error {
 	a.guard.Apply(st)
 	return nil
 }
+
+// SignAdmission signs an admission token as the waiting room does at a
+// shopper's turn (for tests and tools that drive the purchase path
+// directly).
+func (a *App) SignAdmission(userID, saleID int64, ttl time.Duration) string {
+	return a.signer.Sign(flashsale.Admission{UserID: userID, SaleID: saleID, ExpiresAt: time.Now().Add(ttl)})
+}

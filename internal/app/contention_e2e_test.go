@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"fmt"
@@ -6,21 +6,19 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/flashsale/flashsale"
 )
 
 // admissionFor signs an admission token as the waiting room would at the
 // user's turn (the waiting room's own tests cover how turns come).
 func (s *stack) admissionFor(user, saleID int64) string {
-	return s.app.signer.Sign(flashsale.Admission{UserID: user, SaleID: saleID, ExpiresAt: time.Now().Add(time.Minute)})
+	return s.App.SignAdmission(user, saleID, time.Minute)
 }
 
 // TestContentionThroughHTTP is the article's contention test through the
 // real interface: 1,000 concurrent shoppers for 100 units.
 func TestContentionThroughHTTP(t *testing.T) {
 	s := startStack(t)
-	s.cl = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxConnsPerHost: 128, MaxIdleConnsPerHost: 128}}
+	s.Client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxConnsPerHost: 128, MaxIdleConnsPerHost: 128}}
 	saleID, items := s.createSale(100)
 	item := items[0]
 	const users = 1000
@@ -68,8 +66,8 @@ func TestContentionThroughHTTP(t *testing.T) {
 	default:
 		t.Fatalf("winner's second try: %d %s", again.Status, again.Raw)
 	}
-	mine := s.do("GET", fmt.Sprintf("/api/flash-sales/sales/%d/order", saleID), s.token(winner.user, false), nil)
-	s.want(mine, 200, "")
+	mine := s.Do("GET", fmt.Sprintf("/api/flash-sales/sales/%d/order", saleID), s.Token(winner.user, false), nil)
+	s.Want(mine, 200, "")
 	if mine.Body["orderId"] != winner.orderID {
 		t.Fatalf("winner's order lookup = %s, want %s", mine.Raw, winner.orderID)
 	}

@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"context"
@@ -12,15 +12,17 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/flashsale/flashsale/defense"
+	"github.com/flashsale/flashsale/internal/app"
+	"github.com/flashsale/flashsale/internal/app/apptest"
 )
 
 // twoGateways starts two whole stacks on the same Redis, PostgreSQL and
 // Kafka: two gateway processes of one deployment.
 func twoGateways(t *testing.T) (*stack, *stack) {
 	t.Helper()
-	var shared Config
-	a := startStack(t, func(c *Config) { shared = *c })
-	b := startStack(t, func(c *Config) {
+	var shared app.Config
+	a := startStack(t, func(c *app.Config) { shared = *c })
+	b := startStack(t, func(c *app.Config) {
 		c.RedisURL, c.DatabaseURL, c.KafkaBrokers = shared.RedisURL, shared.DatabaseURL, shared.KafkaBrokers
 	})
 	return a, b
@@ -32,10 +34,10 @@ func wsJoin(t *testing.T, s *stack, saleID int64, token string) (typ, code strin
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	url := strings.Replace(s.app.PublicURL, "http://", "ws://", 1) + fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID)
-	c, resp, err := websocket.Dial(ctx, url, nil)
+	url := strings.Replace(s.App.PublicURL, "http://", "ws://", 1) + fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID)
+	c, hresp, err := websocket.Dial(ctx, url, nil)
 	if err != nil {
-		if resp != nil && resp.StatusCode == http.StatusForbidden {
+		if hresp != nil && hresp.StatusCode == http.StatusForbidden {
 			return "http", "BLOCKED"
 		}
 		t.Fatalf("dial: %v", err)
@@ -58,8 +60,8 @@ func wsJoin(t *testing.T, s *stack, saleID int64, token string) (typ, code strin
 
 func putSettings(t *testing.T, s *stack, body string) {
 	t.Helper()
-	r := s.do("PUT", "/api/admin/settings", s.token(1, true), body)
-	s.want(r, 200, "")
+	r := s.Do("PUT", "/api/admin/settings", s.Token(1, true), body)
+	s.Want(r, 200, "")
 }
 
 func TestBlocklistReachesBothGatewaysWithin2s(t *testing.T) {
@@ -67,7 +69,7 @@ func TestBlocklistReachesBothGatewaysWithin2s(t *testing.T) {
 	saleID, items := a.createSale(10)
 	blocked := int64(4242)
 	for _, s := range []*stack{a, b} {
-		if typ, _ := wsJoin(t, s, saleID, s.token(blocked, false)); typ != "status" {
+		if typ, _ := wsJoin(t, s, saleID, s.Token(blocked, false)); typ != "status" {
 			t.Fatalf("before blocking, join answered %q, want status", typ)
 		}
 	}
@@ -77,22 +79,22 @@ func TestBlocklistReachesBothGatewaysWithin2s(t *testing.T) {
 	purchase := fmt.Sprintf("/api/flash-sales/items/%d/purchase", items[0])
 	for _, s := range []*stack{b, a} {
 		for {
-			r := s.do("POST", purchase, s.token(blocked, false), nil, "X-Admission-Token", "x")
+			r := s.Do("POST", purchase, s.Token(blocked, false), nil, "X-Admission-Token", "x")
 			if r.Status == 403 && r.Body["error"] == "BLOCKED" {
 				break
 			}
 			if time.Since(applied) > 2*time.Second {
-				t.Fatalf("gateway %s: user not blocked 2s after the change (last %d %s)", s.app.PublicURL, r.Status, r.Raw)
+				t.Fatalf("gateway %s: user not blocked 2s after the change (last %d %s)", s.App.PublicURL, r.Status, r.Raw)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		if typ, code := wsJoin(t, s, saleID, s.token(blocked, false)); code != "BLOCKED" {
-			t.Fatalf("gateway %s: WebSocket join answered %s/%s, want BLOCKED", s.app.PublicURL, typ, code)
+		if typ, code := wsJoin(t, s, saleID, s.Token(blocked, false)); code != "BLOCKED" {
+			t.Fatalf("gateway %s: WebSocket join answered %s/%s, want BLOCKED", s.App.PublicURL, typ, code)
 		}
-		s.want(s.do("POST", fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID), s.token(blocked, false), nil), 403, "BLOCKED")
-		s.want(s.do("GET", "/api/flash-sales/orders/8d3f8a4e-4f0b-4c43-9a57-4d7f3f0c2b11", s.token(blocked, false), nil), 403, "BLOCKED")
+		s.Want(s.Do("POST", fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID), s.Token(blocked, false), nil), 403, "BLOCKED")
+		s.Want(s.Do("GET", "/api/flash-sales/orders/8d3f8a4e-4f0b-4c43-9a57-4d7f3f0c2b11", s.Token(blocked, false), nil), 403, "BLOCKED")
 		// Others are still served.
-		if typ, _ := wsJoin(t, s, saleID, s.token(77, false)); typ != "status" {
+		if typ, _ := wsJoin(t, s, saleID, s.Token(77, false)); typ != "status" {
 			t.Fatalf("an unblocked user got %q", typ)
 		}
 	}
@@ -104,27 +106,27 @@ func TestBlocklistReachesBothGatewaysWithin2s(t *testing.T) {
 	applied = time.Now()
 	for _, s := range []*stack{a, b} {
 		for {
-			r := s.do("POST", purchase, "", nil)
+			r := s.Do("POST", purchase, "", nil)
 			if r.Status == 403 && r.Body["error"] == "BLOCKED" {
 				break
 			}
 			if time.Since(applied) > 2*time.Second {
-				t.Fatalf("gateway %s: CIDR not blocked 2s after the change (last %d %s)", s.app.PublicURL, r.Status, r.Raw)
+				t.Fatalf("gateway %s: CIDR not blocked 2s after the change (last %d %s)", s.App.PublicURL, r.Status, r.Raw)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		if _, code := wsJoin(t, s, saleID, s.token(77, false)); code != "BLOCKED" {
-			t.Fatalf("gateway %s: WebSocket join from a blocked CIDR: %s, want BLOCKED", s.app.PublicURL, code)
+		if _, code := wsJoin(t, s, saleID, s.Token(77, false)); code != "BLOCKED" {
+			t.Fatalf("gateway %s: WebSocket join from a blocked CIDR: %s, want BLOCKED", s.App.PublicURL, code)
 		}
 	}
 	// Unblock through the other gateway's store directly (the API is blocked
 	// for this address now) and check it is served again.
-	if err := b.app.SetDefense(context.Background(), "test", []byte(permissive)); err != nil {
+	if err := b.App.SetDefense(context.Background(), "test", []byte(apptest.Permissive)); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		r := a.do("GET", fmt.Sprintf("/api/flash-sales/sales/%d", saleID), "", nil)
+		r := a.Do("GET", fmt.Sprintf("/api/flash-sales/sales/%d", saleID), "", nil)
 		if r.Status == 200 {
 			break
 		}
@@ -141,30 +143,30 @@ func TestShadowModeChangesNoResponseButCounts(t *testing.T) {
 	shadowed := `{"rateLimit": {"perIp": {"rps": 100000, "burst": 100000}, "perUser": {"rps": 0.001, "burst": 1}},
 		"pow": {"difficulty": 0}, "blocklist": {"cidrs": [], "users": ["555"]},
 		"shadow": {"perUser": true, "blocklist": true}}`
-	if err := s.app.SetDefense(context.Background(), "test", []byte(shadowed)); err != nil {
+	if err := s.App.SetDefense(context.Background(), "test", []byte(shadowed)); err != nil {
 		t.Fatal(err)
 	}
 	before := shadowCount(t, s)
 	path := fmt.Sprintf("/api/flash-sales/sales/%d/order", saleID)
 	for i := 0; i < 5; i++ {
 		// A blocked user over its per-user limit: both rules only count.
-		s.want(s.do("GET", path, s.token(555, false), nil), 404, "NOT_FOUND")
+		s.Want(s.Do("GET", path, s.Token(555, false), nil), 404, "NOT_FOUND")
 	}
 	if got := shadowCount(t, s) - before; got < 5 {
 		t.Fatalf("shadow outcomes counted = %d, want at least 5 (5 blocked + 4 limited)", got)
 	}
 	// Out of shadow, the same requests are refused.
 	enforced := strings.Replace(shadowed, `"shadow": {"perUser": true, "blocklist": true}`, `"shadow": {}`, 1)
-	if err := s.app.SetDefense(context.Background(), "test", []byte(enforced)); err != nil {
+	if err := s.App.SetDefense(context.Background(), "test", []byte(enforced)); err != nil {
 		t.Fatal(err)
 	}
-	s.want(s.do("GET", path, s.token(555, false), nil), 403, "BLOCKED")
+	s.Want(s.Do("GET", path, s.Token(555, false), nil), 403, "BLOCKED")
 }
 
 func shadowCount(t *testing.T, s *stack) uint64 {
 	t.Helper()
-	r := s.do("GET", "/api/admin/defense", s.token(1, true), nil)
-	s.want(r, 200, "")
+	r := s.Do("GET", "/api/admin/defense", s.Token(1, true), nil)
+	s.Want(r, 200, "")
 	var body struct{ Counters []defense.Counter }
 	var list []defense.Counter
 	if err := json.Unmarshal(r.Raw, &list); err != nil {
@@ -190,21 +192,21 @@ func TestBlockingClosesOpenWaitingRoomConnections(t *testing.T) {
 	saleID, _ := s.createSale(10)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	url := strings.Replace(s.app.PublicURL, "http://", "ws://", 1) + fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID)
+	url := strings.Replace(s.App.PublicURL, "http://", "ws://", 1) + fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID)
 	c, _, err := websocket.Dial(ctx, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.CloseNow()
-	msg, _ := json.Marshal(map[string]string{"type": "join", "accessToken": s.token(4343, false)})
+	msg, _ := json.Marshal(map[string]string{"type": "join", "accessToken": s.Token(4343, false)})
 	if err := c.Write(ctx, websocket.MessageText, msg); err != nil {
 		t.Fatal(err)
 	}
 	if _, data, err := c.Read(ctx); err != nil || !strings.Contains(string(data), `"status"`) {
 		t.Fatalf("first message %s, %v", data, err)
 	}
-	blocked := strings.Replace(permissive, `"users": []`, `"users": ["4343"]`, 1)
-	if err := s.app.SetDefense(ctx, "test", []byte(blocked)); err != nil {
+	blocked := strings.Replace(apptest.Permissive, `"users": []`, `"users": ["4343"]`, 1)
+	if err := s.App.SetDefense(ctx, "test", []byte(blocked)); err != nil {
 		t.Fatal(err)
 	}
 	for {

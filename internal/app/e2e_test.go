@@ -1,146 +1,41 @@
-package app
+package app_test
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/flashsale/flashsale/auth"
+	"github.com/flashsale/flashsale/internal/app"
+	"github.com/flashsale/flashsale/internal/app/apptest"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-const testSecret = "e2e-test-secret"
+// stack is a whole flashsale in-process with this file's helpers.
+type stack struct{ *apptest.Stack }
 
-const permissive = `{"rateLimit": {"perIp": {"rps": 100000, "burst": 100000}, "perUser": {"rps": 100000, "burst": 100000}},
-	"pow": {"difficulty": 0}, "blocklist": {"cidrs": [], "users": []}}`
-
-// stack is a whole flashsale in-process, on real Redis, PostgreSQL and kfake.
-type stack struct {
-	t   *testing.T
-	app *App
-	cl  *http.Client
-}
-
-func startStack(t *testing.T, mutate ...func(*Config)) *stack {
+func startStack(t *testing.T, mutate ...func(*app.Config)) *stack {
 	t.Helper()
-	cfg := Defaults()
-	cfg.HTTPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.RedisURL = testenv.RedisURL(t)
-	cfg.DatabaseURL = testenv.DatabaseURL(t)
-	cfg.KafkaBrokers = testenv.NewKafka(t).Brokers
-	cfg.JWTSecret = testSecret
-	cfg.ExpiryInterval = 200 * time.Millisecond
-	for _, m := range mutate {
-		m(&cfg)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if os.Getenv("FLASHSALE_TEST_LOG") != "" {
-		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
-	a, err := Start(context.Background(), cfg, AllRoles, log)
-	if err != nil {
-		t.Fatalf("start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := a.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	// The tests come from one loopback address at a high rate: lift the
-	// per-address and per-user limits (the defense tests cover them).
-	if err := a.SetDefense(context.Background(), "test", []byte(permissive)); err != nil {
-		t.Fatalf("settings: %v", err)
-	}
-	return &stack{t: t, app: a, cl: &http.Client{Timeout: 10 * time.Second}}
-}
-
-func (s *stack) token(user int64, operator bool) string {
-	s.t.Helper()
-	tok, err := auth.Mint(testSecret, user, operator, time.Hour, time.Now())
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return tok
-}
-
-type resp struct {
-	Status int
-	Header http.Header
-	Body   map[string]any
-	Raw    []byte
-}
-
-func (s *stack) do(method, path, bearer string, body any, hdr ...string) resp {
-	s.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		j, _ := json.Marshal(b)
-		rd = bytes.NewReader(j)
-	}
-	req, err := http.NewRequest(method, s.app.PublicURL+path, rd)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	r, err := s.cl.Do(req)
-	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer r.Body.Close()
-	raw, _ := io.ReadAll(r.Body)
-	out := resp{Status: r.StatusCode, Header: r.Header, Raw: raw}
-	_ = json.Unmarshal(raw, &out.Body)
-	return out
-}
-
-func (s *stack) want(r resp, status int, code string) {
-	s.t.Helper()
-	if r.Status != status {
-		s.t.Fatalf("status = %d, want %d; body %s", r.Status, status, r.Raw)
-	}
-	if code != "" && r.Body["error"] != code {
-		s.t.Fatalf("error = %v, want %s; body %s", r.Body["error"], code, r.Raw)
-	}
+	return &stack{apptest.Start(t, mutate...)}
 }
 
 // createSale creates an open sale through the operator API.
 func (s *stack) createSale(quantities ...int) (saleID int64, itemIDs []int64) {
-	s.t.Helper()
+	s.T.Helper()
 	var items []map[string]any
 	for i, q := range quantities {
 		items = append(items, map[string]any{"productId": 500 + i, "quantity": q, "priceCents": 1999})
 	}
-	r := s.do("POST", "/api/admin/sales", s.token(1, true), map[string]any{
+	r := s.Do("POST", "/api/admin/sales", s.Token(1, true), map[string]any{
 		"name": "e2e", "startsAt": time.Now().Add(-time.Second).UTC().Format(time.RFC3339),
 		"admissionRatePerSecond": 10000, "items": items,
 	})
-	s.want(r, 201, "")
+	s.Want(r, 201, "")
 	saleID = int64(r.Body["id"].(float64))
 	for _, it := range r.Body["items"].([]any) {
 		itemIDs = append(itemIDs, int64(it.(map[string]any)["id"].(float64)))
@@ -150,47 +45,47 @@ func (s *stack) createSale(quantities ...int) (saleID int64, itemIDs []int64) {
 
 // admit joins the waiting room by polling and returns the admission token.
 func (s *stack) admit(user int64, saleID int64) string {
-	s.t.Helper()
-	tok := s.token(user, false)
+	s.T.Helper()
+	tok := s.Token(user, false)
 	path := fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID)
-	s.want(s.do("POST", path, tok, nil), 200, "")
+	s.Want(s.Do("POST", path, tok, nil), 200, "")
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		r := s.do("GET", path, tok, nil)
-		s.want(r, 200, "")
+		r := s.Do("GET", path, tok, nil)
+		s.Want(r, 200, "")
 		if at, ok := r.Body["admissionToken"].(string); ok && at != "" {
 			return at
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	s.t.Fatalf("user %d not admitted to sale %d within 15s", user, saleID)
+	s.T.Fatalf("user %d not admitted to sale %d within 15s", user, saleID)
 	return ""
 }
 
-func (s *stack) purchase(user, itemID int64, admissionToken string) resp {
-	s.t.Helper()
-	return s.do("POST", fmt.Sprintf("/api/flash-sales/items/%d/purchase", itemID), s.token(user, false), nil, "X-Admission-Token", admissionToken)
+func (s *stack) purchase(user, itemID int64, admissionToken string) apptest.Resp {
+	s.T.Helper()
+	return s.Do("POST", fmt.Sprintf("/api/flash-sales/items/%d/purchase", itemID), s.Token(user, false), nil, "X-Admission-Token", admissionToken)
 }
 
-func (s *stack) waitPayable(user int64, orderID string) resp {
-	s.t.Helper()
+func (s *stack) waitPayable(user int64, orderID string) apptest.Resp {
+	s.T.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		r := s.do("GET", "/api/flash-sales/orders/"+orderID, s.token(user, false), nil)
-		s.want(r, 200, "")
+		r := s.Do("GET", "/api/flash-sales/orders/"+orderID, s.Token(user, false), nil)
+		s.Want(r, 200, "")
 		if r.Body["payable"] == true {
 			return r
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	s.t.Fatalf("order %s not payable within 15s", orderID)
-	return resp{}
+	s.T.Fatalf("order %s not payable within 15s", orderID)
+	return apptest.Resp{}
 }
 
 func (s *stack) figures(saleID int64) map[string]any {
-	s.t.Helper()
-	r := s.do("GET", fmt.Sprintf("/api/admin/sales/%d", saleID), s.token(1, true), nil)
-	s.want(r, 200, "")
+	s.T.Helper()
+	r := s.Do("GET", fmt.Sprintf("/api/admin/sales/%d", saleID), s.Token(1, true), nil)
+	s.Want(r, 200, "")
 	return r.Body
 }
 
@@ -218,12 +113,12 @@ func TestPurchasePayCancelThroughHTTP(t *testing.T) {
 	// Buy, wait until the writer has it, pay.
 	at := s.admit(100, saleID)
 	r := s.purchase(100, item, at)
-	s.want(r, 202, "")
+	s.Want(r, 202, "")
 	if r.Body["status"] != "PENDING" {
 		t.Fatalf("purchase body %s", r.Raw)
 	}
 	orderID := r.Body["orderId"].(string)
-	s.want(s.purchase(100, item, at), 409, "ALREADY_PURCHASED")
+	s.Want(s.purchase(100, item, at), 409, "ALREADY_PURCHASED")
 	if again := s.purchase(100, item, at); again.Body["orderId"] != orderID {
 		t.Fatalf("ALREADY_PURCHASED names %v, want %s", again.Body["orderId"], orderID)
 	}
@@ -233,39 +128,39 @@ func TestPurchasePayCancelThroughHTTP(t *testing.T) {
 			t.Errorf("order has no %q: %s", f, o.Raw)
 		}
 	}
-	bySale := s.do("GET", fmt.Sprintf("/api/flash-sales/sales/%d/order", saleID), s.token(100, false), nil)
-	s.want(bySale, 200, "")
+	bySale := s.Do("GET", fmt.Sprintf("/api/flash-sales/sales/%d/order", saleID), s.Token(100, false), nil)
+	s.Want(bySale, 200, "")
 	if bySale.Body["orderId"] != orderID {
 		t.Fatalf("sale order = %s, want %s", bySale.Raw, orderID)
 	}
-	s.want(s.do("GET", "/api/flash-sales/orders/"+orderID, s.token(101, false), nil), 404, "NOT_FOUND")
-	s.want(s.do("POST", "/api/flash-sales/orders/"+orderID+"/pay", s.token(101, false), nil), 404, "NOT_FOUND")
+	s.Want(s.Do("GET", "/api/flash-sales/orders/"+orderID, s.Token(101, false), nil), 404, "NOT_FOUND")
+	s.Want(s.Do("POST", "/api/flash-sales/orders/"+orderID+"/pay", s.Token(101, false), nil), 404, "NOT_FOUND")
 	for i := 0; i < 2; i++ {
-		p := s.do("POST", "/api/flash-sales/orders/"+orderID+"/pay", s.token(100, false), map[string]string{"paymentToken": "tok"})
-		s.want(p, 200, "")
+		p := s.Do("POST", "/api/flash-sales/orders/"+orderID+"/pay", s.Token(100, false), map[string]string{"paymentToken": "tok"})
+		s.Want(p, 200, "")
 		if p.Body["status"] != "PAID" {
 			t.Fatalf("pay: %s", p.Raw)
 		}
 	}
-	s.want(s.do("POST", "/api/flash-sales/orders/"+orderID+"/cancel", s.token(100, false), nil), 409, "ORDER_PAID")
+	s.Want(s.Do("POST", "/api/flash-sales/orders/"+orderID+"/cancel", s.Token(100, false), nil), 409, "ORDER_PAID")
 
 	// Another shopper buys and cancels: the unit comes back exactly once.
 	at2 := s.admit(200, saleID)
 	r2 := s.purchase(200, item, at2)
-	s.want(r2, 202, "")
+	s.Want(r2, 202, "")
 	order2 := r2.Body["orderId"].(string)
 	s.waitPayable(200, order2)
 	if got := itemFigure(t, s.figures(saleID), item, "remaining"); got != 3 {
 		t.Fatalf("remaining = %d after two purchases, want 3", got)
 	}
 	for i := 0; i < 2; i++ {
-		c := s.do("POST", "/api/flash-sales/orders/"+order2+"/cancel", s.token(200, false), nil)
-		s.want(c, 200, "")
+		c := s.Do("POST", "/api/flash-sales/orders/"+order2+"/cancel", s.Token(200, false), nil)
+		s.Want(c, 200, "")
 		if c.Body["status"] != "CANCELLED" {
 			t.Fatalf("cancel: %s", c.Raw)
 		}
 	}
-	s.want(s.do("POST", "/api/flash-sales/orders/"+order2+"/pay", s.token(200, false), nil), 409, "ORDER_CANCELLED")
+	s.Want(s.Do("POST", "/api/flash-sales/orders/"+order2+"/pay", s.Token(200, false), nil), 409, "ORDER_CANCELLED")
 	fig := s.figures(saleID)
 	if rem, sold := itemFigure(t, fig, item, "remaining"), itemFigure(t, fig, item, "sold"); rem != 4 || sold != 1 {
 		t.Fatalf("after cancel remaining=%d sold=%d, want 4 and 1", rem, sold)
@@ -274,7 +169,7 @@ func TestPurchasePayCancelThroughHTTP(t *testing.T) {
 		t.Fatalf("cancelled = %d, want 1", c)
 	}
 	// After a cancel the shopper may buy again.
-	s.want(s.purchase(200, item, at2), 202, "")
+	s.Want(s.purchase(200, item, at2), 202, "")
 }
 
 func TestBadInputThroughHTTP(t *testing.T) {
@@ -285,12 +180,12 @@ func TestBadInputThroughHTTP(t *testing.T) {
 	otherSale, otherItems := s.createSale(1)
 	atOther := s.admit(300, otherSale)
 	atForeign := s.admit(301, saleID)
-	expired, err := auth.Mint(testSecret, 300, false, -time.Minute, time.Now())
+	expired, err := auth.Mint(apptest.Secret, 300, false, -time.Minute, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	forged, _ := auth.Mint("not-the-secret", 300, false, time.Hour, time.Now())
-	shopper := s.token(300, false)
+	shopper := s.Token(300, false)
 	purchasePath := fmt.Sprintf("/api/flash-sales/items/%d/purchase", item)
 	huge := strings.Repeat("x", 2<<20)
 	tests := []struct {
@@ -324,24 +219,24 @@ func TestBadInputThroughHTTP(t *testing.T) {
 		{"public sale unknown", "GET", "/api/flash-sales/sales/987654", "", nil, nil, 404, "NOT_FOUND"},
 		{"admin no token", "POST", "/api/admin/sales", "", map[string]any{}, nil, 401, "UNAUTHENTICATED"},
 		{"admin shopper token", "POST", "/api/admin/sales", shopper, map[string]any{}, nil, 403, "FORBIDDEN"},
-		{"admin no items", "POST", "/api/admin/sales", s.token(1, true), map[string]any{"name": "x", "startsAt": "2026-12-01T18:00:00Z", "admissionRatePerSecond": 5, "items": []any{}}, nil, 400, "INVALID"},
-		{"admin zero quantity", "POST", "/api/admin/sales", s.token(1, true), map[string]any{"name": "x", "startsAt": "2026-12-01T18:00:00Z", "admissionRatePerSecond": 5, "items": []any{map[string]any{"productId": 1, "quantity": 0, "priceCents": 1}}}, nil, 400, "INVALID"},
-		{"admin bad startsAt", "POST", "/api/admin/sales", s.token(1, true), map[string]any{"name": "x", "startsAt": "tomorrow", "admissionRatePerSecond": 5, "items": []any{map[string]any{"productId": 1, "quantity": 1, "priceCents": 1}}}, nil, 400, "INVALID"},
-		{"admin wrong type", "POST", "/api/admin/sales", s.token(1, true), `{"name": 5}`, nil, 400, "INVALID"},
-		{"admin not json", "POST", "/api/admin/sales", s.token(1, true), `{{{`, nil, 400, "INVALID"},
-		{"admin unknown sale", "GET", "/api/admin/sales/424242", s.token(1, true), nil, nil, 404, "NOT_FOUND"},
+		{"admin no items", "POST", "/api/admin/sales", s.Token(1, true), map[string]any{"name": "x", "startsAt": "2026-12-01T18:00:00Z", "admissionRatePerSecond": 5, "items": []any{}}, nil, 400, "INVALID"},
+		{"admin zero quantity", "POST", "/api/admin/sales", s.Token(1, true), map[string]any{"name": "x", "startsAt": "2026-12-01T18:00:00Z", "admissionRatePerSecond": 5, "items": []any{map[string]any{"productId": 1, "quantity": 0, "priceCents": 1}}}, nil, 400, "INVALID"},
+		{"admin bad startsAt", "POST", "/api/admin/sales", s.Token(1, true), map[string]any{"name": "x", "startsAt": "tomorrow", "admissionRatePerSecond": 5, "items": []any{map[string]any{"productId": 1, "quantity": 1, "priceCents": 1}}}, nil, 400, "INVALID"},
+		{"admin wrong type", "POST", "/api/admin/sales", s.Token(1, true), `{"name": 5}`, nil, 400, "INVALID"},
+		{"admin not json", "POST", "/api/admin/sales", s.Token(1, true), `{{{`, nil, 400, "INVALID"},
+		{"admin unknown sale", "GET", "/api/admin/sales/424242", s.Token(1, true), nil, nil, 404, "NOT_FOUND"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s.t = t
-			r := s.do(tt.method, tt.path, tt.bearer, tt.body, tt.hdr...)
-			s.want(r, tt.status, tt.code)
+			s.T = t
+			r := s.Do(tt.method, tt.path, tt.bearer, tt.body, tt.hdr...)
+			s.Want(r, tt.status, tt.code)
 			if msg, _ := r.Body["message"].(string); msg == "" && tt.status != 413 {
 				t.Errorf("no message in %s", r.Raw)
 			}
 		})
 	}
-	s.t = t
+	s.T = t
 	// Nothing was reserved by any of that.
 	if rem := itemFigure(t, s.figures(saleID), item, "remaining"); rem != 3 {
 		t.Fatalf("remaining = %d after bad requests, want 3", rem)
@@ -354,7 +249,7 @@ func TestBadInputThroughHTTP(t *testing.T) {
 func TestHealthAndReady(t *testing.T) {
 	s := startStack(t)
 	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
-		r, err := http.Get(s.app.AdminURL + p)
+		r, err := http.Get(s.App.AdminURL + p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -368,10 +263,10 @@ func TestHealthAndReady(t *testing.T) {
 func TestSaleChangesAreAudited(t *testing.T) {
 	s := startStack(t)
 	saleID, _ := s.createSale(5)
-	op := s.token(9, true)
-	s.want(s.do("PATCH", fmt.Sprintf("/api/admin/sales/%d", saleID), op, map[string]any{"admissionRatePerSecond": 7}), 200, "")
-	r := s.do("GET", "/api/admin/audit", op, nil)
-	s.want(r, 200, "")
+	op := s.Token(9, true)
+	s.Want(s.Do("PATCH", fmt.Sprintf("/api/admin/sales/%d", saleID), op, map[string]any{"admissionRatePerSecond": 7}), 200, "")
+	r := s.Do("GET", "/api/admin/audit", op, nil)
+	s.Want(r, 200, "")
 	var entries []struct {
 		Actor, Action string
 		Body          map[string]any
