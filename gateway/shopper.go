@@ -77,30 +77,17 @@ func (s *Server) orderGet(c *fiber.Ctx) error { return s.orderAction(c, s.d.Orde
 // orderPay is POST /api/flash-sales/orders/{orderId}/pay; the optional body
 // {"paymentToken": "..."} is checked for form and otherwise unused.
 func (s *Server) orderPay(c *fiber.Ctx) error {
-	p, ok := s.userRoute(c)
-	if !ok {
-		return nil
-	}
-	id, ok := parseUUID(c.Params("orderId"))
-	if !ok {
-		return errBadOrderID
-	}
-	if body := bytes.TrimSpace(c.Body()); len(body) > 0 {
-		var req struct {
-			PaymentToken string `json:"paymentToken"`
+	return s.orderAction(c, func(ctx context.Context, userID int64, orderID string) (flashsale.Order, error) {
+		if body := bytes.TrimSpace(c.Body()); len(body) > 0 {
+			var req struct {
+				PaymentToken string `json:"paymentToken"`
+			}
+			if err := decodeStrict(body, &req); err != nil {
+				return flashsale.Order{}, err
+			}
 		}
-		if err := decodeStrict(body, &req); err != nil {
-			return err
-		}
-	}
-	ctx, cancel := s.reqCtx()
-	defer cancel()
-	o, err := s.d.Orders.Pay(ctx, p.UserID, id)
-	if err != nil {
-		return err
-	}
-	c.Set(fiber.HeaderCacheControl, "no-store")
-	return c.JSON(toOrderJSON(o))
+		return s.d.Orders.Pay(ctx, userID, orderID)
+	})
 }
 
 // orderCancel is POST /api/flash-sales/orders/{orderId}/cancel.
