@@ -116,7 +116,7 @@ func BenchmarkPurchaseSoldOut(b *testing.B) {
 	signer := benchSigner(b)
 	tok, adm := benchTokens(b, now)
 	srv := New(Config{}, Deps{
-		Access:    auth.NewVerifier(testSecret),
+		Access:    auth.NewCache(auth.NewVerifier(testSecret), 1<<16), // as deployed (internal/app)
 		Admission: signer,
 		Sales:     benchSales{sale},
 		Purchase:  benchPurchase{},
@@ -168,6 +168,6 @@ func BenchmarkPurchaseSoldOutHandler(b *testing.B) {
 	sale := &flashsale.Sale{ID: 1, StartsAt: now.Add(-time.Minute), Items: []flashsale.Item{{ID: 101, SaleID: 1, Quantity: 1}}}
 	signer := benchSigner(b)
 	tok, adm := benchTokens(b, now)
-	srv := New(Config{}, Deps{Access: auth.NewVerifier(testSecret), Admission: signer, Sales: benchSales{sale}, Purchase: benchPurchase{}})
+	srv := New(Config{}, Deps{Access: auth.NewCache(auth.NewVerifier(testSecret), 1<<16), Admission: signer, Sales: benchSales{sale}, Purchase: benchPurchase{}})
 	driveHandler(b, srv.App(), tok, adm)
 }

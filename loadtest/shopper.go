@@ -545,8 +545,17 @@ func (s *shard) afterOrder(ctx context.Context, sh *shopper, o orderRecord) {
 			var b struct {
 				Status  string `json:"status"`
 				Payable bool   `json:"payable"`
+				ItemID  int64  `json:"itemId"`
 			}
 			if json.Unmarshal(r.Body, &b) == nil {
+				if b.ItemID != 0 && b.ItemID != o.ItemID {
+					// A 409 ALREADY_PURCHASED names the order, not its
+					// item: the user may hold it on another item (a
+					// reservation whose 202 was lost, then a retry on the
+					// next item). Record the order's real item.
+					o.ItemID = b.ItemID
+					s.rec.order(sh.userID, o)
+				}
 				if b.Status != "" && b.Status != "PENDING" {
 					o.Status = b.Status
 					s.rec.order(sh.userID, o)

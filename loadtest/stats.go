@@ -314,6 +314,11 @@ func (r *recorder) order(userID int64, o orderRecord) {
 			if o.Status != "" {
 				r.p.Orders[userID][i].Status = o.Status
 			}
+			if o.ItemID != 0 {
+				// The order's own item (from GET order) wins over the
+				// item a 409 ALREADY_PURCHASED answered for.
+				r.p.Orders[userID][i].ItemID = o.ItemID
+			}
 			return
 		}
 	}

@@ -18,7 +18,8 @@
 # Environment knobs (defaults in brackets):
 #   GATEWAYS [2]  SHOPPERS [scenario's]  PROCESSES [scenario's]
 #   SOURCE_ADDRS [scenario's]  RATE [scenario's]  STARTS_IN [scenario's]
-#   DURATION [scenario's]  LOADTEST_ARGS [extra flags for flashsale loadtest]
+#   DURATION [scenario's]  QUIET_TIMEOUT [75s]  FLASHSALE_RECONCILE_AFTER [30s]
+#   LOADTEST_ARGS [extra flags for flashsale loadtest]
 #   CAPACITY_FACTOR [2]  BUILD [1: make build first]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -100,6 +101,10 @@ start_stack() { # scenario
 	else
 		unset FLASHSALE_PAYMENT_WINDOW FLASHSALE_EXPIRY_INTERVAL
 	fi
+	# A reservation whose publish failed or timed out is held in Redis
+	# until the reconciler returns it (FLASHSALE_RECONCILE_AFTER, default
+	# 2m); 30 s keeps the run's quiet wait (QUIET_TIMEOUT) short enough.
+	export FLASHSALE_RECONCILE_AFTER=${FLASHSALE_RECONCILE_AFTER:-30s}
 	unset FLASHSALE_REDIS_URL FLASHSALE_DATABASE_URL FLASHSALE_KAFKA_BROKERS
 	$BIN dev --data-dir "$dir/data" --kafka-port "$KAFKA_PORT" \
 		--http-addr 127.0.0.1:18080 --admin-addr 127.0.0.1:19080 \
@@ -144,6 +149,7 @@ run_scenario() { # scenario
 	[ -n "${RATE:-}" ] && args+=(--rate "$RATE")
 	[ -n "${STARTS_IN:-}" ] && args+=(--starts-in "$STARTS_IN")
 	[ -n "${DURATION:-}" ] && args+=(--duration "$DURATION")
+	args+=(--quiet-timeout "${QUIET_TIMEOUT:-75s}")
 	# shellcheck disable=SC2206
 	[ -n "${LOADTEST_ARGS:-}" ] && args+=(${LOADTEST_ARGS})
 	echo "== $s  $(date -u +%FT%TZ)  load average before: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/$s.txt"

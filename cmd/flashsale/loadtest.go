@@ -37,6 +37,7 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	sourceAddrs := fs.Int("source-addrs", -1, "spread client sockets over this many 127.0.0.x addresses")
 	procs := fs.Int("processes", -1, "worker processes (to pass the per-process open-file limit)")
 	duration := fs.Duration("duration", 0, "hard bound on the run")
+	quiet := fs.Duration("quiet-timeout", 0, "how long to wait for conservation after the shoppers (default: 15s, at most a fifth of the duration); cover the server's FLASHSALE_RECONCILE_AFTER when publishes may fail")
 	dbURL := fs.String("database-url", os.Getenv("FLASHSALE_DATABASE_URL"), "PostgreSQL URL for the invariant checks (optional)")
 	redisURL := fs.String("redis-url", os.Getenv("FLASHSALE_REDIS_URL"), "Redis URL for the command counter (optional)")
 	jsonOut := fs.String("json", "loadtest-report.json", "JSON report file (empty: none)")
@@ -80,6 +81,9 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if *duration > 0 {
 		cfg.Duration = *duration
+	}
+	if *quiet > 0 {
+		cfg.QuietTimeout = *quiet
 	}
 	if cfg.JWTSecret == "" {
 		return errors.New("no JWT secret: set FLASHSALE_JWT_SECRET or --secret")

@@ -1,6 +1,9 @@
 package benchhttp
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 const wrkSample = `Running 10s test @ http://127.0.0.1:8080/api/flash-sales/items/2/purchase
   2 threads and 256 connections
@@ -31,5 +34,25 @@ func TestParseWrk(t *testing.T) {
 	}
 	if _, err := ParseWrk("garbage"); err == nil {
 		t.Error("ParseWrk(garbage) = nil error, want one")
+	}
+}
+
+func TestMediansAndSummary(t *testing.T) {
+	samples := []Sample{
+		{Scenario: Baseline, Wrk: WrkResult{RPS: 100, Requests: 1000}},
+		{Scenario: SoldOut, Wrk: WrkResult{RPS: 90, Requests: 900}, RedisCommands: 70, PrevBaseline: 100, Codes: map[string]int64{"410": 900}},
+		{Scenario: Baseline, Wrk: WrkResult{RPS: 80, Requests: 800}},
+		{Scenario: SoldOut, Wrk: WrkResult{RPS: 60, Requests: 600}, RedisCommands: 70, PrevBaseline: 80},
+		{Scenario: Idle, RedisCommands: 70},
+	}
+	if got, want := Medians(samples), "baseline 90\nsold-out 75\nidle 70\n"; got != want {
+		t.Errorf("Medians = %q, want %q", got, want)
+	}
+	sum := Summarize(samples, Options{})
+	// median 75 / median baseline 90 = 83.3%, paired median of 0.9 and 0.75 = 82.5%
+	for _, want := range []string{"83.3%", "82.5%", "missed", "410:900", "0.0000"} {
+		if !strings.Contains(sum, want) {
+			t.Errorf("summary has no %q:\n%s", want, sum)
+		}
 	}
 }
