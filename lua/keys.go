@@ -11,7 +11,7 @@ import (
 // Reserve atomically checks the buyer, checks and decrements the stock and
 // records the reservation as pending.
 //
-//	KEYS: stock, buyers, pending
+//	KEYS: stock, buyers, pending, reserved
 //	ARGV: itemId, userId, orderId, nowMs
 //	returns {0, orderId} reserved, {1, existingOrderId} already purchased,
 //	{2, ""} sold out, {3, ""} unknown item.
@@ -53,6 +53,12 @@ func BuyersKey(saleID int64) string { return "fs:" + Tag(saleID) + ":buyers" }
 // member after the database commit; the reconciler returns members that stay
 // too long.
 func PendingKey(saleID int64) string { return "fs:" + Tag(saleID) + ":pending" }
+
+// ReservedKey is a STRING counter of every reservation ever made in the
+// sale (it never goes down: returned units do not decrement it). The
+// waiting room's capacity cap reads it to know how many admitted shoppers
+// have bought, whatever came back to stock meanwhile.
+func ReservedKey(saleID int64) string { return "fs:" + Tag(saleID) + ":reserved" }
 
 // PendingMember is the member of PendingKey for one reservation.
 func PendingMember(orderID string, userID, itemID int64) string {

@@ -1,4 +1,5 @@
--- KEYS[1] stock HASH, KEYS[2] buyers HASH, KEYS[3] pending ZSET
+-- KEYS[1] stock HASH, KEYS[2] buyers HASH, KEYS[3] pending ZSET,
+-- KEYS[4] reserved counter (every reservation ever made)
 -- ARGV[1] itemId, ARGV[2] userId, ARGV[3] orderId, ARGV[4] nowMs
 local prev = redis.call('HGET', KEYS[2], ARGV[2])
 if prev then
@@ -15,4 +16,5 @@ end
 redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. ARGV[1] .. '|' .. ARGV[4])
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3] .. '|' .. ARGV[2] .. '|' .. ARGV[1])
+redis.call('INCR', KEYS[4])
 return {0, ARGV[3]}

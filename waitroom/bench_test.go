@@ -1,12 +1,7 @@
 package waitroom
 
 import (
-	"bufio"
 	"context"
-	"encoding/binary"
-	"encoding/json"
-	"io"
-	"net"
 	"net/http/httptest"
 	"os"
 	"runtime"
@@ -50,93 +45,45 @@ func BenchmarkJoin(b *testing.B) {
 	b.ReportMetric(float64(b.N)/el/float64(runtime.GOMAXPROCS(0)), "joins/s/core")
 }
 
-// rawClient is a minimal WebSocket client (a bare TCP connection), so that
-// the benchmark's own memory per connection is small next to the server's.
-type rawClient struct {
-	nc net.Conn
-	br *bufio.Reader
+// connBench is one Room on real Redis behind a net/http server in this
+// process, with n WebSockets joined from client processes
+// (benchclient_test.go).
+type connBench struct {
+	e       *env
+	r       *Room
+	ctx     context.Context
+	saleID  int64
+	itemID  int64
+	n       int
+	clients *clientFleet
+	before  serverMem
+	after   serverMem
 }
 
-func dialRaw(addr string, local net.IP, saleID int64, token string) (*rawClient, error) {
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local}, Timeout: 10 * time.Second}
-	nc, err := d.Dial("tcp", addr)
-	if err != nil {
-		return nil, err
+// startConnBench starts the room and its server, measures the process's
+// memory, has n connections join from client processes and measures again.
+func startConnBench(tb testing.TB, n int) *connBench {
+	tb.Helper()
+	if lim, err := raiseNoFile(); err != nil {
+		tb.Fatal(err)
+	} else if uint64(n)+200 > lim {
+		tb.Fatalf("%d connections need more than the %d open files this process may hold", n, lim)
 	}
-	req := "GET " + SalePath + strconv.FormatInt(saleID, 10) + "/queue HTTP/1.1\r\nHost: " + addr +
-		"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-	if _, err := io.WriteString(nc, req); err != nil {
-		nc.Close()
-		return nil, err
-	}
-	c := &rawClient{nc: nc, br: bufio.NewReaderSize(nc, 256)}
-	for {
-		line, err := c.br.ReadString('\n')
-		if err != nil {
-			nc.Close()
-			return nil, err
-		}
-		if line == "\r\n" {
-			break
-		}
-	}
-	join, _ := json.Marshal(map[string]string{"type": "join", "accessToken": token})
-	// One masked text frame with a zero mask key (the payload unchanged).
-	frame := []byte{0x81, 0x80 | 126, 0, 0, 0, 0, 0, 0}
-	binary.BigEndian.PutUint16(frame[2:], uint16(len(join)))
-	if _, err := nc.Write(append(frame, join...)); err != nil {
-		nc.Close()
-		return nil, err
-	}
-	return c, nil
-}
-
-// next reads one server frame (unmasked, payload < 64 KiB).
-func (c *rawClient) next() ([]byte, error) {
-	var h [2]byte
-	if _, err := io.ReadFull(c.br, h[:]); err != nil {
-		return nil, err
-	}
-	n := int(h[1] & 0x7f)
-	if n == 126 {
-		var ext [2]byte
-		if _, err := io.ReadFull(c.br, ext[:]); err != nil {
-			return nil, err
-		}
-		n = int(binary.BigEndian.Uint16(ext[:]))
-	}
-	p := make([]byte, n)
-	_, err := io.ReadFull(c.br, p)
-	return p, err
-}
-
-// BenchmarkConnections holds FLASHSALE_BENCH_CONNS (default 2000) WebSockets
-// on one Room and reports the memory per connection (heap + stacks, both
-// sides of the connection, as the client shares the process; the raw client
-// costs a few hundred bytes) and the time to push one status change to all
-// of them (tick to last frame read). Client sockets are spread over
-// 127.0.0.x source addresses.
-func BenchmarkConnections(b *testing.B) {
-	n := 2000
-	if s := os.Getenv("FLASHSALE_BENCH_CONNS"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil || v <= 0 {
-			b.Fatalf("FLASHSALE_BENCH_CONNS=%q", s)
-		}
-		n = v
-	}
-	e := newEnv(b)
-	sale := e.addSale(newSale(b, 1, e.clock.Now().Add(time.Hour), 0, 1000))
-	item := sale.Items[0].ID
-	cfg := Config{Tick: time.Hour, MaxConnsPerIP: n + 1, IdleTimeout: 24 * time.Hour, HandshakeTimeout: time.Minute, Now: e.clock.Now}
+	e := newEnv(tb)
+	sale := e.addSale(newSale(tb, 1, e.clock.Now().Add(time.Hour), 0, 1000))
+	// Ticks only when the benchmark calls tickAll. IdleTimeout/2/Tick = 120
+	// ping slots, as with the defaults (60 s, 250 ms): each tick pings 1/120
+	// of the connections, as in production.
+	cfg := Config{Tick: time.Hour, IdleTimeout: 240 * time.Hour, MaxConnsPerIP: n + 1,
+		HandshakeTimeout: 5 * time.Minute, Now: e.clock.Now}
 	r := New(cfg, e.rdb, e.sales, e.stock, e.access, e.signer, nil, nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(ctx) }()
 	srv := httptest.NewUnstartedServer(r)
-	srv.Config.ReadHeaderTimeout = 10 * time.Second
+	srv.Config.ReadHeaderTimeout = 30 * time.Second
 	srv.Start()
-	b.Cleanup(func() {
+	tb.Cleanup(func() { // after the clients' cleanup (LIFO): they close first
 		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer scancel()
 		_ = r.Shutdown(sctx)
@@ -144,58 +91,79 @@ func BenchmarkConnections(b *testing.B) {
 		cancel()
 		<-done
 	})
-	addr := strings.TrimPrefix(srv.URL, "http://")
-	tokens := make([]string, n)
-	for i := range tokens {
-		tokens[i] = e.token(int64(i + 1))
+	h := &connBench{e: e, r: r, ctx: ctx, saleID: sale.ID, itemID: sale.Items[0].ID, n: n}
+	h.before = readServerMem(tb)
+	h.clients = startClients(tb, strings.TrimPrefix(srv.URL, "http://"), sale.ID, n, e.clock.Now().UnixMilli())
+	h.after = readServerMem(tb)
+	r.mu.Lock()
+	held := len(r.conns)
+	r.mu.Unlock()
+	if held != n {
+		tb.Fatalf("the room holds %d connections, want %d", held, n)
 	}
+	return h
+}
 
-	runtime.GC()
-	var m0 runtime.MemStats
-	runtime.ReadMemStats(&m0)
-	clients := make([]*rawClient, n)
-	for i := range clients {
-		local := net.IPv4(127, 0, byte(1+i/20000), byte(2+i/250%250))
-		c, err := dialRaw(addr, local, sale.ID, tokens[i])
-		if err != nil {
-			b.Fatalf("connection %d: %v", i, err)
-		}
-		clients[i] = c
+// push changes every connection's status (odd rounds: the stock goes to 0,
+// SOLD_OUT; even rounds: back, PREQUEUE), runs one tick and waits until
+// every client has read the new status. It returns the time from the
+// change to the last client's receipt, and the tick's own time (compute
+// and queue every status; the writers send meanwhile).
+func (h *connBench) push(tb testing.TB, round int) (all, tick time.Duration) {
+	tb.Helper()
+	start := time.Now()
+	if round%2 == 1 {
+		h.e.stock.set(h.saleID, h.itemID, 0)
+	} else {
+		h.e.stock.set(h.saleID, h.itemID, 1000)
 	}
-	b.Cleanup(func() {
-		for _, c := range clients {
-			c.nc.Close()
-		}
-	})
-	for i, c := range clients { // first status: joined
-		if _, err := c.next(); err != nil {
-			b.Fatalf("connection %d: first status: %v", i, err)
-		}
-	}
-	runtime.GC()
-	var m1 runtime.MemStats
-	runtime.ReadMemStats(&m1)
-	perConn := float64((m1.HeapAlloc+m1.StackInuse)-(m0.HeapAlloc+m0.StackInuse)) / float64(n)
+	h.r.tickAll(h.ctx)
+	tick = time.Since(start)
+	h.clients.waitRound(tb, round)
+	return time.Since(start), tick
+}
 
-	soldOut := false
+// BenchmarkConnections holds FLASHSALE_BENCH_CONNS (default 19,000)
+// WebSockets on one Room (real Redis, net/http server) in this process;
+// the clients are 2+ child processes (≤ 9,500 connections each, from
+// 127.<child>.0.x source addresses). It reports this process's memory per
+// connection after a GC, from before the first dial to after the last
+// join: heap in use (HeapInuse), live heap (HeapAlloc), goroutine stacks
+// (StackInuse) and RSS (VmRSS, after returning free pages to the OS; it
+// counts everything the process holds, heap and stacks included, not the
+// kernel's socket buffers); and the time to push one status to all:
+// from the stock change through one tick until every client has read the
+// new status (ms/push-all the mean, push-max-ms the slowest, tick-ms the
+// tick's own share).
+func BenchmarkConnections(b *testing.B) {
+	n := 19000
+	if s := os.Getenv("FLASHSALE_BENCH_CONNS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v <= 0 {
+			b.Fatalf("FLASHSALE_BENCH_CONNS=%q", s)
+		}
+		n = v
+	}
+	h := startConnBench(b, n)
+	var total, worst, ticks time.Duration
+	round := 0
 	b.ResetTimer()
 	for b.Loop() {
-		soldOut = !soldOut
-		if soldOut {
-			e.stock.set(sale.ID, item, 0)
-		} else {
-			e.stock.set(sale.ID, item, 1000)
-		}
-		r.tickAll(ctx)
-		for i, c := range clients {
-			if _, err := c.next(); err != nil {
-				b.Fatalf("connection %d: %v", i, err)
-			}
-		}
+		round++
+		all, tick := h.push(b, round)
+		total += all
+		ticks += tick
+		worst = max(worst, all)
 	}
 	b.StopTimer()
-	b.ReportMetric(perConn, "bytes/conn")
-	b.ReportMetric(float64(m1.StackInuse-m0.StackInuse)/float64(n), "stack-bytes/conn")
-	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/push-all")
+	per := func(v int64) float64 { return float64(v) / float64(n) }
+	b.ReportMetric(per(int64(h.after.heapInuse)-int64(h.before.heapInuse)), "heap-B/conn")
+	b.ReportMetric(per(int64(h.after.heapAlloc)-int64(h.before.heapAlloc)), "live-B/conn")
+	b.ReportMetric(per(int64(h.after.stack)-int64(h.before.stack)), "stack-B/conn")
+	b.ReportMetric(per(1024*(h.after.rssKB-h.before.rssKB)), "rss-B/conn")
+	b.ReportMetric(per(1024*(h.after.hwmKB-h.before.hwmKB)), "peak-rss-B/conn")
+	b.ReportMetric(float64(total.Microseconds())/1000/float64(round), "ms/push-all")
+	b.ReportMetric(float64(worst.Microseconds())/1000, "push-max-ms")
+	b.ReportMetric(float64(ticks.Microseconds())/1000/float64(round), "tick-ms")
 	b.ReportMetric(float64(n), "conns")
 }

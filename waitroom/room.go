@@ -74,13 +74,17 @@ type Config struct {
 	WriteTimeout     time.Duration // a write that takes longer drops the client [5s]
 	MaxMessageBytes  int64         // largest client message [4096]
 	MaxConnsPerIP    int           // [200]
-	MaxConnsPerUser  int           // [4]
-	CapacityFactor   float64       // admitted-unused places ≤ factor × remaining stock [2.0]
-	OriginPatterns   []string      // cross-origin pages allowed to open the WebSocket
-	JoinBatchWindow  time.Duration // how long joins are collected into one batch [2ms]
-	MaxJoinBatch     int           // largest join batch [1000]
-	LeaseTTL         time.Duration // leader lease [max(2s, 4 ticks)]
-	Writers          int           // WebSocket writer goroutines [8 × GOMAXPROCS]
+	// MaxConns caps this process's WebSocket connections (0: no cap). Set
+	// it below the open-file limit, so a crowd cannot starve the process of
+	// the descriptors its Redis, PostgreSQL and Kafka connections need.
+	MaxConns        int
+	MaxConnsPerUser int           // [4]
+	CapacityFactor  float64       // admitted-unused places ≤ factor × remaining stock [2.0]
+	OriginPatterns  []string      // cross-origin pages allowed to open the WebSocket
+	JoinBatchWindow time.Duration // how long joins are collected into one batch [2ms]
+	MaxJoinBatch    int           // largest join batch [1000]
+	LeaseTTL        time.Duration // leader lease [max(2s, 4 ticks)]
+	Writers         int           // WebSocket writer goroutines [8 × GOMAXPROCS]
 	// Now is the clock [time.Now].
 	Now func() time.Time
 	// ClientIP returns the client address of a WebSocket request [the
@@ -191,6 +195,7 @@ type Room struct {
 	mu        sync.Mutex
 	rooms     map[int64]*saleRoom
 	perIP     map[netip.Addr]int
+	total     int // WebSocket connections of this process (MaxConns)
 	perUser   map[int64]int
 	conns     map[*conn]struct{}
 	closing   bool
@@ -406,7 +411,7 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 	}
 	leader, st, err := tickSale(ctx, r.rdb, sale, tickArgs{
 		me: r.id, nowMs: now.UnixMilli(), leaseMs: r.cfg.LeaseTTL.Milliseconds(), rate: sale.AdmissionRatePerSecond,
-		capLimit: capLimit, remaining: total, ttlMs: r.cfg.AdmissionTTL.Milliseconds(), bucketMs: bucketMs,
+		capLimit: capLimit, ttlMs: r.cfg.AdmissionTTL.Milliseconds(), bucketMs: bucketMs,
 	})
 	if err != nil {
 		return nil, err

@@ -400,3 +400,45 @@ type guardFunc func(userID int64, pow json.RawMessage) (json.RawMessage, error)
 func (f guardFunc) CheckJoin(_ context.Context, _ netip.Addr, userID, _ int64, pow json.RawMessage) (json.RawMessage, error) {
 	return f(userID, pow)
 }
+
+// TestCapacityAfterStockReturns: places that were bought stay counted as
+// used when units come back (an expiry or cancel), so admission resumes for
+// the returned units instead of stalling behind phantom "unused" places.
+func TestCapacityAfterStockReturns(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 11, e.clock.Now().Add(-time.Second), 100, 2))
+	item := sale.Items[0].ID
+	g := e.newGateway(Config{AdmissionTTL: time.Minute, CapacityFactor: 1}, nil)
+	ctx := context.Background()
+	for u := int64(1); u <= 10; u++ {
+		if _, err := g.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admitted := func() int64 {
+		f, err := g.room.Figures(ctx, sale.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f.Admitted
+	}
+	e.clock.Advance(time.Second)
+	eventually(t, "2 admitted", 5*time.Second, func() bool { return admitted() == 2 })
+	// Both admitted shoppers buy (the reserve script counts them) and the
+	// stock runs out.
+	if err := e.rdb.IncrBy(ctx, lua.ReservedKey(sale.ID), 2).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.stock.set(sale.ID, item, 0)
+	e.clock.Advance(time.Second)
+	g.waitTicks(t, 3)
+	// One order expires: its unit comes back. The next shopper is admitted
+	// well within the admission TTL, not after it.
+	e.stock.set(sale.ID, item, 1)
+	e.clock.Advance(time.Second)
+	eventually(t, "a third shopper admitted for the returned unit", 5*time.Second, func() bool { return admitted() == 3 })
+	g.waitTicks(t, 3)
+	if got := admitted(); got != 3 {
+		t.Fatalf("admitted %d for one returned unit with factor 1, want 3", got)
+	}
+}

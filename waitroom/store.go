@@ -24,8 +24,9 @@ import (
 //	                  pre-queue in ticket order)
 //	wr:{sN}:admitted  HASH userId → "place|admittedAtMs", written once
 //	wr:{sN}:buckets   HASH "a<bucket>" → admissions in that time bucket,
-//	                  "r<bucket>" → total remaining stock when the bucket
-//	                  began (for the capacity cap)
+//	                  "r<bucket>" → the sale's reservation counter
+//	                  (lua.ReservedKey) when the bucket began (for the
+//	                  capacity cap)
 //	wr:{sN}:lease     STRING the leader gateway's id (SET NX PX)
 //
 // and one untagged key, activeKey, the SET of sale ids with a queue, so that
@@ -92,9 +93,9 @@ return {n and tonumber(n) or -1, serving, out}
 // pre-queue at opening and advances the cursor by the rate, within the
 // capacity cap. Everyone gets the queue state back.
 //
-//	KEYS: state, lease, buckets
+//	KEYS: state, lease, buckets, reserved (lua.ReservedKey)
 //	ARGV: me, nowMs, opensAtMs, leaseMs, rate, capLimit (-1: do not
-//	      admit), remaining, ttlMs, bucketMs
+//	      admit), ttlMs, bucketMs
 //	returns {leader 0/1, seq, n or -1, serving}
 var tickScript = redis.NewScript(`
 local me = ARGV[1]
@@ -115,16 +116,18 @@ if leader == 1 then
   local rate = tonumber(ARGV[5])
   local capLimit = tonumber(ARGV[6])
   if n and rate > 0 and capLimit >= 0 then
-    local remaining = tonumber(ARGV[7])
-    local ttl = tonumber(ARGV[8])
-    local bms = tonumber(ARGV[9])
+    local reserved = tonumber(redis.call('GET', KEYS[4]) or '0')
+    local ttl = tonumber(ARGV[7])
+    local bms = tonumber(ARGV[8])
     local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
     local serving = tonumber(redis.call('HGET', KEYS[1], 'serving') or '0')
     local last = tonumber(redis.call('HGET', KEYS[1], 'last') or now)
     if last < now - 1000 then last = now - 1000 end
     local waiting = seq - serving
     -- capacity: admissions in the buckets younger than the token TTL, less
-    -- the units sold since the oldest of them began.
+    -- the reservations made since the oldest of them began (a counter that
+    -- units coming back to stock do not lower, so expiries and cancels do
+    -- not make bought places look unused again).
     local b = math.floor(now / bms)
     local oldest = b + 1
     local sum = 0
@@ -140,8 +143,8 @@ if leader == 1 then
       end
     end
     if oldest <= b then
-      local r0 = tonumber(redis.call('HGET', KEYS[3], 'r' .. oldest) or remaining)
-      local sold = r0 - remaining
+      local r0 = tonumber(redis.call('HGET', KEYS[3], 'r' .. oldest) or reserved)
+      local sold = reserved - r0
       if sold > 0 then sum = sum - sold end
       if sum < 0 then sum = 0 end
     end
@@ -153,7 +156,7 @@ if leader == 1 then
     if k > 0 then
       redis.call('HINCRBY', KEYS[1], 'serving', k)
       redis.call('HINCRBY', KEYS[3], 'a' .. b, k)
-      redis.call('HSETNX', KEYS[3], 'r' .. b, remaining)
+      redis.call('HSETNX', KEYS[3], 'r' .. b, reserved)
     end
     if k < 0 then k = 0 end
     if k == allowance then
@@ -244,20 +247,20 @@ func registerJoins(ctx context.Context, rdb redis.UniversalClient, sale *flashsa
 }
 
 type tickArgs struct {
-	me        string
-	nowMs     int64
-	leaseMs   int64
-	rate      int
-	capLimit  int64
-	remaining int64
-	ttlMs     int64
-	bucketMs  int64
+	me       string
+	nowMs    int64
+	leaseMs  int64
+	rate     int
+	capLimit int64
+	ttlMs    int64
+	bucketMs int64
 }
 
 // tickSale runs tickScript for one sale.
 func tickSale(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.Sale, a tickArgs) (leader bool, st queueState, err error) {
-	res, err := tickScript.Run(ctx, rdb, saleKeys(sale.ID, keyState, keyLease, keyBuckets),
-		a.me, a.nowMs, sale.StartsAt.UnixMilli(), a.leaseMs, a.rate, a.capLimit, a.remaining, a.ttlMs, a.bucketMs).Slice()
+	keys := append(saleKeys(sale.ID, keyState, keyLease, keyBuckets), lua.ReservedKey(sale.ID))
+	res, err := tickScript.Run(ctx, rdb, keys,
+		a.me, a.nowMs, sale.StartsAt.UnixMilli(), a.leaseMs, a.rate, a.capLimit, a.ttlMs, a.bucketMs).Slice()
 	if err != nil {
 		return false, st, fmt.Errorf("waitroom.tick: %w", err)
 	}

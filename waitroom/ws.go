@@ -281,16 +281,24 @@ func (r *Room) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		httpError(w, http.StatusServiceUnavailable, flashsale.CodeUnavailable, "shutting down")
 		return
 	}
+	if r.cfg.MaxConns > 0 && r.total >= r.cfg.MaxConns {
+		r.mu.Unlock()
+		w.Header().Set("Retry-After", "2")
+		httpError(w, http.StatusServiceUnavailable, flashsale.CodeUnavailable, "this gateway is full; retry shortly")
+		return
+	}
 	if r.perIP[ip] >= r.cfg.MaxConnsPerIP {
 		r.mu.Unlock()
 		httpError(w, http.StatusTooManyRequests, flashsale.CodeRateLimited, "too many connections from this address")
 		return
 	}
 	r.perIP[ip]++
+	r.total++
 	r.handlers.Add(1)
 	r.mu.Unlock()
 	release := func() {
 		r.mu.Lock()
+		r.total--
 		if r.perIP[ip]--; r.perIP[ip] <= 0 {
 			delete(r.perIP, ip)
 		}

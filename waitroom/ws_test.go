@@ -139,6 +139,32 @@ func TestPerIPCap(t *testing.T) {
 	}
 }
 
+// TestProcessCap: past MaxConns the process refuses upgrades with 503 and
+// Retry-After (it keeps its file descriptors for Redis and Kafka); a freed
+// place is usable again.
+func TestProcessCap(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 3, e.clock.Now().Add(time.Minute), 10, 10))
+	g := e.newGateway(Config{MaxConns: 2}, nil)
+	first := dial(t, g.url(sale.ID))
+	dial(t, g.url(sale.ID))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, resp, err := websocket.Dial(ctx, g.url(sale.ID), nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("third connection: err %v resp %v, want 503 with Retry-After", err, resp)
+	}
+	first.ws.Close(websocket.StatusNormalClosure, "")
+	eventually(t, "a place freed", 5*time.Second, func() bool {
+		c, _, err := websocket.Dial(ctx, g.url(sale.ID), nil)
+		if err != nil {
+			return false
+		}
+		c.CloseNow()
+		return true
+	})
+}
+
 // TestSlowReaderDropped: a client that stops reading is dropped after the
 // write timeout; the others keep getting their statuses.
 func TestSlowReaderDropped(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/flashsale/flashsale/internal/app"
 	"github.com/flashsale/flashsale/loadtest"
 )
 
@@ -49,6 +50,7 @@ func main() {
 		}
 		return
 	}
+	app.RaiseFileLimit()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -30,6 +30,13 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		return err
 	}
 	a.onClose(func(context.Context) error { producer.Close(); return nil })
+	// Connect to the brokers now, not at the first purchase: under a crowd
+	// the first dial may find no file descriptor or no time left.
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	if err := producer.Ping(wctx); err != nil {
+		a.log.Warn("Kafka not reachable yet; purchases answer 503 until it is", "err", err)
+	}
+	wcancel()
 
 	buy := purchase.New(purchase.Config{}, a.stock, producer, a.log, a.reg)
 	a.goRun("purchase", func() error { return buy.Run(runCtx) })
@@ -48,6 +55,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	room := waitroom.New(waitroom.Config{
 		AdmissionTTL:   cfg.AdmissionTTL,
 		CapacityFactor: cfg.CapacityFactor,
+		MaxConns:       maxWebSockets(),
 		OriginPatterns: originPatterns(cfg.CORSOrigins),
 	}, a.rdb, a.cache, a.stock, a.access, a.signer, guard, a.log, a.reg)
 	a.goRun("waitroom", func() error { return room.Run(runCtx) })

@@ -91,7 +91,7 @@ func (s *Store) Restore(ctx context.Context, saleID int64, remaining map[int64]i
 // order's id), SOLD_OUT, NOT_FOUND (no stock record for the item).
 func (s *Store) Reserve(ctx context.Context, saleID, itemID, userID int64, orderID string, now time.Time) error {
 	res, err := s.reserve.Run(ctx, s.rdb,
-		[]string{lua.StockKey(saleID), lua.BuyersKey(saleID), lua.PendingKey(saleID)},
+		[]string{lua.StockKey(saleID), lua.BuyersKey(saleID), lua.PendingKey(saleID), lua.ReservedKey(saleID)},
 		itemID, userID, orderID, now.UnixMilli()).Slice()
 	if err != nil {
 		return fmt.Errorf("stock.Reserve: %w", err)
