@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/auth"
+	"github.com/flashsale/flashsale/internal/app/apptest"
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func runCmd(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	var out, errb bytes.Buffer
+	code = run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestToken(t *testing.T) {
+	code, out, errOut := runCmd(t, map[string]string{"FLASHSALE_JWT_SECRET": "s3cret"}, "token", "--user", "42", "--role", "operator", "--ttl", "2h")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	p, err := auth.NewVerifier("s3cret").Verify(strings.TrimSpace(out))
+	if err != nil || p.UserID != 42 || !p.Operator {
+		t.Fatalf("token %q verifies as %+v, %v", out, p, err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"no user", []string{"token"}, 1},
+		{"bad user", []string{"token", "--user", "bob"}, 1},
+		{"bad role", []string{"token", "--user", "1", "--role", "admin"}, 1},
+		{"unknown flag", []string{"token", "--nope"}, 2},
+		{"unknown command", []string{"frobnicate"}, 2},
+		{"no command", nil, 2},
+		{"help", []string{"help"}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if code, _, errOut := runCmd(t, nil, tt.args...); code != tt.want {
+				t.Fatalf("exit %d, want %d: %s", code, tt.want, errOut)
+			}
+		})
+	}
+}
+
+func TestMigrateAndVerifyDraw(t *testing.T) {
+	s := apptest.Start(t)
+	env := map[string]string{"FLASHSALE_DATABASE_URL": s.Config.DatabaseURL, "FLASHSALE_REDIS_URL": s.Config.RedisURL}
+	if code, out, errOut := runCmd(t, env, "migrate"); code != 0 || !strings.Contains(out, "schema at version") {
+		t.Fatalf("migrate (again, on a current schema): exit %d, %s %s", code, out, errOut)
+	}
+	ctx := context.Background()
+	future, err := s.App.CreateSale(ctx, flashsale.Sale{Name: "later", StartsAt: time.Now().Add(time.Hour), AdmissionRatePerSecond: 10,
+		Items: []flashsale.Item{{ProductID: 1, Quantity: 5, PriceCents: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCmd(t, env, "verify-draw", "--sale", itoa(future.ID))
+	if code != 0 || !strings.Contains(out, "secret until then") || strings.Contains(out, future.SeedHex()) {
+		t.Fatalf("verify-draw before opening must not reveal the seed: exit %d, %s %s", code, out, errOut)
+	}
+	open, err := s.App.CreateSale(ctx, flashsale.Sale{Name: "now", StartsAt: time.Now().Add(-time.Second), AdmissionRatePerSecond: 1000,
+		Items: []flashsale.Item{{ProductID: 1, Quantity: 5, PriceCents: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = runCmd(t, env, "verify-draw", "--sale", itoa(open.ID))
+	if code != 0 || !strings.Contains(out, "OK:") || !strings.Contains(out, open.SeedHex()) {
+		t.Fatalf("verify-draw of an open sale: exit %d, %s %s", code, out, errOut)
+	}
+	if code, _, _ := runCmd(t, env, "verify-draw", "--sale", "987654"); code != 1 {
+		t.Fatalf("verify-draw of an unknown sale: exit %d, want 1", code)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
