@@ -5,8 +5,9 @@
 #
 #   OUT=out/bench            where results go
 #   BENCH_HTTP_FLAGS=...     extra flags of `flashsale bench http` (-rounds, -duration, -users ...)
-#   FLASHSALE_BENCH_CONNS=N  WebSockets held by waitroom's BenchmarkConnections (default 9000:
-#                            client and server share one process and its 20,000 open files)
+#   FLASHSALE_BENCH_CONNS=N  WebSockets held by waitroom's BenchmarkConnections (default 19000:
+#                            the server alone in the benchmark process, the clients in 2+ child
+#                            processes of <= 9,500 each; 20,000 open files per process)
 #   SKIP_GO=1 / SKIP_HTTP=1  run only one half
 #
 # Takes about 8 minutes on 2 cores. Benchmarks measure; nothing here fails on a
@@ -72,8 +73,8 @@ if [ -z "${SKIP_GO:-}" ]; then
 	gobench writer    writer    -bench . -benchtime 3x -timeout 20m
 	gobench waitroom-join waitroom -bench 'Join|Permute'
 	if grep -qs 'FLASHSALE_BENCH_CONNS' waitroom/*_test.go; then
-		FLASHSALE_BENCH_CONNS=${FLASHSALE_BENCH_CONNS:-9000} \
-			gobench waitroom-conns waitroom -bench Connections -benchtime 3x -timeout 10m
+		FLASHSALE_BENCH_CONNS=${FLASHSALE_BENCH_CONNS:-19000} \
+			gobench waitroom-conns waitroom -bench Connections -benchtime 20x -timeout 10m
 	fi
 fi
 
@@ -115,6 +116,18 @@ fi
 		r=$(metric "$OUT/go-writer.txt" "^BenchmarkRawBatchedInsert/$v-[0-9]+[[:space:]]" orders/s)
 		[ -n "$r" ] && echo "  raw batched pgx insert ($v): $r orders/s"
 	done
+	wconns=$(metric "$OUT/go-waitroom-conns.txt" '^BenchmarkConnections' conns)
+	if [ -n "$wconns" ]; then
+		wheap=$(metric "$OUT/go-waitroom-conns.txt" '^BenchmarkConnections' heap-B/conn)
+		wstack=$(metric "$OUT/go-waitroom-conns.txt" '^BenchmarkConnections' stack-B/conn)
+		wrss=$(metric "$OUT/go-waitroom-conns.txt" '^BenchmarkConnections' rss-B/conn)
+		wp50=$(metric "$OUT/go-waitroom-conns.txt" '^BenchmarkConnections' push-p50-ms)
+		wmean=$(metric "$OUT/go-waitroom-conns.txt" '^BenchmarkConnections' ms/push-all)
+		wjoin=$(metric "$OUT/go-waitroom-join.txt" '^BenchmarkJoin' joins/s/core)
+		goal() { awk -v v="$1" -v g="$2" 'BEGIN {print (v != "" && v <= g ? "met" : "missed")}'; }
+		echo "  waitroom, $wconns WebSockets in one process: heap $wheap + stacks $wstack B/conn, RSS $wrss B/conn (goal <= 10240: $(goal "$wrss" 10240));"
+		echo "    push one status to all: median $wp50 ms, mean $wmean ms (goal <= 250: $(goal "$wp50" 250)); joins ${wjoin:-n/a}/s/core"
+	fi
 	[ -s "$OUT/failures.txt" ] && { echo; echo "Failures / skipped:"; cat "$OUT/failures.txt"; }
 } > "$OUT/summary.txt"
 echo

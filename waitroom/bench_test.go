@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -58,6 +59,9 @@ type connBench struct {
 	clients *clientFleet
 	before  serverMem
 	after   serverMem
+
+	goroutines0, goroutines1 int
+	fds                      int // open files of this process, all joined
 }
 
 // startConnBench starts the room and its server, measures the process's
@@ -93,8 +97,13 @@ func startConnBench(tb testing.TB, n int) *connBench {
 	})
 	h := &connBench{e: e, r: r, ctx: ctx, saleID: sale.ID, itemID: sale.Items[0].ID, n: n}
 	h.before = readServerMem(tb)
+	h.goroutines0 = runtime.NumGoroutine()
 	h.clients = startClients(tb, strings.TrimPrefix(srv.URL, "http://"), sale.ID, n, e.clock.Now().UnixMilli())
 	h.after = readServerMem(tb)
+	h.goroutines1 = runtime.NumGoroutine()
+	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
+		h.fds = len(fds)
+	}
 	r.mu.Lock()
 	held := len(r.conns)
 	r.mu.Unlock()
@@ -107,9 +116,11 @@ func startConnBench(tb testing.TB, n int) *connBench {
 // push changes every connection's status (odd rounds: the stock goes to 0,
 // SOLD_OUT; even rounds: back, PREQUEUE), runs one tick and waits until
 // every client has read the new status. It returns the time from the
-// change to the last client's receipt, and the tick's own time (compute
-// and queue every status; the writers send meanwhile).
-func (h *connBench) push(tb testing.TB, round int) (all, tick time.Duration) {
+// change to the last client's receipt, the tick's own time (compute and
+// queue every status; the writers send meanwhile) and the time until the
+// writers have taken the last status off the queue (the server's side of
+// the push, up to the last Writer-many writes).
+func (h *connBench) push(tb testing.TB, round int) (all, tick, drain time.Duration) {
 	tb.Helper()
 	start := time.Now()
 	if round%2 == 1 {
@@ -119,22 +130,41 @@ func (h *connBench) push(tb testing.TB, round int) (all, tick time.Duration) {
 	}
 	h.r.tickAll(h.ctx)
 	tick = time.Since(start)
+	for { // until the writers have taken every queued status (≤ 1 ms late)
+		h.r.sendMu.Lock()
+		q := len(h.r.sendQ)
+		h.r.sendMu.Unlock()
+		if q == 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	drain = time.Since(start)
 	h.clients.waitRound(tb, round)
-	return time.Since(start), tick
+	return time.Since(start), tick, drain
 }
 
 // BenchmarkConnections holds FLASHSALE_BENCH_CONNS (default 19,000)
 // WebSockets on one Room (real Redis, net/http server) in this process;
 // the clients are 2+ child processes (≤ 9,500 connections each, from
-// 127.<child>.0.x source addresses). It reports this process's memory per
-// connection after a GC, from before the first dial to after the last
-// join: heap in use (HeapInuse), live heap (HeapAlloc), goroutine stacks
-// (StackInuse) and RSS (VmRSS, after returning free pages to the OS; it
-// counts everything the process holds, heap and stacks included, not the
-// kernel's socket buffers); and the time to push one status to all:
-// from the stock change through one tick until every client has read the
-// new status (ms/push-all the mean, push-max-ms the slowest, tick-ms the
-// tick's own share).
+// 127.<child>.0.x source addresses), so every number below is the server
+// side alone.
+//
+// Memory per connection, this process after a GC, from before the first
+// dial to after the last join: heap in use (HeapInuse), live heap
+// (HeapAlloc), goroutine stacks (StackInuse), goroutines, and RSS (VmRSS
+// after returning free pages to the OS: everything the process holds, heap
+// and stacks included, but not the kernel's socket buffers; peak-rss is
+// VmHWM, the high-water mark while connecting).
+//
+// Push to all: from the stock change (0 → SOLD_OUT, back → PREQUEUE)
+// through one tick until every client has read the new status
+// (ms/push-all the mean, push-p50-ms the median, push-max-ms the slowest;
+// tick-ms the tick's own share, drain-ms until the writers took the last
+// status off the queue). server-cpu-ms/push and client-cpu-ms/push are the
+// CPU time (user + system) this process and the client processes spent
+// per push: here they share the same 2 cores, so the push time includes the
+// clients' reads and, over loopback, the kernel's receive path.
 func BenchmarkConnections(b *testing.B) {
 	n := 19000
 	if s := os.Getenv("FLASHSALE_BENCH_CONNS"); s != "" {
@@ -145,25 +175,43 @@ func BenchmarkConnections(b *testing.B) {
 		n = v
 	}
 	h := startConnBench(b, n)
-	var total, worst, ticks time.Duration
+	var total, worst, ticks, drains time.Duration
+	var rounds []string
+	var all []time.Duration
 	round := 0
+	server0, clients0 := selfCPU(b), h.clients.cpu(b)
 	b.ResetTimer()
 	for b.Loop() {
 		round++
-		all, tick := h.push(b, round)
-		total += all
+		d, tick, drain := h.push(b, round)
+		total += d
 		ticks += tick
-		worst = max(worst, all)
+		drains += drain
+		worst = max(worst, d)
+		all = append(all, d)
+		if len(rounds) < 100 {
+			rounds = append(rounds, strconv.FormatInt(d.Milliseconds(), 10))
+		}
 	}
 	b.StopTimer()
+	server1, clients1 := selfCPU(b), h.clients.cpu(b)
+	perRound := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(round) }
+	b.Logf("%d connections; push to all, ms per round: %s", n, strings.Join(rounds, " "))
 	per := func(v int64) float64 { return float64(v) / float64(n) }
 	b.ReportMetric(per(int64(h.after.heapInuse)-int64(h.before.heapInuse)), "heap-B/conn")
 	b.ReportMetric(per(int64(h.after.heapAlloc)-int64(h.before.heapAlloc)), "live-B/conn")
 	b.ReportMetric(per(int64(h.after.stack)-int64(h.before.stack)), "stack-B/conn")
 	b.ReportMetric(per(1024*(h.after.rssKB-h.before.rssKB)), "rss-B/conn")
 	b.ReportMetric(per(1024*(h.after.hwmKB-h.before.hwmKB)), "peak-rss-B/conn")
-	b.ReportMetric(float64(total.Microseconds())/1000/float64(round), "ms/push-all")
+	b.ReportMetric(float64(h.goroutines1-h.goroutines0)/float64(n), "goroutines/conn")
+	b.ReportMetric(perRound(total), "ms/push-all")
+	slices.Sort(all)
+	b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "push-p50-ms")
 	b.ReportMetric(float64(worst.Microseconds())/1000, "push-max-ms")
-	b.ReportMetric(float64(ticks.Microseconds())/1000/float64(round), "tick-ms")
+	b.ReportMetric(perRound(ticks), "tick-ms")
+	b.ReportMetric(perRound(drains), "drain-ms")
+	b.ReportMetric(perRound(server1-server0), "server-cpu-ms/push")
+	b.ReportMetric(perRound(clients1-clients0), "client-cpu-ms/push")
 	b.ReportMetric(float64(n), "conns")
+	b.ReportMetric(float64(h.fds), "open-files")
 }

@@ -421,6 +421,42 @@ func (f *clientFleet) stop() {
 	f.children = nil
 }
 
+// selfCPU is this process's CPU time so far (user + system).
+func selfCPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpu is the client processes' CPU time so far (user + system, from
+// /proc/PID/stat in clock ticks of 10 ms).
+func (f *clientFleet) cpu(tb testing.TB) time.Duration {
+	tb.Helper()
+	var sum time.Duration
+	for _, ch := range f.children {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", ch.cmd.Process.Pid))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		i := bytes.LastIndexByte(b, ')')
+		fields := strings.Fields(string(b[i+1:])) // state is fields[0]; utime, stime are fields[11], [12]
+		if len(fields) < 13 {
+			tb.Fatalf("short /proc/%d/stat", ch.cmd.Process.Pid)
+		}
+		for _, s := range fields[11:13] {
+			v, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			sum += time.Duration(v) * 10 * time.Millisecond
+		}
+	}
+	return sum
+}
+
 // serverMem is the benchmark process's memory after a GC (and returning
 // free pages to the OS, so that RSS is what the process holds).
 type serverMem struct {
