@@ -79,7 +79,8 @@ func startConnBench(tb testing.TB, n int) *connBench {
 	// ping slots, as with the defaults (60 s, 250 ms): each tick pings 1/120
 	// of the connections, as in production.
 	cfg := Config{Tick: time.Hour, IdleTimeout: 240 * time.Hour, MaxConnsPerIP: n + 1,
-		HandshakeTimeout: 5 * time.Minute, Now: e.clock.Now}
+		HandshakeTimeout: 5 * time.Minute, Now: e.clock.Now,
+		ResumeDelay: -1} // the clock stands still: no hold after a restock
 	r := New(cfg, e.rdb, e.sales, e.stock, e.access, e.signer, nil, nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -72,8 +72,14 @@ type Config struct {
 	HandshakeTimeout time.Duration // first message deadline [10s]
 	IdleTimeout      time.Duration // a connection that answers no ping for this long is closed [60s]
 	WriteTimeout     time.Duration // a write that takes longer drops the client [5s]
-	MaxMessageBytes  int64         // largest client message [4096]
-	MaxConnsPerIP    int           // [200]
+	// ResumeDelay is how long stock must have been back after a sell-out
+	// before shoppers are told (SOLD_OUT → ADMITTED/WAITING). It must
+	// exceed the purchase service's sold-out flag recheck (500ms), so a
+	// shopper told "buy now" does not meet a stale 410 [750ms; negative:
+	// no delay].
+	ResumeDelay     time.Duration
+	MaxMessageBytes int64 // largest client message [4096]
+	MaxConnsPerIP   int   // [200]
 	// MaxConns caps this process's WebSocket connections (0: no cap). Set
 	// it below the open-file limit, so a crowd cannot starve the process of
 	// the descriptors its Redis, PostgreSQL and Kafka connections need.
@@ -103,6 +109,9 @@ func (c *Config) defaults() {
 	setDur(&c.HandshakeTimeout, 10*time.Second)
 	setDur(&c.IdleTimeout, 60*time.Second)
 	setDur(&c.WriteTimeout, 5*time.Second)
+	if c.ResumeDelay == 0 {
+		c.ResumeDelay = 750 * time.Millisecond
+	}
 	setDur(&c.JoinBatchWindow, 2*time.Millisecond)
 	setDur(&c.LeaseTTL, max(2*time.Second, 4*c.Tick))
 	if c.MaxMessageBytes <= 0 {
@@ -282,12 +291,15 @@ type saleRoom struct {
 	loaded  bool
 	st      queueState
 	soldOut bool
-	perm    *Permuter
-	touched time.Time // last polling use
-	samples [rateSamples]struct{ ms, serving int64 }
-	nsample int
-	leadAt  int64 // serving when this gateway last led (-1: not leading)
-	waiting int   // local connections waiting, last tick
+	// availableSince is when stock was first seen back after a sell-out
+	// (zero while sold out or never sold out); see Config.ResumeDelay.
+	availableSince time.Time
+	perm           *Permuter
+	touched        time.Time // last polling use
+	samples        [rateSamples]struct{ ms, serving int64 }
+	nsample        int
+	leadAt         int64 // serving when this gateway last led (-1: not leading)
+	waiting        int   // local connections waiting, last tick
 }
 
 func (r *Room) saleRoom(id int64, create bool) *saleRoom {
@@ -426,7 +438,7 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 	sr.observe(st)
 	sr.loaded = true
 	if known {
-		sr.soldOut = soldOut
+		sr.soldOut = r.resumeHeld(sr, soldOut, now)
 	}
 	sr.samples[sr.nsample%rateSamples] = struct{ ms, serving int64 }{now.UnixMilli(), sr.st.Serving}
 	sr.nsample++
@@ -586,6 +598,28 @@ type Blocker interface {
 const maxKicksPerTick = 64
 
 var errBlockedNow = &flashsale.Error{Code: flashsale.CodeBlocked, Message: "access blocked"}
+
+// resumeHeld is the sold-out state to show given the stock's: a sale that
+// was sold out stays so until stock has been back for ResumeDelay. Called
+// with sr.mu held.
+func (r *Room) resumeHeld(sr *saleRoom, soldOut bool, now time.Time) bool {
+	switch {
+	case r.cfg.ResumeDelay < 0:
+		return soldOut
+	case soldOut:
+		sr.availableSince = time.Time{}
+		return true
+	case !sr.soldOut:
+		return false
+	case sr.availableSince.IsZero():
+		sr.availableSince = now
+	}
+	if now.Sub(sr.availableSince) < r.cfg.ResumeDelay {
+		return true
+	}
+	sr.availableSince = time.Time{}
+	return false
+}
 
 func (r *Room) expiry(admittedAtMs int64) time.Time {
 	return time.UnixMilli(admittedAtMs).Add(r.cfg.AdmissionTTL)

@@ -280,8 +280,14 @@ func TestSoldOutResumeReconnect(t *testing.T) {
 	d.join(e.token(4))
 	d.untilState(StateSoldOut)
 
-	// Stock comes back: admission resumes in queue order.
+	// Stock comes back: after the resume delay (which lets every gateway's
+	// sold-out flag clear first), admission resumes in queue order.
 	e.stock.set(sale.ID, item, 2)
+	g.waitTicks(t, 2)
+	if st, err := g.room.Status(context.Background(), flashsale.Principal{UserID: 4}, sale.ID); err != nil || st.State != StateSoldOut {
+		t.Fatalf("before the resume delay passed: %+v %v, want SOLD_OUT still", st, err)
+	}
+	e.clock.Advance(800 * time.Millisecond) // past the 750ms delay, short of a second admission at 1/s
 	a.untilState(StateAdmitted)
 	if m := b.untilState(StateWaiting); m.Position != 0 {
 		t.Fatalf("b after restock: %+v", m)
