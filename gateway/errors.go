@@ -197,5 +197,10 @@ var (
 	errNoSale          = flashsale.Errorf(flashsale.CodeNotFound, "no such sale")
 )
 
+// notAdmittedBody is the precomputed 403 body of the purchase path's most
+// common refusal (no or bad admission token), from the same error value
+// the slow path would render.
+var notAdmittedBody = errorBody(nil, errNotAdmitted.Code, errNotAdmitted.Message, "")
+
 // soldOutBody is the precomputed 410 body of the hot reject path.
 var soldOutBody = errorBody(nil, flashsale.CodeSoldOut, "this item is sold out", "")

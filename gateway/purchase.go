@@ -119,7 +119,10 @@ func (s *Server) purchase(c *fiber.Ctx) error {
 		return errSaleNotOpen
 	}
 	if _, err := s.d.Admission.Verify(c.Get(HeaderAdmissionToken), p.UserID, sale.ID, now); err != nil {
-		return errNotAdmitted
+		r.SetStatusCode(http.StatusForbidden)
+		r.Header.SetContentType(fiber.MIMEApplicationJSON)
+		r.SetBodyRaw(notAdmittedBody)
+		return nil
 	}
 	ctx, cancel := s.reqCtx()
 	defer cancel()
