@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flashsale/flashsale"
@@ -20,9 +21,11 @@ type Cache struct {
 	per    int
 }
 
+// cacheShard is read without locks (sync.Map: a shopper's repeated
+// requests read the same key from every core); n bounds its size.
 type cacheShard struct {
-	mu sync.RWMutex
-	m  map[string]cacheEntry
+	m sync.Map // string → cacheEntry
+	n atomic.Int64
 }
 
 type cacheEntry struct {
@@ -35,11 +38,7 @@ func NewCache(v *Verifier, size int) *Cache {
 	if size < 64 {
 		size = 64
 	}
-	c := &Cache{v: v, seed: maphash.MakeSeed(), per: size / 64}
-	for i := range c.shards {
-		c.shards[i].m = make(map[string]cacheEntry)
-	}
-	return c
+	return &Cache{v: v, seed: maphash.MakeSeed(), per: size / 64}
 }
 
 // Verify is Verifier.Verify with the cache in front. token may be backed by
@@ -50,21 +49,19 @@ func (c *Cache) Verify(token string) (flashsale.Principal, error) {
 	}
 	sh := &c.shards[maphash.String(c.seed, token)%uint64(len(c.shards))]
 	now := c.v.now()
-	sh.mu.RLock()
-	e, ok := sh.m[token]
-	sh.mu.RUnlock()
-	if ok && now.Before(e.exp) {
-		return e.p, nil
+	if v, ok := sh.m.Load(token); ok {
+		if e := v.(cacheEntry); now.Before(e.exp) {
+			return e.p, nil
+		}
 	}
 	p, exp, err := c.v.verify(token)
 	if err != nil {
 		return p, err
 	}
-	sh.mu.Lock()
-	if len(sh.m) >= c.per {
-		clear(sh.m)
+	if sh.n.Add(1) > int64(c.per) {
+		sh.m.Clear()
+		sh.n.Store(1)
 	}
-	sh.m[strings.Clone(token)] = cacheEntry{p: p, exp: exp}
-	sh.mu.Unlock()
+	sh.m.Store(strings.Clone(token), cacheEntry{p: p, exp: exp})
 	return p, nil
 }
