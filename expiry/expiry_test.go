@@ -16,6 +16,7 @@ import (
 	"github.com/flashsale/flashsale/expiry"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/sales"
+	"github.com/flashsale/flashsale/internal/salestest"
 	"github.com/flashsale/flashsale/internal/stock"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
@@ -40,15 +41,7 @@ func newFixture(t *testing.T, quantities ...int64) *fixture {
 	rdb := testenv.Redis(t)
 	f := &fixture{pool: testenv.Postgres(t), stock: stock.New(rdb)}
 	store := sales.NewStore(f.pool, rdb, f.stock, func() time.Time { return t0 })
-	in := flashsale.Sale{Name: "expiry", StartsAt: t0.Add(-time.Hour), AdmissionRatePerSecond: 100}
-	for i, q := range quantities {
-		in.Items = append(in.Items, flashsale.Item{ProductID: int64(i + 1), Quantity: q, PriceCents: 999})
-	}
-	sl, err := store.Create(ctx, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.sale = sl
+	f.sale = salestest.Create(t, store, t0.Add(-time.Hour), 999, quantities...)
 	f.cache = sales.NewCache(store, rdb, time.Hour, slog.New(slog.DiscardHandler))
 	if err := f.cache.Refresh(ctx); err != nil {
 		t.Fatal(err)

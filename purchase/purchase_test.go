@@ -19,6 +19,7 @@ import (
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/internal/kafka"
 	"github.com/flashsale/flashsale/internal/sales"
+	"github.com/flashsale/flashsale/internal/salestest"
 	"github.com/flashsale/flashsale/internal/stock"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
@@ -54,14 +55,7 @@ func newEnv(t testing.TB, quantities ...int64) *env {
 	if err := st.LoadScripts(ctx); err != nil {
 		t.Fatal(err)
 	}
-	in := flashsale.Sale{Name: "test", StartsAt: t0, AdmissionRatePerSecond: 100}
-	for i, q := range quantities {
-		in.Items = append(in.Items, flashsale.Item{ProductID: int64(500 + i), Quantity: q, PriceCents: 1999})
-	}
-	sl, err := sales.NewStore(pool, rdb, st, nil).Create(ctx, in)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sl := salestest.Create(t, sales.NewStore(pool, rdb, st, nil), t0, 1999, quantities...)
 	return &env{rdb: rdb, pool: pool, st: st, sale: &sl}
 }
 

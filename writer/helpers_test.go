@@ -20,6 +20,7 @@ import (
 
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/internal/sales"
+	"github.com/flashsale/flashsale/internal/salestest"
 	"github.com/flashsale/flashsale/internal/stock"
 	"github.com/flashsale/flashsale/internal/testenv"
 	"github.com/flashsale/flashsale/lua"
@@ -53,15 +54,7 @@ func newEnv(t testing.TB) *env {
 
 func (e *env) newSale(t testing.TB, quantities ...int64) flashsale.Sale {
 	t.Helper()
-	in := flashsale.Sale{Name: "test", StartsAt: time.Now().Add(-time.Minute), AdmissionRatePerSecond: 100}
-	for i, q := range quantities {
-		in.Items = append(in.Items, flashsale.Item{ProductID: int64(500 + i), Quantity: q, PriceCents: 1999})
-	}
-	s, err := e.sales.Create(context.Background(), in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return salestest.Create(t, e.sales, time.Now().Add(-time.Minute), 1999, quantities...)
 }
 
 // reserve takes a unit in Redis as the purchase service would and returns

@@ -15,6 +15,7 @@ import (
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/sales"
+	"github.com/flashsale/flashsale/internal/salestest"
 	"github.com/flashsale/flashsale/internal/stock"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
@@ -43,15 +44,11 @@ func newFixture(t *testing.T, items int, quantity int64) *fixture {
 	f := &fixture{pool: testenv.Postgres(t), rdb: testenv.Redis(t)}
 	f.stock = stock.New(f.rdb)
 	store := sales.NewStore(f.pool, f.rdb, f.stock, func() time.Time { return t0 })
-	in := flashsale.Sale{Name: "test", StartsAt: t0.Add(-time.Hour), AdmissionRatePerSecond: 100}
-	for i := range items {
-		in.Items = append(in.Items, flashsale.Item{ProductID: int64(500 + i), Quantity: quantity, PriceCents: int64(1000 + i)})
+	quantities := make([]int64, items)
+	for i := range quantities {
+		quantities[i] = quantity
 	}
-	sl, err := store.Create(ctx, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.sale = sl
+	f.sale = salestest.Create(t, store, t0.Add(-time.Hour), 1000, quantities...)
 	f.cache = sales.NewCache(store, f.rdb, time.Hour, slog.New(slog.DiscardHandler))
 	if err := f.cache.Refresh(ctx); err != nil {
 		t.Fatal(err)
