@@ -313,6 +313,12 @@ func (c *compiled) rulesFor(class string) *classRules {
 // class (RATE_LIMITED with the time after which a retry can succeed). ip
 // should come from ClientAddr. It allocates nothing.
 func (g *Guard) CheckAddr(ip netip.Addr, class string) (time.Duration, error) {
+	return g.CheckAddrAt(ip, class, g.now())
+}
+
+// CheckAddrAt is CheckAddr at the caller's clock reading now (a gateway
+// reads the time once per request and reuses it).
+func (g *Guard) CheckAddrAt(ip netip.Addr, class string, now time.Time) (time.Duration, error) {
 	c := g.cur.Load()
 	ip = normAddr(ip)
 	if c.addrBlocked(ip) {
@@ -323,7 +329,6 @@ func (g *Guard) CheckAddr(ip netip.Addr, class string) (time.Duration, error) {
 		g.count(rBlocklist, oAllowed)
 	}
 	r := c.rulesFor(class)
-	now := g.now()
 	if r.ip.l.Enabled() {
 		if d := g.ips.allow(addrKey{r.ip.cls, ip}, r.ip.l, c.gen, now); d > 0 {
 			if !g.refuse(c, rPerIP, oLimited) {
@@ -351,6 +356,11 @@ func (g *Guard) CheckAddr(ip netip.Addr, class string) (time.Duration, error) {
 // blocklist (BLOCKED) and the per-user limit of the route class
 // (RATE_LIMITED with a retry delay). It allocates nothing.
 func (g *Guard) CheckUser(userID int64, class string) (time.Duration, error) {
+	return g.CheckUserAt(userID, class, g.now())
+}
+
+// CheckUserAt is CheckUser at the caller's clock reading now.
+func (g *Guard) CheckUserAt(userID int64, class string, now time.Time) (time.Duration, error) {
 	c := g.cur.Load()
 	if c.userBlocked(userID) {
 		if !g.refuse(c, rBlocklist, oBlocked) {
@@ -361,7 +371,7 @@ func (g *Guard) CheckUser(userID int64, class string) (time.Duration, error) {
 	}
 	r := c.rulesFor(class)
 	if r.user.l.Enabled() {
-		if d := g.users.allow(userKey{r.user.cls, userID}, r.user.l, c.gen, g.now()); d > 0 {
+		if d := g.users.allow(userKey{r.user.cls, userID}, r.user.l, c.gen, now); d > 0 {
 			if !g.refuse(c, rPerUser, oLimited) {
 				return d, errRateLimited
 			}

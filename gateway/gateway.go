@@ -103,6 +103,36 @@ type Guard interface {
 	Counters() []defense.Counter
 }
 
+// timedGuard is a Guard whose checks take the caller's clock reading
+// (*defense.Guard): the gateway reads the time once per request and reuses
+// it. A Guard without these methods is called through untimedGuard.
+type timedGuard interface {
+	CheckAddrAt(ip netip.Addr, class string, now time.Time) (time.Duration, error)
+	CheckUserAt(userID int64, class string, now time.Time) (time.Duration, error)
+}
+
+type untimedGuard struct{ g Guard }
+
+func (u untimedGuard) CheckAddrAt(ip netip.Addr, class string, _ time.Time) (time.Duration, error) {
+	return u.g.CheckAddr(ip, class)
+}
+
+func (u untimedGuard) CheckUserAt(userID int64, class string, _ time.Time) (time.Duration, error) {
+	return u.g.CheckUser(userID, class)
+}
+
+// timedAccess is an AccessVerifier taking the caller's clock reading
+// (*auth.Cache); others are called through untimedAccess.
+type timedAccess interface {
+	VerifyAt(token string, now time.Time) (flashsale.Principal, error)
+}
+
+type untimedAccess struct{ v AccessVerifier }
+
+func (u untimedAccess) VerifyAt(token string, _ time.Time) (flashsale.Principal, error) {
+	return u.v.Verify(token)
+}
+
 // Guard classes of the gateway's routes: purchase; join (queue join, polling
 // and WebSocket upgrade); read (every other shopper API route); admin (the
 // operator API). Static pages are not checked.
@@ -208,15 +238,20 @@ type Deps struct {
 // Server is the gateway. It serves the public port (Serve) and the admin
 // port (ServeAdmin).
 type Server struct {
-	cfg     Config
-	d       Deps
-	now     func() time.Time
-	log     *slog.Logger
-	app     *fiber.App
-	ws      *http.Server // WebSocket side of the public port
-	metrics *metrics
-	remain  remainingCache
-	list    listCache
+	cfg Config
+	d   Deps
+	now func() time.Time
+	// realClock: cfg.Now is time.Now, so a request's own arrival time
+	// (fasthttp reads it once per request) can stand for it.
+	realClock bool
+	guard     timedGuard
+	access    timedAccess
+	log       *slog.Logger
+	app       *fiber.App
+	ws        *http.Server // WebSocket side of the public port
+	metrics   *metrics
+	remain    remainingCache
+	list      listCache
 
 	// fwdLn feeds the WebSocket server the upgrades fiber received on a
 	// connection already split to it (a keep-alive connection reused by a
@@ -233,6 +268,7 @@ type Server struct {
 
 // New builds the gateway and registers its routes and metrics.
 func New(cfg Config, deps Deps) *Server {
+	realClock := cfg.Now == nil
 	cfg = cfg.withDefaults()
 	if deps.Guard == nil {
 		deps.Guard = allowAll{}
@@ -249,6 +285,18 @@ func New(cfg Config, deps Deps) *Server {
 		now:     cfg.Now,
 		log:     deps.Logger.With("component", "gateway"),
 		metrics: newMetrics(deps.Metrics),
+
+		realClock: realClock,
+	}
+	if g, ok := deps.Guard.(timedGuard); ok {
+		s.guard = g
+	} else {
+		s.guard = untimedGuard{deps.Guard}
+	}
+	if a, ok := deps.Access.(timedAccess); ok {
+		s.access = a
+	} else {
+		s.access = untimedAccess{deps.Access}
 	}
 	s.remain.m = make(map[int64]*remainingEntry)
 	s.app = fiber.New(fiber.Config{
@@ -256,13 +304,12 @@ func New(cfg Config, deps Deps) *Server {
 		DisableStartupMessage: true,
 		BodyLimit:             cfg.BodyLimit,
 		ReadBufferSize:        cfg.ReadBufferSize,
-		ReadTimeout:           cfg.ReadTimeout,
-		WriteTimeout:          cfg.WriteTimeout,
-		IdleTimeout:           cfg.IdleTimeout,
-		ErrorHandler:          s.fiberError,
-		DisableDefaultDate:    true,
-		StrictRouting:         false,
-		CaseSensitive:         true,
+		// ReadTimeout, WriteTimeout and IdleTimeout are enforced by the
+		// splitter's watchdog (watchdog.go), not by per-request deadlines.
+		ErrorHandler:       s.fiberError,
+		DisableDefaultDate: true,
+		StrictRouting:      false,
+		CaseSensitive:      true,
 	})
 	// Upgrades forwarded from fiber keep their connection (forwardUpgrade).
 	s.app.Server().KeepHijackedConns = true
@@ -285,7 +332,9 @@ func (s *Server) App() *fiber.App { return s.app }
 // new connection is routed by its first request head: `Upgrade: websocket`
 // goes to the net/http server (Deps.Queue), everything else to fiber.
 func (s *Server) Serve(ln net.Listener) error {
-	sp := newSplitter(ln, s.cfg.ReadBufferSize, s.cfg.HeadTimeout, s.log)
+	wd := newWatchdog(s.cfg.ReadTimeout, s.cfg.IdleTimeout, s.cfg.WriteTimeout)
+	defer wd.stop()
+	sp := newSplitter(ln, s.cfg.ReadBufferSize, s.cfg.HeadTimeout, wd, s.log)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -367,6 +416,16 @@ func (s *Server) isClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.closed
+}
+
+// reqNow is the time of request c: the time fasthttp read at its arrival
+// when the clock is real, Config.Now otherwise. Reading it once per request
+// and passing it on saves a clock read per check.
+func (s *Server) reqNow(c *fiber.Ctx) time.Time {
+	if s.realClock {
+		return c.Context().Time()
+	}
+	return s.now()
 }
 
 // reqCtx bounds a call into a dependency.

@@ -66,6 +66,9 @@ func (s *Server) forwardUpgrade(c *fiber.Ctx) error {
 		if u, ok := conn.(interface{ UnsafeConn() net.Conn }); ok {
 			conn = u.UnsafeConn() // skip fasthttp's pooled reader
 		}
+		if wc, ok := conn.(*watchedConn); ok {
+			wc.release() // the WebSocket server sets its own deadlines
+		}
 		_ = conn.SetDeadline(time.Time{})
 		if !s.fwdLn.deliver(&peekedConn{Conn: conn, head: head.Bytes()}) {
 			_ = conn.Close()

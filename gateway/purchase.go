@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"net/netip"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -35,9 +36,9 @@ func forwardedFor(c *fiber.Ctx) string {
 
 // checkAddr applies the Guard's address checks of class and writes the
 // refusal; false when refused.
-func (s *Server) checkAddr(c *fiber.Ctx, class string) (netip.Addr, bool) {
+func (s *Server) checkAddr(c *fiber.Ctx, class string, now time.Time) (netip.Addr, bool) {
 	ip := s.clientAddr(c)
-	if retry, err := s.d.Guard.CheckAddr(ip, class); err != nil {
+	if retry, err := s.guard.CheckAddrAt(ip, class, now); err != nil {
 		_ = s.fail(c, err, retry)
 		return ip, false
 	}
@@ -45,8 +46,8 @@ func (s *Server) checkAddr(c *fiber.Ctx, class string) (netip.Addr, bool) {
 }
 
 // principal verifies the access token of the request.
-func (s *Server) principal(c *fiber.Ctx) (flashsale.Principal, error) {
-	p, err := s.d.Access.Verify(bearerToken(c.Get(fiber.HeaderAuthorization)))
+func (s *Server) principal(c *fiber.Ctx, now time.Time) (flashsale.Principal, error) {
+	p, err := s.access.VerifyAt(bearerToken(c.Get(fiber.HeaderAuthorization)), now)
 	if err != nil {
 		if flashsale.ErrorCode(err) == flashsale.CodeUnavailable {
 			return p, err
@@ -62,16 +63,17 @@ func (s *Server) principal(c *fiber.Ctx) (flashsale.Principal, error) {
 // guarded runs the address check, the access token and the user check of
 // a shopper route, in that order (cheapest first).
 func (s *Server) guarded(c *fiber.Ctx, class string) (flashsale.Principal, netip.Addr, bool) {
-	ip, ok := s.checkAddr(c, class)
+	now := s.reqNow(c)
+	ip, ok := s.checkAddr(c, class, now)
 	if !ok {
 		return flashsale.Principal{}, ip, false
 	}
-	p, err := s.principal(c)
+	p, err := s.principal(c, now)
 	if err != nil {
 		_ = s.fail(c, err, 0)
 		return p, ip, false
 	}
-	if retry, err := s.d.Guard.CheckUser(p.UserID, class); err != nil {
+	if retry, err := s.guard.CheckUserAt(p.UserID, class, now); err != nil {
 		_ = s.fail(c, err, retry)
 		return p, ip, false
 	}
@@ -89,7 +91,8 @@ func (s *Server) guarded(c *fiber.Ctx, class string) (flashsale.Principal, netip
 //	blocklist, per-user limit) → local sold-out flag (410) → sale open and
 //	admission token (403) → Reserve.
 func (s *Server) purchase(c *fiber.Ctx) error {
-	if _, ok := s.checkAddr(c, ClassPurchase); !ok {
+	now := s.reqNow(c)
+	if _, ok := s.checkAddr(c, ClassPurchase, now); !ok {
 		return nil
 	}
 	itemID, ok := parseID(c.Params("itemId"))
@@ -100,11 +103,11 @@ func (s *Server) purchase(c *fiber.Ctx) error {
 	if !ok {
 		return errNoItem
 	}
-	p, err := s.principal(c)
+	p, err := s.principal(c, now)
 	if err != nil {
 		return err
 	}
-	if retry, err := s.d.Guard.CheckUser(p.UserID, ClassPurchase); err != nil {
+	if retry, err := s.guard.CheckUserAt(p.UserID, ClassPurchase, now); err != nil {
 		return s.fail(c, err, retry)
 	}
 	r := c.Response()
@@ -114,7 +117,6 @@ func (s *Server) purchase(c *fiber.Ctx) error {
 		r.SetBodyRaw(soldOutBody)
 		return nil
 	}
-	now := s.now()
 	if !sale.Open(now) {
 		return errSaleNotOpen
 	}

@@ -51,7 +51,7 @@ func (s *Server) routes() {
 func (s *Server) handle(name string, h fiber.Handler) fiber.Handler {
 	m := s.metrics.route(name)
 	return func(c *fiber.Ctx) error {
-		start := time.Now()
+		start := c.Context().Time() // the request's arrival, read by fasthttp
 		defer func() {
 			if p := recover(); p != nil {
 				c.Response().Header.Del(fiber.HeaderContentEncoding)

@@ -234,7 +234,8 @@ func (s *Server) publicView(sale *flashsale.Sale, now time.Time) publicSaleJSON 
 
 // publicSale is GET /api/flash-sales/sales/{saleId}.
 func (s *Server) publicSale(c *fiber.Ctx) error {
-	if _, ok := s.checkAddr(c, ClassRead); !ok {
+	now := s.reqNow(c)
+	if _, ok := s.checkAddr(c, ClassRead, now); !ok {
 		return nil
 	}
 	saleID, ok := parseID(c.Params("saleId"))
@@ -246,16 +247,16 @@ func (s *Server) publicSale(c *fiber.Ctx) error {
 		return errNoSale
 	}
 	c.Set(fiber.HeaderCacheControl, "public, max-age=1")
-	return c.JSON(s.publicView(sale, s.now()))
+	return c.JSON(s.publicView(sale, now))
 }
 
 // publicSales is GET /api/flash-sales/sales: every sale not yet ended, as
 // an array of public sale objects.
 func (s *Server) publicSales(c *fiber.Ctx) error {
-	if _, ok := s.checkAddr(c, ClassRead); !ok {
+	now := s.reqNow(c)
+	if _, ok := s.checkAddr(c, ClassRead, now); !ok {
 		return nil
 	}
-	now := s.now()
 	sales, err := s.list.get(now, s.listSales)
 	if err != nil {
 		return err

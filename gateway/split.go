@@ -13,13 +13,15 @@ import (
 // splitter routes each connection of one listener by its first request
 // head: WebSocket upgrades to wsLn (net/http), everything else to httpLn
 // (fiber). The bytes read to decide are replayed to the server that gets
-// the connection.
+// the connection. Connections given to fiber are watched by wd (the read,
+// idle and write timeouts).
 type splitter struct {
 	ln      net.Listener
 	httpLn  *chanListener
 	wsLn    *chanListener
 	maxHead int
 	timeout time.Duration
+	wd      *watchdog
 	log     *slog.Logger
 	bufs    sync.Pool // of *[]byte, maxHead long
 
@@ -28,13 +30,14 @@ type splitter struct {
 	peeking sync.WaitGroup
 }
 
-func newSplitter(ln net.Listener, maxHead int, timeout time.Duration, log *slog.Logger) *splitter {
+func newSplitter(ln net.Listener, maxHead int, timeout time.Duration, wd *watchdog, log *slog.Logger) *splitter {
 	sp := &splitter{
 		ln:      ln,
 		httpLn:  newChanListener(ln.Addr()),
 		wsLn:    newChanListener(ln.Addr()),
 		maxHead: maxHead,
 		timeout: timeout,
+		wd:      wd,
 		log:     log,
 	}
 	sp.bufs.New = func() any { b := make([]byte, maxHead); return &b }
@@ -96,10 +99,13 @@ func (sp *splitter) route(conn net.Conn) {
 	if isWebSocketUpgrade(buf[:n]) {
 		target = sp.wsLn
 	}
-	pc := &peekedConn{Conn: conn, head: bytes.Clone(buf[:n])}
+	var pc net.Conn = &peekedConn{Conn: conn, head: bytes.Clone(buf[:n])}
 	sp.bufs.Put(bp)
+	if target == sp.httpLn && sp.wd != nil {
+		pc = sp.wd.watch(pc)
+	}
 	if !target.deliver(pc) {
-		_ = conn.Close()
+		_ = pc.Close()
 	}
 }
 

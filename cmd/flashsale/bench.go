@@ -54,6 +54,7 @@ func cmdBenchHTTP(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.IntVar(&o.Threads, "threads", 2, "wrk -t")
 	fs.IntVar(&o.Conns, "conns", 256, "wrk -c")
 	fs.IntVar(&o.Users, "users", 250_000, "distinct in-stock shoppers per round")
+	fs.BoolVar(&o.CPUProfile, "cpuprofile", false, "record a CPU profile of the gateway in every gateway run (OUT/cpu-*.pprof)")
 	fs.IntVar(&o.GOMAXPROCS, "gomaxprocs", 2, "GOMAXPROCS of the server processes")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -40,7 +40,11 @@ type Options struct {
 	Conns      int           // wrk -c; default 256
 	Users      int           // distinct in-stock shoppers minted per round; default 250,000
 	GOMAXPROCS int           // of the server processes; default 2
-	Progress   io.Writer     // one line per run; nil: discard
+	// CPUProfile, when set, records a CPU profile of the gateway during
+	// every gateway run (Out/cpu-<scenario>-<round>.pprof, from its admin
+	// port's /debug/pprof/profile).
+	CPUProfile bool
+	Progress   io.Writer // one line per run; nil: discard
 }
 
 func (o Options) withDefaults() Options {
@@ -267,6 +271,18 @@ func Run(ctx context.Context, o Options) ([]Sample, error) {
 			return err
 		}
 		var res WrkResult
+		var profDone chan struct{}
+		if o.CPUProfile && scenario != Baseline && scenario != Idle {
+			profDone = make(chan struct{})
+			go func() {
+				defer close(profDone)
+				secs := max(1, int(o.Duration.Seconds())-1)
+				file := filepath.Join(o.Out, fmt.Sprintf("cpu-%s-%d.pprof", scenario, round))
+				if err := fetchProfile(ctx, info.AdminURL, secs, file); err != nil {
+					fmt.Fprintf(o.Progress, "cpu profile %s: %v\n", scenario, err)
+				}
+			}()
+		}
 		if scenario == Idle {
 			select {
 			case <-time.After(o.Duration):
@@ -288,6 +304,9 @@ func Run(ctx context.Context, o Options) ([]Sample, error) {
 			if res, err = ParseWrk(string(out)); err != nil {
 				return err
 			}
+		}
+		if profDone != nil {
+			<-profDone
 		}
 		after, err := st.Commands(ctx)
 		if err != nil {
@@ -367,6 +386,32 @@ func Run(ctx context.Context, o Options) ([]Sample, error) {
 	}
 	fmt.Fprint(o.Progress, summary)
 	return samples, nil
+}
+
+// fetchProfile writes a CPU profile of secs seconds from the admin server
+// at adminURL to file.
+func fetchProfile(ctx context.Context, adminURL string, secs int, file string) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", adminURL, secs), nil)
+	if err != nil {
+		return err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET profile: %s", res.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, res.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -1,0 +1,168 @@
+package gateway
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// watchdog enforces the read, idle and write timeouts of the fiber side of
+// the public port without a deadline per request. fasthttp's own
+// ReadTimeout, IdleTimeout and WriteTimeout set up to three socket deadlines
+// per request (each a clock read and a runtime timer change), a cost the
+// refusal paths pay on every click of a flood. Here every connection
+// records, on a coarse clock the watchdog advances every tick, when its
+// current blocked Read or Write began and when its current request began;
+// one goroutine closes the connections past a limit:
+//
+//   - read: a request whose first bytes arrived more than Read ago while
+//     the server is still waiting for the rest of it (slow head or body);
+//   - idle: a keep-alive connection waiting for its next request for more
+//     than Idle;
+//   - write: a Write blocked for more than Write (a client that does not
+//     read its responses).
+//
+// A handler's own run time is not limited (no Read or Write is pending
+// then); RequestTimeout bounds its calls. Limits are enforced to within one
+// tick.
+type watchdog struct {
+	read, idle, write time.Duration
+	tick              time.Duration
+
+	clock atomic.Int64 // coarse now, Unix nanoseconds
+
+	mu    sync.Mutex
+	conns map[*watchedConn]struct{}
+	done  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+func newWatchdog(read, idle, write time.Duration) *watchdog {
+	tick := min(read, idle, write) / 8
+	tick = min(max(tick, 10*time.Millisecond), time.Second)
+	w := &watchdog{read: read, idle: idle, write: write, tick: tick,
+		conns: make(map[*watchedConn]struct{}), done: make(chan struct{})}
+	w.clock.Store(time.Now().UnixNano())
+	w.wg.Add(1)
+	go w.run()
+	return w
+}
+
+// run advances the clock and closes the connections past a limit, every
+// tick, until stop.
+func (w *watchdog) run() {
+	defer w.wg.Done()
+	t := time.NewTicker(w.tick)
+	defer t.Stop()
+	var late []*watchedConn
+	for {
+		select {
+		case <-w.done:
+			return
+		case now := <-t.C:
+			ns := now.UnixNano()
+			w.clock.Store(ns)
+			late = late[:0]
+			w.mu.Lock()
+			for c := range w.conns {
+				if c.late(ns, w) {
+					late = append(late, c)
+				}
+			}
+			w.mu.Unlock()
+			for _, c := range late {
+				_ = c.Close()
+			}
+		}
+	}
+}
+
+// stop ends the watchdog's goroutine; connections stay open.
+func (w *watchdog) stop() {
+	w.once.Do(func() { close(w.done) })
+	w.wg.Wait()
+}
+
+// watch wraps conn; the connection is watched until it is closed or
+// released.
+func (w *watchdog) watch(conn net.Conn) *watchedConn {
+	c := &watchedConn{Conn: conn, w: w}
+	w.mu.Lock()
+	w.conns[c] = struct{}{}
+	w.mu.Unlock()
+	return c
+}
+
+func (w *watchdog) forget(c *watchedConn) {
+	w.mu.Lock()
+	delete(w.conns, c)
+	w.mu.Unlock()
+}
+
+func (w *watchdog) len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.conns)
+}
+
+// watchedConn is a connection the watchdog watches. The times are the
+// watchdog's coarse clock; 0 means "not now".
+type watchedConn struct {
+	net.Conn
+	w *watchdog
+
+	reading  atomic.Int64 // a Read is blocked since
+	writing  atomic.Int64 // a Write is blocked since
+	reqStart atomic.Int64 // the current request's first bytes arrived at; 0: between requests
+	released atomic.Bool
+}
+
+func (c *watchedConn) Read(p []byte) (int, error) {
+	c.reading.Store(c.w.clock.Load())
+	n, err := c.Conn.Read(p)
+	c.reading.Store(0)
+	if n > 0 && c.reqStart.Load() == 0 {
+		c.reqStart.Store(c.w.clock.Load())
+	}
+	return n, err
+}
+
+func (c *watchedConn) Write(p []byte) (int, error) {
+	c.writing.Store(c.w.clock.Load())
+	n, err := c.Conn.Write(p)
+	c.writing.Store(0)
+	c.reqStart.Store(0) // a response went out: what is read next is a new request
+	return n, err
+}
+
+// late reports whether c is past a limit at now.
+func (c *watchedConn) late(now int64, w *watchdog) bool {
+	if r := c.reading.Load(); r != 0 {
+		if s := c.reqStart.Load(); s != 0 {
+			if now-s > int64(w.read) {
+				return true
+			}
+		} else if now-r > int64(w.idle) {
+			return true
+		}
+	}
+	if wr := c.writing.Load(); wr != 0 && now-wr > int64(w.write) {
+		return true
+	}
+	return false
+}
+
+// release stops watching c without closing it (a connection handed over
+// to the WebSocket server, which sets its own deadlines).
+func (c *watchedConn) release() {
+	if c.released.CompareAndSwap(false, true) {
+		c.w.forget(c)
+	}
+}
+
+func (c *watchedConn) Close() error {
+	c.release()
+	return c.Conn.Close()
+}

@@ -1,0 +1,164 @@
+package gateway
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+const saleReq = "GET /api/flash-sales/sales/1 HTTP/1.1\r\nHost: x\r\n\r\n"
+
+// readResponse reads one HTTP response from br and fails unless it is 200.
+func readResponse(t *testing.T, br *bufio.Reader) {
+	t.Helper()
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+}
+
+// closedWithin waits for the server to close conn and returns how long
+// that took; it fails the test when conn is still open after limit.
+func closedWithin(t *testing.T, conn net.Conn, br *bufio.Reader, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	_ = conn.SetReadDeadline(start.Add(limit))
+	n, err := br.Read(make([]byte, 1))
+	if n != 0 || !errors.Is(err, io.EOF) {
+		t.Fatalf("read %d, %v; want EOF (connection closed by the server)", n, err)
+	}
+	return time.Since(start)
+}
+
+func TestWatchdogIdleKeepAlive(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *Deps) {
+		c.IdleTimeout = 300 * time.Millisecond
+		c.ReadTimeout = 5 * time.Second
+	})
+	conn, err := net.Dial("tcp", serve(t, e))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	for range 3 { // keep-alive works while the client is busy
+		if _, err := io.WriteString(conn, saleReq); err != nil {
+			t.Fatal(err)
+		}
+		readResponse(t, br)
+	}
+	if d := closedWithin(t, conn, br, 3*time.Second); d < 200*time.Millisecond {
+		t.Errorf("idle connection closed after %v, before the 300ms idle timeout", d)
+	}
+}
+
+func TestWatchdogSlowRequestOnKeepAlive(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *Deps) {
+		c.IdleTimeout = time.Minute
+		c.ReadTimeout = 300 * time.Millisecond
+	})
+	conn, err := net.Dial("tcp", serve(t, e))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	if _, err := io.WriteString(conn, saleReq); err != nil {
+		t.Fatal(err)
+	}
+	readResponse(t, br)
+	// The second request's head trickles in and never ends: the read
+	// timeout applies from its first byte, not the minute of idle time.
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for _, part := range strings.SplitAfter(saleReq[:len(saleReq)-2], "\n") {
+			select {
+			case <-done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			if _, err := io.WriteString(conn, part); err != nil {
+				return
+			}
+		}
+	}()
+	closedWithin(t, conn, br, 3*time.Second)
+}
+
+func TestWatchdogSlowHandlerNotCut(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *Deps) { c.ReadTimeout = 200 * time.Millisecond })
+	e.orders.block = make(chan struct{})
+	e.orders.entered = make(chan struct{}, 1)
+	addr := serve(t, e)
+	got := make(chan resp, 1)
+	go func() {
+		got <- raw(t, addr, "GET /api/flash-sales/orders/"+orderA+" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+e.token(7, false)+"\r\n\r\n")
+	}()
+	<-e.orders.entered
+	time.Sleep(600 * time.Millisecond) // three read timeouts inside the handler
+	close(e.orders.block)
+	if r := <-got; r.status != http.StatusOK {
+		t.Errorf("slow handler: %d %s", r.status, r.body)
+	}
+}
+
+func TestWatchdogClientNotReading(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *Deps) { c.WriteTimeout = 300 * time.Millisecond })
+	addr := serve(t, e)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.(*net.TCPConn).SetReadBuffer(4 << 10)
+	// Pipeline requests and never read: once the socket buffers are full
+	// the server's Write blocks, and the watchdog closes the connection,
+	// which ends this writer with an error.
+	_ = conn.SetWriteDeadline(time.Now().Add(20 * time.Second))
+	batch := []byte(strings.Repeat(saleReq, 256))
+	start := time.Now()
+	for {
+		if _, err := conn.Write(batch); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("server still reading after %v: the blocked write was not cut", time.Since(start))
+			}
+			break
+		}
+	}
+}
+
+func TestWatchdogForgetsClosedAndReleased(t *testing.T) {
+	w := newWatchdog(time.Hour, time.Hour, time.Hour)
+	defer w.stop()
+	a1, b1 := net.Pipe()
+	a2, b2 := net.Pipe()
+	defer b1.Close()
+	defer b2.Close()
+	c1, c2 := w.watch(a1), w.watch(a2)
+	if n := w.len(); n != 2 {
+		t.Fatalf("watching %d, want 2", n)
+	}
+	_ = c1.Close()
+	_ = c1.Close()
+	c2.release()
+	if n := w.len(); n != 0 {
+		t.Errorf("watching %d after close and release, want 0", n)
+	}
+	go func() { _, _ = b2.Write([]byte("x")) }()
+	if _, err := c2.Read(make([]byte, 1)); err != nil {
+		t.Errorf("released connection: %v, want it still open", err)
+	}
+	_ = c2.Close()
+}
