@@ -25,6 +25,21 @@ func buyAndPay(tb *tab, itemID int64) {
 	tb.do("buy button", chromedp.WaitVisible(chromedp.CSS(buy)), chromedp.WaitEnabled(chromedp.CSS(buy)))
 	tb.screenshot("admitted")
 	tb.do("click buy", chromedp.Click(chromedp.CSS(buy)))
+	// A click sets #result at once (to PENDING, before any request). On a
+	// loaded machine a re-render can move the button between locating it
+	// and the mouse event; a click that hit nothing is made again from
+	// the page's side, which a second purchase could not be (the first
+	// would have set #result).
+	for range 20 {
+		if evalT[string](tb, `document.getElementById('result').dataset.result || ''`) != "" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if evalT[string](tb, `document.getElementById('result').dataset.result || ''`) == "" {
+		tb.b.t.Logf("the buy click hit nothing; clicking %s again", buy)
+		evalT[bool](tb, `(() => { document.querySelector('`+buy+`').click(); return true; })()`)
+	}
 	tb.do("order reserved", chromedp.WaitVisible(chromedp.CSS(`#result[data-result="RESERVED"]`)))
 	tb.waitJS("order payable", `(() => {
 	  const s = document.getElementById('order-status');

@@ -332,7 +332,7 @@ func (s *Server) App() *fiber.App { return s.app }
 // new connection is routed by its first request head: `Upgrade: websocket`
 // goes to the net/http server (Deps.Queue), everything else to fiber.
 func (s *Server) Serve(ln net.Listener) error {
-	wd := newWatchdog(s.cfg.ReadTimeout, s.cfg.IdleTimeout, s.cfg.WriteTimeout)
+	wd := newWatchdog(s.cfg.ReadTimeout, s.cfg.IdleTimeout, s.cfg.WriteTimeout, s.metrics.timeouts)
 	defer wd.stop()
 	sp := newSplitter(ln, s.cfg.ReadBufferSize, s.cfg.HeadTimeout, wd, s.log)
 	s.mu.Lock()

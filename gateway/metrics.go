@@ -16,6 +16,7 @@ import (
 type metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	timeouts *prometheus.CounterVec // connections closed by the watchdog, by reason
 
 	mu       sync.Mutex
 	routes   map[string]*routeMetrics
@@ -54,9 +55,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time to answer a request, by route.",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"route"}),
+		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flashsale_gateway_connections_timed_out_total",
+			Help: "HTTP connections the gateway closed for a timeout: read (a request that took too long to arrive), idle (keep-alive) or write (a client not reading).",
+		}, []string{"reason"}),
 		routes: make(map[string]*routeMetrics),
 	}
 	m.requests = registerOrExisting(reg, m.requests)
+	m.timeouts = registerOrExisting(reg, m.timeouts)
 	m.latency = registerOrExisting(reg, m.latency)
 	m.unrouted = m.route("unmatched")
 	return m

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // watchdog enforces the read, idle and write timeouts of the fiber side of
@@ -29,6 +31,7 @@ import (
 type watchdog struct {
 	read, idle, write time.Duration
 	tick              time.Duration
+	closed            [numReasons]prometheus.Counter // by reason; nil entries are not counted
 
 	clock atomic.Int64 // coarse now, Unix nanoseconds
 
@@ -39,11 +42,30 @@ type watchdog struct {
 	once  sync.Once
 }
 
-func newWatchdog(read, idle, write time.Duration) *watchdog {
+// Reasons a watched connection is closed (the label of
+// flashsale_gateway_connections_timed_out_total).
+const (
+	reasonNone = iota
+	reasonRead
+	reasonIdle
+	reasonWrite
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"", "read", "idle", "write"}
+
+// newWatchdog starts a watchdog; closed counts the connections it closes
+// by reason (nil: not counted).
+func newWatchdog(read, idle, write time.Duration, closed *prometheus.CounterVec) *watchdog {
 	tick := min(read, idle, write) / 8
 	tick = min(max(tick, 10*time.Millisecond), time.Second)
 	w := &watchdog{read: read, idle: idle, write: write, tick: tick,
 		conns: make(map[*watchedConn]struct{}), done: make(chan struct{})}
+	if closed != nil {
+		for r := reasonRead; r < numReasons; r++ {
+			w.closed[r] = closed.WithLabelValues(reasonNames[r])
+		}
+	}
 	w.clock.Store(time.Now().UnixNano())
 	w.wg.Add(1)
 	go w.run()
@@ -56,7 +78,11 @@ func (w *watchdog) run() {
 	defer w.wg.Done()
 	t := time.NewTicker(w.tick)
 	defer t.Stop()
-	var late []*watchedConn
+	type lateConn struct {
+		c      *watchedConn
+		reason int
+	}
+	var late []lateConn
 	for {
 		select {
 		case <-w.done:
@@ -67,13 +93,16 @@ func (w *watchdog) run() {
 			late = late[:0]
 			w.mu.Lock()
 			for c := range w.conns {
-				if c.late(ns, w) {
-					late = append(late, c)
+				if r := c.late(ns, w); r != reasonNone {
+					late = append(late, lateConn{c, r})
 				}
 			}
 			w.mu.Unlock()
-			for _, c := range late {
-				_ = c.Close()
+			for _, l := range late {
+				if ctr := w.closed[l.reason]; ctr != nil {
+					ctr.Inc() // before the close, which the client may see at once
+				}
+				_ = l.c.Close()
 			}
 		}
 	}
@@ -137,21 +166,21 @@ func (c *watchedConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// late reports whether c is past a limit at now.
-func (c *watchedConn) late(now int64, w *watchdog) bool {
+// late returns the limit c is past at now, or reasonNone.
+func (c *watchedConn) late(now int64, w *watchdog) int {
 	if r := c.reading.Load(); r != 0 {
 		if s := c.reqStart.Load(); s != 0 {
 			if now-s > int64(w.read) {
-				return true
+				return reasonRead
 			}
 		} else if now-r > int64(w.idle) {
-			return true
+			return reasonIdle
 		}
 	}
 	if wr := c.writing.Load(); wr != 0 && now-wr > int64(w.write) {
-		return true
+		return reasonWrite
 	}
-	return false
+	return reasonNone
 }
 
 // release stops watching c without closing it (a connection handed over

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 const saleReq = "GET /api/flash-sales/sales/1 HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -41,7 +43,9 @@ func closedWithin(t *testing.T, conn net.Conn, br *bufio.Reader, limit time.Dura
 }
 
 func TestWatchdogIdleKeepAlive(t *testing.T) {
-	e := newEnv(t, func(c *Config, _ *Deps) {
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, func(c *Config, d *Deps) {
+		d.Metrics = reg
 		c.IdleTimeout = 300 * time.Millisecond
 		c.ReadTimeout = 5 * time.Second
 	})
@@ -60,10 +64,37 @@ func TestWatchdogIdleKeepAlive(t *testing.T) {
 	if d := closedWithin(t, conn, br, 3*time.Second); d < 200*time.Millisecond {
 		t.Errorf("idle connection closed after %v, before the 300ms idle timeout", d)
 	}
+	if n := timedOut(t, reg, "idle"); n != 1 {
+		t.Errorf("idle timeouts counted: %v, want 1", n)
+	}
+}
+
+// timedOut reads flashsale_gateway_connections_timed_out_total{reason}.
+func timedOut(t *testing.T, reg *prometheus.Registry, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "flashsale_gateway_connections_timed_out_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 func TestWatchdogSlowRequestOnKeepAlive(t *testing.T) {
-	e := newEnv(t, func(c *Config, _ *Deps) {
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, func(c *Config, d *Deps) {
+		d.Metrics = reg
 		c.IdleTimeout = time.Minute
 		c.ReadTimeout = 300 * time.Millisecond
 	})
@@ -94,6 +125,9 @@ func TestWatchdogSlowRequestOnKeepAlive(t *testing.T) {
 		}
 	}()
 	closedWithin(t, conn, br, 3*time.Second)
+	if n := timedOut(t, reg, "read"); n != 1 {
+		t.Errorf("read timeouts counted: %v, want 1", n)
+	}
 }
 
 func TestWatchdogSlowHandlerNotCut(t *testing.T) {
@@ -114,7 +148,11 @@ func TestWatchdogSlowHandlerNotCut(t *testing.T) {
 }
 
 func TestWatchdogClientNotReading(t *testing.T) {
-	e := newEnv(t, func(c *Config, _ *Deps) { c.WriteTimeout = 300 * time.Millisecond })
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, func(c *Config, d *Deps) {
+		d.Metrics = reg
+		c.WriteTimeout = 300 * time.Millisecond
+	})
 	addr := serve(t, e)
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -137,10 +175,13 @@ func TestWatchdogClientNotReading(t *testing.T) {
 			break
 		}
 	}
+	if n := timedOut(t, reg, "write"); n != 1 {
+		t.Errorf("write timeouts counted: %v, want 1", n)
+	}
 }
 
 func TestWatchdogForgetsClosedAndReleased(t *testing.T) {
-	w := newWatchdog(time.Hour, time.Hour, time.Hour)
+	w := newWatchdog(time.Hour, time.Hour, time.Hour, nil)
 	defer w.stop()
 	a1, b1 := net.Pipe()
 	a2, b2 := net.Pipe()

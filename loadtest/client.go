@@ -69,7 +69,7 @@ func newTransport(local net.IP, maxIdle int) *http.Transport {
 		DialContext:           d.DialContext,
 		MaxIdleConns:          0, // no global cap
 		MaxIdleConnsPerHost:   maxIdle,
-		IdleConnTimeout:       60 * time.Second,
+		IdleConnTimeout:       30 * time.Second, // below the gateway's 60 s, so the server never closes a connection the client is about to reuse
 		ResponseHeaderTimeout: requestTimeout,
 		DisableCompression:    true,
 		ForceAttemptHTTP2:     false,

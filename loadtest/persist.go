@@ -137,8 +137,9 @@ func (p *orderPoller) stop(reserved, opensAtMs, lastReservationMs int64) *Persis
 // refreshPending re-reads the status of every order the run last saw
 // PENDING (a winner who did not pay leaves it so, and the server expires
 // it later), so the run's own "orders ≤ stock" check counts only orders
-// that are still live. Bounded by ctx and 60 s; an order that cannot be
-// read keeps its last status.
+// that are still live. A read answered 429 or 503 (a gateway still busy
+// after the crowd) is retried after a pause. Bounded by ctx and 60 s; an
+// order that cannot be read keeps its last status.
 func refreshPending(ctx context.Context, cfg Config, hc *http.Client, base string, orders map[int64][]orderRecord) int {
 	type job struct {
 		user int64
@@ -178,7 +179,14 @@ func refreshPending(ctx context.Context, cfg Config, hc *http.Client, base strin
 				if err != nil {
 					continue
 				}
-				r, err := do(ctx, hc, http.MethodGet, base+"/api/flash-sales/orders/"+id, bearer(tok), nil)
+				var r apiResult
+				for attempt := 0; ; attempt++ {
+					r, err = do(ctx, hc, http.MethodGet, base+"/api/flash-sales/orders/"+id, bearer(tok), nil)
+					busy := err == nil && (r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable)
+					if !busy || attempt == 5 || !sleepCtx(ctx, retryDelay(r)) {
+						break
+					}
+				}
 				if err != nil || r.Status != http.StatusOK {
 					continue
 				}

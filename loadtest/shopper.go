@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -49,7 +50,16 @@ type shard struct {
 	rec   *recorder
 	solve func(json.RawMessage) (json.RawMessage, error)
 	ttl   time.Duration // access-token lifetime
+	// soldOut is when this process last saw each item answer 410 (purchase URL
+	// → Unix ns). Shoppers skip an item seen sold out in the last
+	// soldOutFresh, as a page shows the sold-out badges of the public sale
+	// view (cached 1 s) instead of letting every shopper click them.
+	soldOut sync.Map
 }
+
+// soldOutFresh is how long a 410 seen by one shopper keeps the others of
+// the process from trying that item.
+const soldOutFresh = time.Second
 
 // shopper is one simulated user.
 type shopper struct {
@@ -459,6 +469,9 @@ func (s *shard) buy(ctx context.Context, sh *shopper, m *roomMsg) (buyResult, or
 	first := int(uint64(sh.userID) % uint64(n))
 	for k := range n {
 		it := m.Items[(first+k)%n]
+		if at, ok := s.soldOut.Load(it.PurchaseURL); ok && time.Since(time.Unix(0, at.(int64))) < soldOutFresh {
+			continue
+		}
 		for attempt := 0; ; attempt++ {
 			if ctx.Err() != nil {
 				return buyFailed, orderRecord{}
@@ -496,6 +509,7 @@ func (s *shard) buy(ctx context.Context, sh *shopper, m *roomMsg) (buyResult, or
 				return buyBought, o
 			case r.Status == http.StatusGone:
 				// this item is sold out: try the next
+				s.soldOut.Store(it.PurchaseURL, time.Now().UnixNano())
 			case (r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable) && attempt < 3:
 				if !sleepCtx(ctx, retryDelay(r)) {
 					return buyFailed, orderRecord{}

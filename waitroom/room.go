@@ -19,6 +19,7 @@
 package waitroom
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -30,6 +31,7 @@ import (
 	"net/http"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -91,6 +93,20 @@ type Config struct {
 	MaxJoinBatch    int           // largest join batch [1000]
 	LeaseTTL        time.Duration // leader lease [max(2s, 4 ticks)]
 	Writers         int           // WebSocket writer goroutines [8 × GOMAXPROCS]
+	// StatusEvery is the least time between two WAITING statuses to one
+	// connection (position and ETA updates) [2s].
+	StatusEvery time.Duration
+	// WaitingPushes caps the WAITING statuses (a new place, a new
+	// position) plus admissions this process queues per second [1000;
+	// negative: no cap]. At a drop's opening every shopper of the
+	// pre-queue gets a place and, while the cursor moves, a new position:
+	// sending all of those at once would take the CPU the admitted
+	// shoppers' purchases need. Admissions go first and are never held
+	// back; WAITING statuses use what is left, front of the queue first,
+	// entries before position updates. SOLD_OUT, ENDED and PREQUEUE
+	// statuses are not paced, and admission messages are written before
+	// any status.
+	WaitingPushes int
 	// Now is the clock [time.Now].
 	Now func() time.Time
 	// ClientIP returns the client address of a WebSocket request [the
@@ -132,6 +148,10 @@ func (c *Config) defaults() {
 	if c.Writers <= 0 {
 		c.Writers = 8 * runtime.GOMAXPROCS(0)
 	}
+	setDur(&c.StatusEvery, 2*time.Second)
+	if c.WaitingPushes == 0 {
+		c.WaitingPushes = 1000
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -160,6 +180,7 @@ type metrics struct {
 	admitted  prometheus.Counter
 	conns     prometheus.Gauge
 	broadcast prometheus.Histogram
+	deferred  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -175,9 +196,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		broadcast: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flashsale_waitroom_broadcast_duration_seconds",
 			Help:    "Time to compute and queue the status of every local connection of a sale, per tick.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 8)}),
+		deferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "flashsale_waitroom_status_deferred_total",
+			Help: "WAITING statuses held for a later tick by the pacing (Config.WaitingPushes)."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.joined, m.waiting, m.admitted, m.conns, m.broadcast} {
+		for _, c := range []prometheus.Collector{m.joined, m.waiting, m.admitted, m.conns, m.broadcast, m.deferred} {
 			if err := reg.Register(c); err != nil {
 				return m, err
 			}
@@ -215,6 +238,7 @@ type Room struct {
 
 	sendMu   sync.Mutex
 	sendCond *sync.Cond
+	sendHi   []*conn // connections with an admission message: written first
 	sendQ    []*conn
 	sendStop bool
 }
@@ -295,6 +319,8 @@ type saleRoom struct {
 	// (zero while sold out or never sold out); see Config.ResumeDelay.
 	availableSince time.Time
 	perm           *Permuter
+	entering       []*conn   // scratch of broadcast
+	moved          []*conn   // scratch of broadcast
 	touched        time.Time // last polling use
 	samples        [rateSamples]struct{ ms, serving int64 }
 	nsample        int
@@ -522,10 +548,15 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 	var admit []*conn
 	waiting := 0
 	pingSlots := uint64(max(1, r.cfg.IdleTimeout/2/r.cfg.Tick))
+	statusSlots := uint64(max(1, r.cfg.StatusEvery/r.cfg.Tick))
 	var ping, kick []*conn
 	blocker, _ := r.guard.(Blocker)
 	sr.mu.Lock()
 	opens := sr.sale.StartsAt.UnixMilli()
+	// WAITING statuses due: shoppers entering WAITING, then position
+	// updates; sent after the loop, front of the queue first, within the
+	// tick's budget.
+	entering, moved := sr.entering[:0], sr.moved[:0]
 	for c := range sr.conns {
 		if blocker != nil && len(kick) < maxKicksPerTick && blocker.Blocked(c.ip, c.user) {
 			kick = append(kick, c)
@@ -547,12 +578,45 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 		if v.state == StateWaiting || v.state == StatePrequeue {
 			waiting++
 		}
-		if v != c.last {
-			c.last = v
-			c.push(v, opens, nil)
+		if v == c.last {
+			continue
+		}
+		if v.state == StateWaiting {
+			if c.last.state != StateWaiting {
+				entering = append(entering, c)
+			} else if tick-c.lastTick >= statusSlots {
+				moved = append(moved, c)
+			}
+			continue
+		}
+		c.last, c.lastTick = v, tick
+		c.push(v, opens, nil)
+	}
+	// The budget is shared with this tick's admissions, which go first.
+	budget := -1 // no cap
+	if r.cfg.WaitingPushes > 0 {
+		budget = max(0, max(1, int(float64(r.cfg.WaitingPushes)*r.cfg.Tick.Seconds()))-len(admit))
+	}
+	deferred := 0
+	for _, due := range [][]*conn{entering, moved} {
+		if budget >= 0 && len(due) > budget {
+			slices.SortFunc(due, func(a, b *conn) int { return cmp.Compare(a.place, b.place) })
+			deferred += len(due) - budget
+			due = due[:budget]
+		}
+		for _, c := range due {
+			c.last, c.lastTick = sr.viewOf(c.place, now), tick
+			c.push(c.last, opens, nil)
+		}
+		if budget >= 0 {
+			budget -= len(due)
 		}
 	}
+	clear(entering)
+	clear(moved)
+	sr.entering, sr.moved = entering[:0], moved[:0]
 	sr.mu.Unlock()
+	r.m.deferred.Add(float64(deferred))
 	for _, c := range ping {
 		r.ping(c)
 	}

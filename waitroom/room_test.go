@@ -448,3 +448,106 @@ func TestCapacityAfterStockReturns(t *testing.T) {
 		t.Fatalf("admitted %d for one returned unit with factor 1, want 3", got)
 	}
 }
+
+// TestWaitingStatusesPaced: at the opening, shoppers entering WAITING are
+// told at most WaitingPushes per second (one per 10ms tick here), every one
+// of them eventually; position updates come at most every StatusEvery; an
+// admission is never held back.
+func TestWaitingStatusesPaced(t *testing.T) {
+	e := newEnv(t)
+	opens := e.clock.Now().Add(time.Second)
+	sale := e.addSale(newSale(t, 21, opens, 1, 100))
+	g := e.newGateway(Config{AdmissionTTL: time.Minute, WaitingPushes: 100, StatusEvery: time.Hour}, nil)
+	const n = 8
+	clients := make([]*client, n)
+	for i := range clients {
+		clients[i] = dial(t, g.url(sale.ID))
+		clients[i].join(e.token(int64(i + 1)))
+		clients[i].untilState(StatePrequeue)
+	}
+	e.clock.Advance(time.Second) // open: the draw gives all 8 a place at once
+	places := map[int64]*client{}
+	for _, c := range clients {
+		m := c.untilState(StateWaiting)
+		if places[m.Position] != nil {
+			t.Fatalf("two shoppers at position %d", m.Position)
+		}
+		places[m.Position] = c
+	}
+	if d := g.counter(t, "flashsale_waitroom_status_deferred_total"); d < n-1 {
+		t.Errorf("%v WAITING statuses deferred, want >= %d (one per tick)", d, n-1)
+	}
+	// The cursor moves one place: position 0 is admitted at once; the
+	// others' positions change but StatusEvery holds their updates back.
+	e.clock.Advance(time.Second)
+	places[0].untilAdmitted()
+	g.waitTicks(t, 5)
+	for pos := int64(1); pos < n; pos++ {
+		if m, err := places[pos].read(50 * time.Millisecond); err == nil {
+			t.Errorf("position %d got %+v before StatusEvery passed", pos, m)
+		}
+	}
+}
+
+// counter is the value of one of the gateway's counters.
+func (g *gateway) counter(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := g.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
+}
+
+// TestWaitingStatusesFrontFirst: when the pacing holds WAITING statuses
+// back, the front of the queue hears first.
+func TestWaitingStatusesFrontFirst(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 22, e.clock.Now().Add(time.Second), 1, 100))
+	// One WAITING status per 100ms tick.
+	g := e.newGateway(Config{Tick: 100 * time.Millisecond, AdmissionTTL: time.Minute, WaitingPushes: 10, StatusEvery: time.Hour}, nil)
+	const n = 6
+	clients := make([]*client, n)
+	for i := range clients {
+		clients[i] = dial(t, g.url(sale.ID))
+		clients[i].join(e.token(int64(i + 1)))
+		clients[i].untilState(StatePrequeue)
+	}
+	e.clock.Advance(time.Second)
+	type arrival struct {
+		pos int64
+		at  time.Time
+	}
+	got := make(chan arrival, n)
+	for _, c := range clients {
+		go func() {
+			m, err := c.read(10 * time.Second)
+			if err != nil || m.State != StateWaiting {
+				got <- arrival{pos: -1}
+				return
+			}
+			got <- arrival{pos: m.Position, at: time.Now()}
+		}()
+	}
+	arrivals := make([]arrival, 0, n)
+	for range n {
+		a := <-got
+		if a.pos < 0 {
+			t.Fatal("a shopper did not get WAITING")
+		}
+		arrivals = append(arrivals, a)
+	}
+	sort.Slice(arrivals, func(i, j int) bool { return arrivals[i].pos < arrivals[j].pos })
+	for i := 1; i < n; i++ {
+		if arrivals[i].at.Before(arrivals[i-1].at) {
+			t.Errorf("position %d heard at %v, before position %d at %v",
+				arrivals[i].pos, arrivals[i].at.Format("15:04:05.000"), arrivals[i-1].pos, arrivals[i-1].at.Format("15:04:05.000"))
+		}
+	}
+}

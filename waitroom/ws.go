@@ -44,9 +44,10 @@ type conn struct {
 	sr         *saleRoom
 	user       int64
 	ticket     int64
-	place      int64 // -1 until known (after the draw)
-	admittedAt int64 // 0 until admitted
-	last       view  // last view queued
+	place      int64  // -1 until known (after the draw)
+	admittedAt int64  // 0 until admitted
+	last       view   // last view queued
+	lastTick   uint64 // tick of the last status queued
 
 	// Pending output, guarded by mu. A newer status replaces an unsent
 	// one, so a connection never holds more than one status, one admitted
@@ -57,7 +58,8 @@ type conn struct {
 	hasPend   bool
 	pendAdm   []byte
 	pendRaw   []byte
-	queued    bool
+	queued    bool // on sendQ
+	queuedHi  bool // on sendHi
 	dead      bool
 }
 
@@ -71,6 +73,8 @@ func (c *conn) push(v view, opensMs int64, adm []byte) {
 	c.pend, c.pendOpens, c.hasPend = v, opensMs, true
 	if adm != nil {
 		c.pendAdm = adm
+		c.scheduleHi()
+		return
 	}
 	c.schedule()
 }
@@ -86,9 +90,23 @@ func (c *conn) pushRaw(b []byte) {
 	c.schedule()
 }
 
+// scheduleHi puts c on the admissions' write queue, which the writers
+// empty before the other. Called with c.mu held.
+func (c *conn) scheduleHi() {
+	if c.queuedHi {
+		return
+	}
+	c.queuedHi = true
+	r := c.r
+	r.sendMu.Lock()
+	r.sendHi = append(r.sendHi, c)
+	r.sendCond.Signal()
+	r.sendMu.Unlock()
+}
+
 // schedule puts c on the write queue once. Called with c.mu held.
 func (c *conn) schedule() {
-	if c.queued {
+	if c.queued || c.queuedHi {
 		return
 	}
 	c.queued = true
@@ -104,18 +122,22 @@ func (r *Room) writer() {
 	buf := make([]byte, 0, 256)
 	for {
 		r.sendMu.Lock()
-		for len(r.sendQ) == 0 && !r.sendStop {
+		for len(r.sendHi) == 0 && len(r.sendQ) == 0 && !r.sendStop {
 			r.sendCond.Wait()
 		}
 		if r.sendStop {
 			r.sendMu.Unlock()
 			return
 		}
-		c := r.sendQ[0]
-		r.sendQ[0] = nil
-		r.sendQ = r.sendQ[1:]
-		if len(r.sendQ) == 0 {
-			r.sendQ = nil
+		q := &r.sendQ
+		if len(r.sendHi) > 0 {
+			q = &r.sendHi
+		}
+		c := (*q)[0]
+		(*q)[0] = nil
+		*q = (*q)[1:]
+		if len(*q) == 0 {
+			*q = nil
 		}
 		r.sendMu.Unlock()
 		buf = c.flush(buf)
@@ -128,11 +150,11 @@ func (r *Room) writer() {
 func (c *conn) flush(buf []byte) []byte {
 	c.mu.Lock()
 	v, opens, has, adm, raw := c.pend, c.pendOpens, c.hasPend, c.pendAdm, c.pendRaw
-	c.hasPend, c.pendAdm, c.pendRaw, c.queued = false, nil, nil, false
+	c.hasPend, c.pendAdm, c.pendRaw, c.queued, c.queuedHi = false, nil, nil, false, false
 	dead := c.dead
 	c.mu.Unlock()
-	if dead {
-		return buf
+	if dead || (!has && adm == nil && raw == nil) {
+		return buf // already flushed from the other queue
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.r.cfg.WriteTimeout)
 	defer cancel()

@@ -41,6 +41,10 @@ type Config struct {
 	ReconcileAfter  time.Duration
 	CapacityFactor  float64
 	TokenCacheSize  int // verified access tokens kept per process
+	// WaitingPushes and StatusEvery pace the waiting room's WAITING
+	// statuses (waitroom.Config); 0: its defaults.
+	WaitingPushes int
+	StatusEvery   time.Duration
 
 	LogFormat string // "json" or "text"
 	LogLevel  string
@@ -136,6 +140,14 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 		}
 		c.CapacityFactor = f
 	}
+	if v := getenv("FLASHSALE_WAITING_PUSHES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n == 0 || n < -1 {
+			errs = append(errs, fmt.Errorf("FLASHSALE_WAITING_PUSHES=%q: want a positive integer, or -1 for no cap", v))
+		}
+		c.WaitingPushes = n
+	}
+	dur("FLASHSALE_STATUS_EVERY", &c.StatusEvery)
 	str("FLASHSALE_LOG_FORMAT", &c.LogFormat)
 	str("FLASHSALE_LOG_LEVEL", &c.LogLevel)
 	return errors.Join(errs...)

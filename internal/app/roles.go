@@ -55,6 +55,8 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	room := waitroom.New(waitroom.Config{
 		AdmissionTTL:   cfg.AdmissionTTL,
 		CapacityFactor: cfg.CapacityFactor,
+		WaitingPushes:  cfg.WaitingPushes,
+		StatusEvery:    cfg.StatusEvery,
 		MaxConns:       maxWebSockets(),
 		OriginPatterns: originPatterns(cfg.CORSOrigins),
 	}, a.rdb, a.cache, a.stock, a.access, a.signer, guard, a.log, a.reg)
