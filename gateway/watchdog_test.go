@@ -42,19 +42,29 @@ func closedWithin(t *testing.T, conn net.Conn, br *bufio.Reader, limit time.Dura
 	return time.Since(start)
 }
 
-func TestWatchdogIdleKeepAlive(t *testing.T) {
+// dialServed serves a gateway configured by tweak on a real listener and
+// returns its metrics registry and one client connection (closed at
+// cleanup) with a reader.
+func dialServed(t *testing.T, tweak func(*Config)) (*prometheus.Registry, net.Conn, *bufio.Reader) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	e := newEnv(t, func(c *Config, d *Deps) {
 		d.Metrics = reg
-		c.IdleTimeout = 300 * time.Millisecond
-		c.ReadTimeout = 5 * time.Second
+		tweak(c)
 	})
 	conn, err := net.Dial("tcp", serve(t, e))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	br := bufio.NewReader(conn)
+	t.Cleanup(func() { conn.Close() })
+	return reg, conn, bufio.NewReader(conn)
+}
+
+func TestWatchdogIdleKeepAlive(t *testing.T) {
+	reg, conn, br := dialServed(t, func(c *Config) {
+		c.IdleTimeout = 300 * time.Millisecond
+		c.ReadTimeout = 5 * time.Second
+	})
 	for range 3 { // keep-alive works while the client is busy
 		if _, err := io.WriteString(conn, saleReq); err != nil {
 			t.Fatal(err)
@@ -92,18 +102,10 @@ func timedOut(t *testing.T, reg *prometheus.Registry, reason string) float64 {
 }
 
 func TestWatchdogSlowRequestOnKeepAlive(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	e := newEnv(t, func(c *Config, d *Deps) {
-		d.Metrics = reg
+	reg, conn, br := dialServed(t, func(c *Config) {
 		c.IdleTimeout = time.Minute
 		c.ReadTimeout = 300 * time.Millisecond
 	})
-	conn, err := net.Dial("tcp", serve(t, e))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	br := bufio.NewReader(conn)
 	if _, err := io.WriteString(conn, saleReq); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"time"
 )
@@ -52,6 +54,13 @@ func runWorker(ctx context.Context, in io.Reader, out io.Writer) error {
 		defer mu.Unlock()
 		return enc.Encode(l)
 	}
+	if dir := os.Getenv(CPUProfileEnv); dir != "" {
+		stop, err := startCPUProfile(filepath.Join(dir, fmt.Sprintf("loadtest-worker-%d.pprof", os.Getpid())))
+		if err != nil {
+			return fmt.Errorf("loadtest worker: %w", err)
+		}
+		defer stop()
+	}
 	rec := newRecorder(spec.Epoch)
 	cl := newClients(cfg.baseURLs(), cfg.SourceAddrs, spec.Count)
 	defer cl.close()
@@ -80,6 +89,24 @@ func runWorker(ctx context.Context, in io.Reader, out io.Writer) error {
 	pcancel()
 	wg.Wait()
 	return emit(workerLine{Result: rec.result()})
+}
+
+// CPUProfileEnv names a directory: each worker process writes a CPU
+// profile of its whole run there (loadtest-worker-<pid>.pprof), to see
+// what the load generator itself costs.
+const CPUProfileEnv = "FLASHSALE_LOADTEST_CPUPROFILE"
+
+// startCPUProfile profiles this process into file until the returned stop.
+func startCPUProfile(file string) (stop func(), err error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // runWorkers forks n worker processes for spec's shoppers and merges their

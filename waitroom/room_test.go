@@ -459,12 +459,7 @@ func TestWaitingStatusesPaced(t *testing.T) {
 	sale := e.addSale(newSale(t, 21, opens, 1, 100))
 	g := e.newGateway(Config{AdmissionTTL: time.Minute, WaitingPushes: 100, StatusEvery: time.Hour}, nil)
 	const n = 8
-	clients := make([]*client, n)
-	for i := range clients {
-		clients[i] = dial(t, g.url(sale.ID))
-		clients[i].join(e.token(int64(i + 1)))
-		clients[i].untilState(StatePrequeue)
-	}
+	clients := prequeued(t, e, g, sale.ID, n)
 	e.clock.Advance(time.Second) // open: the draw gives all 8 a place at once
 	places := map[int64]*client{}
 	for _, c := range clients {
@@ -513,12 +508,7 @@ func TestWaitingStatusesFrontFirst(t *testing.T) {
 	// One WAITING status per 100ms tick.
 	g := e.newGateway(Config{Tick: 100 * time.Millisecond, AdmissionTTL: time.Minute, WaitingPushes: 10, StatusEvery: time.Hour}, nil)
 	const n = 6
-	clients := make([]*client, n)
-	for i := range clients {
-		clients[i] = dial(t, g.url(sale.ID))
-		clients[i].join(e.token(int64(i + 1)))
-		clients[i].untilState(StatePrequeue)
-	}
+	clients := prequeued(t, e, g, sale.ID, n)
 	e.clock.Advance(time.Second)
 	type arrival struct {
 		pos int64
@@ -550,4 +540,17 @@ func TestWaitingStatusesFrontFirst(t *testing.T) {
 				arrivals[i].pos, arrivals[i].at.Format("15:04:05.000"), arrivals[i-1].pos, arrivals[i-1].at.Format("15:04:05.000"))
 		}
 	}
+}
+
+// prequeued connects users 1…n to sale's queue on g before its opening and
+// waits until each is in the pre-queue.
+func prequeued(t *testing.T, e *env, g *gateway, saleID int64, n int) []*client {
+	t.Helper()
+	clients := make([]*client, n)
+	for i := range clients {
+		clients[i] = dial(t, g.url(saleID))
+		clients[i].join(e.token(int64(i + 1)))
+		clients[i].untilState(StatePrequeue)
+	}
+	return clients
 }

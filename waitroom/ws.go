@@ -93,26 +93,29 @@ func (c *conn) pushRaw(b []byte) {
 // scheduleHi puts c on the admissions' write queue, which the writers
 // empty before the other. Called with c.mu held.
 func (c *conn) scheduleHi() {
-	if c.queuedHi {
-		return
+	if !c.queuedHi {
+		c.queuedHi = true
+		c.r.enqueue(c, true)
 	}
-	c.queuedHi = true
-	r := c.r
-	r.sendMu.Lock()
-	r.sendHi = append(r.sendHi, c)
-	r.sendCond.Signal()
-	r.sendMu.Unlock()
 }
 
 // schedule puts c on the write queue once. Called with c.mu held.
 func (c *conn) schedule() {
-	if c.queued || c.queuedHi {
-		return
+	if !c.queued && !c.queuedHi {
+		c.queued = true
+		c.r.enqueue(c, false)
 	}
-	c.queued = true
-	r := c.r
+}
+
+// enqueue appends c to a write queue (hi: the admissions') and wakes a
+// writer.
+func (r *Room) enqueue(c *conn, hi bool) {
 	r.sendMu.Lock()
-	r.sendQ = append(r.sendQ, c)
+	if hi {
+		r.sendHi = append(r.sendHi, c)
+	} else {
+		r.sendQ = append(r.sendQ, c)
+	}
 	r.sendCond.Signal()
 	r.sendMu.Unlock()
 }
