@@ -540,11 +540,18 @@ func (s *shard) pays(userID int64) bool {
 	return rand.New(rand.NewPCG(s.cfg.Seed^0x9e3779b97f4a7c15, uint64(userID))).Float64() < s.cfg.PayFraction
 }
 
+// Order polling as the shopper page does it (static/site/assets/app.js,
+// pollOrder): at once, then every orderPollEvery until payable; after a 429
+// or 503, the Retry-After or orderPollBusy.
+const (
+	orderPollEvery = time.Second
+	orderPollBusy  = 3 * time.Second
+)
+
 // afterOrder waits for the order to become payable, then pays (or not).
 func (s *shard) afterOrder(ctx context.Context, sh *shopper, o orderRecord) {
 	t0 := time.Now()
 	url := sh.base + "/api/flash-sales/orders/" + o.OrderID
-	delay := 50 * time.Millisecond
 	deadline := t0.Add(requestTimeout)
 	payable := false
 	for time.Now().Before(deadline) && ctx.Err() == nil {
@@ -555,6 +562,13 @@ func (s *shard) afterOrder(ctx context.Context, sh *shopper, o orderRecord) {
 			break
 		}
 		s.rec.observe(s.step(sh, StepOrderGet), r.outcome(), t, time.Since(t), true)
+		delay := orderPollEvery
+		if r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable {
+			delay = orderPollBusy
+			if r.RetryAfter > 0 {
+				delay = r.RetryAfter
+			}
+		}
 		if r.Status == http.StatusOK {
 			var b struct {
 				Status  string `json:"status"`
@@ -585,7 +599,6 @@ func (s *shard) afterOrder(ctx context.Context, sh *shopper, o orderRecord) {
 		if !sleepCtx(ctx, delay) {
 			break
 		}
-		delay = min(delay*2, 500*time.Millisecond)
 	}
 	if !payable {
 		out := "timeout"
