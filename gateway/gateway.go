@@ -175,8 +175,9 @@ type Config struct {
 	WriteTimeout   time.Duration // default 10s
 	IdleTimeout    time.Duration // keep-alive; default 60s
 	ReadBufferSize int           // request head (request line + headers) limit; default 8 KiB
-	// HeadTimeout bounds the wait for the first request head of a new
-	// connection on the split port; default 5s (or ReadTimeout if shorter).
+	// HeadTimeout bounds the first request head of a new connection on
+	// the split port, from its first byte (the first byte itself may take
+	// IdleTimeout); default 5s (or ReadTimeout if shorter).
 	HeadTimeout time.Duration
 	// RequestTimeout bounds every call into a dependency; default 5s.
 	RequestTimeout time.Duration
@@ -334,7 +335,8 @@ func (s *Server) App() *fiber.App { return s.app }
 func (s *Server) Serve(ln net.Listener) error {
 	wd := newWatchdog(s.cfg.ReadTimeout, s.cfg.IdleTimeout, s.cfg.WriteTimeout, s.metrics.timeouts)
 	defer wd.stop()
-	sp := newSplitter(ln, s.cfg.ReadBufferSize, s.cfg.HeadTimeout, wd, s.log)
+	sp := newSplitter(ln, s.cfg.ReadBufferSize, s.cfg.IdleTimeout, s.cfg.HeadTimeout, wd, s.log)
+	sp.timeouts = [2]prometheus.Counter{s.metrics.timeouts.WithLabelValues("idle"), s.metrics.timeouts.WithLabelValues("head")}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

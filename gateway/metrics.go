@@ -57,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"route"}),
 		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flashsale_gateway_connections_timed_out_total",
-			Help: "HTTP connections the gateway closed for a timeout: read (a request that took too long to arrive), idle (keep-alive) or write (a client not reading).",
+			Help: "Connections the gateway closed for a timeout: head (a new connection's first request head not complete within the head timeout of its first byte), read (a later request that took too long to arrive), idle (a new connection that sent nothing, or a keep-alive one waiting for its next request, past the idle timeout) or write (a client not reading).",
 		}, []string{"reason"}),
 		routes: make(map[string]*routeMetrics),
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // serve runs e's gateway on a loopback port and returns its address.
@@ -207,7 +208,12 @@ func TestLimits(t *testing.T) {
 }
 
 func TestSlowClientDropped(t *testing.T) {
-	e := newEnv(t, func(c *Config, _ *Deps) { c.HeadTimeout = 200 * time.Millisecond })
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, func(c *Config, d *Deps) {
+		d.Metrics = reg
+		c.HeadTimeout = 200 * time.Millisecond
+		c.IdleTimeout = 400 * time.Millisecond // a connection that sends nothing
+	})
 	addr := serve(t, e)
 	for _, partial := range []string{"", "GET /api/flash-sales/sales/1 HTTP/1.1\r\nHost: x\r\n"} {
 		conn, err := net.Dial("tcp", addr)
@@ -225,6 +231,9 @@ func TestSlowClientDropped(t *testing.T) {
 			t.Errorf("dropped after %v", d)
 		}
 		conn.Close()
+	}
+	if h, i := timedOut(t, reg, "head"), timedOut(t, reg, "idle"); h != 1 || i != 1 {
+		t.Errorf("timeouts counted: head %v, idle %v; want 1 and 1", h, i)
 	}
 }
 
@@ -370,4 +379,25 @@ func TestUpgradeOnReusedConnection(t *testing.T) {
 	if string(got) != "\x81\x02hi" {
 		t.Errorf("echo frame = %q", got)
 	}
+}
+
+// TestPreconnectedConnectionServed: a connection opened ahead of use (as
+// browsers and client pools do) may stay silent past the head timeout, up
+// to the idle timeout, and is then served.
+func TestPreconnectedConnectionServed(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *Deps) {
+		c.HeadTimeout = 200 * time.Millisecond
+		c.IdleTimeout = 5 * time.Second
+	})
+	conn, err := net.Dial("tcp", serve(t, e))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	time.Sleep(600 * time.Millisecond) // three head timeouts
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(conn, saleReq); err != nil {
+		t.Fatal(err)
+	}
+	readResponse(t, bufio.NewReader(conn))
 }

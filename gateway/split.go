@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // splitter routes each connection of one listener by its first request
@@ -23,20 +25,26 @@ type splitter struct {
 	timeout time.Duration
 	wd      *watchdog
 	log     *slog.Logger
-	bufs    sync.Pool // of *[]byte, maxHead long
+	idle    time.Duration // wait for the first byte
+	// timeouts count connections closed for sending nothing within idle
+	// ([0]) and for a first head not complete within timeout of its
+	// first byte ([1]); nil entries are not counted.
+	timeouts [2]prometheus.Counter
+	bufs     sync.Pool // of *[]byte, maxHead long
 
 	mu      sync.Mutex
 	closed  bool
 	peeking sync.WaitGroup
 }
 
-func newSplitter(ln net.Listener, maxHead int, timeout time.Duration, wd *watchdog, log *slog.Logger) *splitter {
+func newSplitter(ln net.Listener, maxHead int, idle, timeout time.Duration, wd *watchdog, log *slog.Logger) *splitter {
 	sp := &splitter{
 		ln:      ln,
 		httpLn:  newChanListener(ln.Addr()),
 		wsLn:    newChanListener(ln.Addr()),
 		maxHead: maxHead,
 		timeout: timeout,
+		idle:    max(idle, timeout),
 		wd:      wd,
 		log:     log,
 	}
@@ -72,23 +80,34 @@ func (sp *splitter) run() error {
 	}
 }
 
-// route reads the first request head (up to maxHead bytes, within the
-// timeout) and hands conn to one of the two servers. A connection that
-// sends no complete head in time is closed.
+// route reads the first request head (up to maxHead bytes) and hands conn
+// to one of the two servers. The first byte may take the idle timeout (a
+// browser or client pool opens connections ahead of use, as keep-alive
+// connections wait between requests); from the first byte, the head must
+// be complete within the head timeout. A connection that misses either is
+// closed.
 func (sp *splitter) route(conn net.Conn) {
 	defer sp.peeking.Done()
 	bp := sp.bufs.Get().(*[]byte)
 	buf := *bp
-	_ = conn.SetReadDeadline(time.Now().Add(sp.timeout))
+	_ = conn.SetReadDeadline(time.Now().Add(sp.idle))
 	n := 0
 	for {
 		m, err := conn.Read(buf[n:])
+		if n == 0 && m > 0 {
+			_ = conn.SetReadDeadline(time.Now().Add(sp.timeout))
+		}
 		from := max(n-3, 0)
 		n += m
 		if headEnd(buf[from:n]) >= 0 || n == len(buf) {
 			break // complete head, or too large: fiber answers 431
 		}
 		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				if c := sp.timeouts[min(n, 1)]; c != nil {
+					c.Inc()
+				}
+			}
 			sp.bufs.Put(bp)
 			_ = conn.Close()
 			return

@@ -30,10 +30,11 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		return err
 	}
 	a.onClose(func(context.Context) error { producer.Close(); return nil })
-	// Connect to the brokers now, not at the first purchase: under a crowd
-	// the first dial may find no file descriptor or no time left.
+	// Connect to the brokers and load the producer ID now, not at the first
+	// purchase: under a crowd the first dial may find no file descriptor,
+	// and an InitProducerID that times out fails every record behind it.
 	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
-	if err := producer.Ping(wctx); err != nil {
+	if err := producer.Prepare(wctx); err != nil {
 		a.log.Warn("Kafka not reachable yet; purchases answer 503 until it is", "err", err)
 	}
 	wcancel()

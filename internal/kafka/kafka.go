@@ -243,6 +243,20 @@ func (p *Producer) Ping(ctx context.Context) error {
 	return nil
 }
 
+// Prepare connects to the brokers and loads the idempotent producer ID, so
+// that the first Publish under a crowd needs neither a dial nor an extra
+// round trip (an InitProducerID that times out fails every record buffered
+// behind it).
+func (p *Producer) Prepare(ctx context.Context) error {
+	if err := p.Ping(ctx); err != nil {
+		return err
+	}
+	if _, _, err := p.cl.ProducerID(ctx); err != nil {
+		return fmt.Errorf("kafka.Prepare: producer ID: %w", err)
+	}
+	return nil
+}
+
 // Close flushes buffered records for at most CloseTimeout, then closes the
 // client. Records still unacknowledged then are failed (their Publish calls
 // have long returned: they are the reconciler's).

@@ -260,3 +260,33 @@ func BenchmarkPublish(b *testing.B) {
 		})
 	}
 }
+
+// TestPrepare: Prepare loads the producer ID against a live broker and
+// fails, bounded by its context, when there is none.
+func TestPrepare(t *testing.T) {
+	t.Parallel()
+	k := testenv.NewKafka(t)
+	p := newProducer(t, k.Brokers, time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.Prepare(ctx); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if id, _, err := p.cl.ProducerID(ctx); err != nil || id < 0 {
+		t.Errorf("producer ID after Prepare = %d, %v", id, err)
+	}
+	if err := p.Publish(ctx, flashsale.OrderPlaced{OrderID: "after-prepare", ItemID: 1}); err != nil {
+		t.Errorf("Publish after Prepare: %v", err)
+	}
+	k.Cluster.Close()
+	gone := newProducer(t, k.Brokers, time.Second)
+	short, cancel2 := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel2()
+	start := time.Now()
+	if err := gone.Prepare(short); err == nil {
+		t.Error("Prepare with the broker gone: nil error")
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Prepare with the broker gone took %v", d)
+	}
+}
