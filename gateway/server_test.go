@@ -401,3 +401,34 @@ func TestPreconnectedConnectionServed(t *testing.T) {
 	}
 	readResponse(t, bufio.NewReader(conn))
 }
+
+// TestShutdownWithSilentConnection: a connection that has sent nothing
+// (it may wait up to the idle timeout for its first byte) does not hold
+// Shutdown up.
+func TestShutdownWithSilentConnection(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *Deps) { c.IdleTimeout = time.Minute })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- e.srv.Serve(ln) }()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	time.Sleep(100 * time.Millisecond) // accepted and waiting for its first byte
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := e.srv.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Shutdown took %v with a silent connection open", d)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+}

@@ -35,6 +35,7 @@ type splitter struct {
 	mu      sync.Mutex
 	closed  bool
 	peeking sync.WaitGroup
+	peeked  map[net.Conn]struct{} // connections in route, cut short by close
 }
 
 func newSplitter(ln net.Listener, maxHead int, idle, timeout time.Duration, wd *watchdog, log *slog.Logger) *splitter {
@@ -47,6 +48,7 @@ func newSplitter(ln net.Listener, maxHead int, idle, timeout time.Duration, wd *
 		idle:    max(idle, timeout),
 		wd:      wd,
 		log:     log,
+		peeked:  make(map[net.Conn]struct{}),
 	}
 	sp.bufs.New = func() any { b := make([]byte, maxHead); return &b }
 	return sp
@@ -75,6 +77,7 @@ func (sp *splitter) run() error {
 			return nil
 		}
 		sp.peeking.Add(1)
+		sp.peeked[conn] = struct{}{}
 		sp.mu.Unlock()
 		go sp.route(conn)
 	}
@@ -87,7 +90,12 @@ func (sp *splitter) run() error {
 // be complete within the head timeout. A connection that misses either is
 // closed.
 func (sp *splitter) route(conn net.Conn) {
-	defer sp.peeking.Done()
+	defer func() {
+		sp.mu.Lock()
+		delete(sp.peeked, conn)
+		sp.mu.Unlock()
+		sp.peeking.Done()
+	}()
 	bp := sp.bufs.Get().(*[]byte)
 	buf := *bp
 	_ = conn.SetReadDeadline(time.Now().Add(sp.idle))
@@ -103,7 +111,7 @@ func (sp *splitter) route(conn net.Conn) {
 			break // complete head, or too large: fiber answers 431
 		}
 		if err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() && !sp.isClosed() {
 				if c := sp.timeouts[min(n, 1)]; c != nil {
 					c.Inc()
 				}
@@ -128,10 +136,16 @@ func (sp *splitter) route(conn net.Conn) {
 	}
 }
 
-// close stops accepting and closes both inner listeners.
+// close stops accepting, ends the waits for first heads and closes both
+// inner listeners.
 func (sp *splitter) close() {
 	sp.mu.Lock()
 	sp.closed = true
+	// A connection still waiting for its first head (up to the idle
+	// timeout) carries no request yet: end the wait now.
+	for c := range sp.peeked {
+		_ = c.SetReadDeadline(time.Now())
+	}
 	sp.mu.Unlock()
 	_ = sp.ln.Close()
 	_ = sp.httpLn.Close()
