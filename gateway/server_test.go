@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // serve runs e's gateway on a loopback port and returns its address.
@@ -208,9 +207,7 @@ func TestLimits(t *testing.T) {
 }
 
 func TestSlowClientDropped(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	e := newEnv(t, func(c *Config, d *Deps) {
-		d.Metrics = reg
+	e, reg := envWithMetrics(t, func(c *Config) {
 		c.HeadTimeout = 200 * time.Millisecond
 		c.IdleTimeout = 400 * time.Millisecond // a connection that sends nothing
 	})

@@ -42,16 +42,24 @@ func closedWithin(t *testing.T, conn net.Conn, br *bufio.Reader, limit time.Dura
 	return time.Since(start)
 }
 
-// dialServed serves a gateway configured by tweak on a real listener and
-// returns its metrics registry and one client connection (closed at
-// cleanup) with a reader.
-func dialServed(t *testing.T, tweak func(*Config)) (*prometheus.Registry, net.Conn, *bufio.Reader) {
+// envWithMetrics is newEnv with tweak applied to the Config and the
+// gateway's metrics in a registry of the test's.
+func envWithMetrics(t *testing.T, tweak func(*Config)) (*env, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	e := newEnv(t, func(c *Config, d *Deps) {
 		d.Metrics = reg
 		tweak(c)
 	})
+	return e, reg
+}
+
+// dialServed serves a gateway configured by tweak on a real listener and
+// returns its metrics registry and one client connection (closed at
+// cleanup) with a reader.
+func dialServed(t *testing.T, tweak func(*Config)) (*prometheus.Registry, net.Conn, *bufio.Reader) {
+	t.Helper()
+	e, reg := envWithMetrics(t, tweak)
 	conn, err := net.Dial("tcp", serve(t, e))
 	if err != nil {
 		t.Fatal(err)
@@ -150,11 +158,7 @@ func TestWatchdogSlowHandlerNotCut(t *testing.T) {
 }
 
 func TestWatchdogClientNotReading(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	e := newEnv(t, func(c *Config, d *Deps) {
-		d.Metrics = reg
-		c.WriteTimeout = 300 * time.Millisecond
-	})
+	e, reg := envWithMetrics(t, func(c *Config) { c.WriteTimeout = 300 * time.Millisecond })
 	addr := serve(t, e)
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
