@@ -159,12 +159,7 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 		return nil, fmt.Errorf("localsvc.StartPostgres: %w", err)
 	}
 	p := &Postgres{dir: o.Dir, bin: bin, asPG: os.Geteuid() == 0}
-	if o.Port == 0 {
-		if o.Port, err = FreePort(); err != nil {
-			return nil, fmt.Errorf("localsvc.StartPostgres: %w", err)
-		}
-	}
-	p.Port = o.Port
+	pickPort := o.Port == 0
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("localsvc.StartPostgres: %w", err)
 	}
@@ -190,15 +185,41 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 			return nil, fmt.Errorf("localsvc.StartPostgres: initdb: %w: %s", err, out)
 		}
 	}
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=300", o.Port, o.Dir)
-	if o.Fast {
-		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-	}
-	if out, err := p.run(ctx, "pg_ctl", "-D", o.Dir, "-o", opts, "-l", filepath.Join(o.Dir, "server.log"), "-w", "-t", "60", "start"); err != nil {
-		return nil, fmt.Errorf("localsvc.StartPostgres: pg_ctl start: %w: %s", err, out)
+	// A free port may be taken by another process (parallel test
+	// packages each start a cluster) before PostgreSQL binds it: with a
+	// port of our choosing, try again on another.
+	logFile := filepath.Join(o.Dir, "server.log")
+	for attempt := 1; ; attempt++ {
+		if pickPort {
+			if o.Port, err = FreePort(); err != nil {
+				return nil, fmt.Errorf("localsvc.StartPostgres: %w", err)
+			}
+		}
+		p.Port = o.Port
+		opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=300", o.Port, o.Dir)
+		if o.Fast {
+			opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+		}
+		out, err := p.run(ctx, "pg_ctl", "-D", o.Dir, "-o", opts, "-l", logFile, "-w", "-t", "60", "start")
+		if err == nil {
+			break
+		}
+		if !pickPort || attempt == 3 || ctx.Err() != nil {
+			return nil, fmt.Errorf("localsvc.StartPostgres: pg_ctl start (attempt %d): %w: %s\nserver.log:\n%s", attempt, err, out, tail(logFile, 20))
+		}
 	}
 	p.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", o.Port)
 	return p, nil
+}
+
+// tail returns the last n lines of file ("" when unreadable).
+func tail(file string, n int) string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 func (p *Postgres) run(ctx context.Context, prog string, args ...string) (string, error) {
