@@ -321,31 +321,19 @@ func (g *Guard) CheckAddr(ip netip.Addr, class string) (time.Duration, error) {
 func (g *Guard) CheckAddrAt(ip netip.Addr, class string, now time.Time) (time.Duration, error) {
 	c := g.cur.Load()
 	ip = normAddr(ip)
-	if c.addrBlocked(ip) {
-		if !g.refuse(c, rBlocklist, oBlocked) {
-			return 0, errBlocked
-		}
-	} else {
-		g.count(rBlocklist, oAllowed)
+	if err := g.blocklist(c, c.addrBlocked(ip)); err != nil {
+		return 0, err
 	}
 	r := c.rulesFor(class)
 	if r.ip.l.Enabled() {
-		if d := g.ips.allow(addrKey{r.ip.cls, ip}, r.ip.l, c.gen, now); d > 0 {
-			if !g.refuse(c, rPerIP, oLimited) {
-				return d, errRateLimited
-			}
-		} else {
-			g.count(rPerIP, oAllowed)
+		if d, err := g.limited(c, rPerIP, g.ips.allow(addrKey{r.ip.cls, ip}, r.ip.l, c.gen, now)); err != nil {
+			return d, err
 		}
 	}
 	if r.prefix.l.Enabled() {
 		if p, ok := addrPrefix(ip); ok {
-			if d := g.prefixes.allow(addrKey{r.prefix.cls, p}, r.prefix.l, c.gen, now); d > 0 {
-				if !g.refuse(c, rPerPrefix, oLimited) {
-					return d, errRateLimited
-				}
-			} else {
-				g.count(rPerPrefix, oAllowed)
+			if d, err := g.limited(c, rPerPrefix, g.prefixes.allow(addrKey{r.prefix.cls, p}, r.prefix.l, c.gen, now)); err != nil {
+				return d, err
 			}
 		}
 	}
@@ -362,24 +350,41 @@ func (g *Guard) CheckUser(userID int64, class string) (time.Duration, error) {
 // CheckUserAt is CheckUser at the caller's clock reading now.
 func (g *Guard) CheckUserAt(userID int64, class string, now time.Time) (time.Duration, error) {
 	c := g.cur.Load()
-	if c.userBlocked(userID) {
-		if !g.refuse(c, rBlocklist, oBlocked) {
-			return 0, errBlocked
-		}
-	} else {
-		g.count(rBlocklist, oAllowed)
+	if err := g.blocklist(c, c.userBlocked(userID)); err != nil {
+		return 0, err
 	}
 	r := c.rulesFor(class)
 	if r.user.l.Enabled() {
-		if d := g.users.allow(userKey{r.user.cls, userID}, r.user.l, c.gen, now); d > 0 {
-			if !g.refuse(c, rPerUser, oLimited) {
-				return d, errRateLimited
-			}
-		} else {
-			g.count(rPerUser, oAllowed)
-		}
+		return g.limited(c, rPerUser, g.users.allow(userKey{r.user.cls, userID}, r.user.l, c.gen, now))
 	}
 	return 0, nil
+}
+
+// blocklist counts the blocklist's decision on a request (blocked or not)
+// and returns errBlocked when it refuses (not in shadow mode).
+func (g *Guard) blocklist(c *compiled, blocked bool) error {
+	if !blocked {
+		g.count(rBlocklist, oAllowed)
+		return nil
+	}
+	if g.refuse(c, rBlocklist, oBlocked) {
+		return nil
+	}
+	return errBlocked
+}
+
+// limited counts a rate limit's decision, wait being what its limiter
+// answered (0: allowed), and returns the wait with errRateLimited when it
+// refuses (not in shadow mode).
+func (g *Guard) limited(c *compiled, rule int, wait time.Duration) (time.Duration, error) {
+	if wait <= 0 {
+		g.count(rule, oAllowed)
+		return 0, nil
+	}
+	if g.refuse(c, rule, oLimited) {
+		return 0, nil
+	}
+	return wait, errRateLimited
 }
 
 // CheckJoin is the waiting room's check when a shopper joins a sale's
