@@ -201,23 +201,46 @@ RETURNING v.sale_id, v.id`
 
 type itemKey struct{ sale, item int64 }
 
+// orderColumns are orders as the column arrays the batched inserts unnest,
+// in the order of their parameters $1…$7.
+type orderColumns struct {
+	ids                         []uuid.UUID
+	sales, items, users, prices []int64
+	created, expires            []time.Time
+}
+
+func newOrderColumns(n int) *orderColumns {
+	return &orderColumns{
+		ids: make([]uuid.UUID, 0, n), sales: make([]int64, 0, n), items: make([]int64, 0, n),
+		users: make([]int64, 0, n), prices: make([]int64, 0, n),
+		created: make([]time.Time, 0, n), expires: make([]time.Time, 0, n),
+	}
+}
+
+func (c *orderColumns) add(o *order) {
+	c.ids = append(c.ids, o.id)
+	c.sales = append(c.sales, o.msg.SaleID)
+	c.items = append(c.items, o.msg.ItemID)
+	c.users = append(c.users, o.msg.UserID)
+	c.prices = append(c.prices, o.msg.PriceCents)
+	c.created = append(c.created, o.created)
+	c.expires = append(c.expires, o.expires)
+}
+
+func (c *orderColumns) args() []any {
+	return []any{c.ids, c.sales, c.items, c.users, c.prices, c.created, c.expires}
+}
+
 // insertBatch writes orders in one transaction and reports which rows it
 // inserted (the others existed already: redeliveries).
 func (w *Writer) insertBatch(ctx context.Context, orders []*order) ([]bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.TxTimeout)
 	defer cancel()
 	n := len(orders)
-	ids := make([]uuid.UUID, n)
-	sales := make([]int64, n)
-	items := make([]int64, n)
-	users := make([]int64, n)
-	prices := make([]int64, n)
-	created := make([]time.Time, n)
-	expires := make([]time.Time, n)
+	cols := newOrderColumns(n)
 	idx := make(map[uuid.UUID]int, n)
 	for i, o := range orders {
-		ids[i], sales[i], items[i], users[i], prices[i] = o.id, o.msg.SaleID, o.msg.ItemID, o.msg.UserID, o.msg.PriceCents
-		created[i], expires[i] = o.created, o.expires
+		cols.add(o)
 		idx[o.id] = i
 	}
 
@@ -229,7 +252,7 @@ func (w *Writer) insertBatch(ctx context.Context, orders []*order) ([]bool, erro
 
 	inserted := make([]bool, n)
 	counts := map[itemKey]int32{}
-	rows, err := tx.Query(ctx, insertOrdersSQL, ids, sales, items, users, prices, created, expires)
+	rows, err := tx.Query(ctx, insertOrdersSQL, cols.args()...)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -393,25 +416,18 @@ func (w *Writer) insertRejected(ctx context.Context, rjs []rejection, idx []int)
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.TxTimeout)
 	defer cancel()
 	n := len(idx)
-	ids := make([]uuid.UUID, n)
-	sales := make([]int64, n)
-	items := make([]int64, n)
-	users := make([]int64, n)
-	prices := make([]int64, n)
-	created := make([]time.Time, n)
-	expires := make([]time.Time, n)
-	reasons := make([]string, n)
-	for j, i := range idx {
-		o := rjs[i].o
-		ids[j], sales[j], items[j], users[j], prices[j] = o.id, o.msg.SaleID, o.msg.ItemID, o.msg.UserID, o.msg.PriceCents
-		created[j], expires[j], reasons[j] = o.created, o.expires, rjs[i].reason
+	cols := newOrderColumns(n)
+	reasons := make([]string, 0, n)
+	for _, i := range idx {
+		cols.add(rjs[i].o)
+		reasons = append(reasons, rjs[i].reason)
 	}
 	tx, err := w.pool.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
-	rows, err := tx.Query(ctx, insertRejectedSQL, ids, sales, items, users, prices, created, expires, reasons)
+	rows, err := tx.Query(ctx, insertRejectedSQL, append(cols.args(), reasons)...)
 	if err != nil {
 		return nil, classify(err)
 	}
