@@ -337,14 +337,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	defer wd.stop()
 	sp := newSplitter(ln, s.cfg.ReadBufferSize, s.cfg.IdleTimeout, s.cfg.HeadTimeout, wd, s.log)
 	sp.timeouts = [2]prometheus.Counter{s.metrics.timeouts.WithLabelValues("idle"), s.metrics.timeouts.WithLabelValues("head")}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		_ = ln.Close()
+	if !s.track(ln, func() { s.splitters = append(s.splitters, sp) }) {
 		return nil
 	}
-	s.splitters = append(s.splitters, sp)
-	s.mu.Unlock()
 
 	s.fwdOnce.Do(func() {
 		s.fwdServing.Store(true)
@@ -412,6 +407,20 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return fmt.Errorf("gateway.Shutdown: %w", err)
 	}
 	return nil
+}
+
+// track runs add under s.mu, so that Shutdown sees what it registers,
+// unless the server is closed already: then it closes ln and reports
+// false.
+func (s *Server) track(ln net.Listener, add func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		_ = ln.Close()
+		return false
+	}
+	add()
+	return true
 }
 
 func (s *Server) isClosed() bool {

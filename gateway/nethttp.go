@@ -122,14 +122,9 @@ func (s *Server) ServeAdmin(ln net.Listener) error {
 		ReadHeaderTimeout: 5 * time.Second,
 		IdleTimeout:       s.cfg.IdleTimeout,
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		_ = ln.Close()
+	if !s.track(ln, func() { s.admin = append(s.admin, srv) }) {
 		return nil
 	}
-	s.admin = append(s.admin, srv)
-	s.mu.Unlock()
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
