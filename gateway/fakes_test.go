@@ -30,7 +30,7 @@ type countingAccess struct {
 	calls atomic.Int64
 }
 
-func (a *countingAccess) Verify(token string) (flashsale.Principal, error) {
+func (a *countingAccess) VerifyAt(token string, _ time.Time) (flashsale.Principal, error) {
 	a.calls.Add(1)
 	return a.v.Verify(token)
 }
@@ -219,7 +219,7 @@ func (g *fakeGuard) ClientAddr(peer netip.Addr, xff string) netip.Addr {
 	return peer
 }
 
-func (g *fakeGuard) CheckAddr(ip netip.Addr, class string) (time.Duration, error) {
+func (g *fakeGuard) CheckAddrAt(ip netip.Addr, class string, _ time.Time) (time.Duration, error) {
 	g.addrChecks.Add(1)
 	g.classes.Store(class, true)
 	g.lastClass.Store(class)
@@ -232,7 +232,7 @@ func (g *fakeGuard) CheckAddr(ip netip.Addr, class string) (time.Duration, error
 	return 0, nil
 }
 
-func (g *fakeGuard) CheckUser(userID int64, class string) (time.Duration, error) {
+func (g *fakeGuard) CheckUserAt(userID int64, class string, _ time.Time) (time.Duration, error) {
 	if g.blockedUser[userID] {
 		return 0, flashsale.Errorf(flashsale.CodeBlocked, "blocked")
 	}

@@ -29,10 +29,11 @@ import (
 	"github.com/flashsale/flashsale/defense"
 )
 
-// AccessVerifier checks access tokens (auth.Verifier). The token is passed
-// without its "Bearer " prefix.
+// AccessVerifier checks access tokens (*auth.Cache). The token is passed
+// without its "Bearer " prefix; now is the request's time (the gateway
+// reads the clock once per request).
 type AccessVerifier interface {
-	Verify(token string) (flashsale.Principal, error)
+	VerifyAt(token string, now time.Time) (flashsale.Principal, error)
 }
 
 // AdmissionVerifier checks admission tokens (admission.Signer).
@@ -98,39 +99,11 @@ type Guard interface {
 	// ClientAddr resolves the client behind trusted proxies; xff is every
 	// X-Forwarded-For header of the request joined with ",".
 	ClientAddr(peer netip.Addr, xff string) netip.Addr
-	CheckAddr(ip netip.Addr, class string) (time.Duration, error)
-	CheckUser(userID int64, class string) (time.Duration, error)
-	Counters() []defense.Counter
-}
-
-// timedGuard is a Guard whose checks take the caller's clock reading
-// (*defense.Guard): the gateway reads the time once per request and reuses
-// it. A Guard without these methods is called through untimedGuard.
-type timedGuard interface {
+	// CheckAddrAt and CheckUserAt take the request's time now (the
+	// gateway reads the clock once per request).
 	CheckAddrAt(ip netip.Addr, class string, now time.Time) (time.Duration, error)
 	CheckUserAt(userID int64, class string, now time.Time) (time.Duration, error)
-}
-
-type untimedGuard struct{ g Guard }
-
-func (u untimedGuard) CheckAddrAt(ip netip.Addr, class string, _ time.Time) (time.Duration, error) {
-	return u.g.CheckAddr(ip, class)
-}
-
-func (u untimedGuard) CheckUserAt(userID int64, class string, _ time.Time) (time.Duration, error) {
-	return u.g.CheckUser(userID, class)
-}
-
-// timedAccess is an AccessVerifier taking the caller's clock reading
-// (*auth.Cache); others are called through untimedAccess.
-type timedAccess interface {
-	VerifyAt(token string, now time.Time) (flashsale.Principal, error)
-}
-
-type untimedAccess struct{ v AccessVerifier }
-
-func (u untimedAccess) VerifyAt(token string, _ time.Time) (flashsale.Principal, error) {
-	return u.v.Verify(token)
+	Counters() []defense.Counter
 }
 
 // Guard classes of the gateway's routes: purchase; join (queue join, polling
@@ -245,8 +218,6 @@ type Server struct {
 	// realClock: cfg.Now is time.Now, so a request's own arrival time
 	// (fasthttp reads it once per request) can stand for it.
 	realClock bool
-	guard     timedGuard
-	access    timedAccess
 	log       *slog.Logger
 	app       *fiber.App
 	ws        *http.Server // WebSocket side of the public port
@@ -288,16 +259,6 @@ func New(cfg Config, deps Deps) *Server {
 		metrics: newMetrics(deps.Metrics),
 
 		realClock: realClock,
-	}
-	if g, ok := deps.Guard.(timedGuard); ok {
-		s.guard = g
-	} else {
-		s.guard = untimedGuard{deps.Guard}
-	}
-	if a, ok := deps.Access.(timedAccess); ok {
-		s.access = a
-	} else {
-		s.access = untimedAccess{deps.Access}
 	}
 	s.remain.m = make(map[int64]*remainingEntry)
 	s.app = fiber.New(fiber.Config{
@@ -448,8 +409,8 @@ func (s *Server) reqCtx() (context.Context, context.CancelFunc) {
 type allowAll struct{}
 
 func (allowAll) ClientAddr(peer netip.Addr, _ string) netip.Addr { return peer }
-func (allowAll) CheckAddr(netip.Addr, string) (time.Duration, error) {
+func (allowAll) CheckAddrAt(netip.Addr, string, time.Time) (time.Duration, error) {
 	return 0, nil
 }
-func (allowAll) CheckUser(int64, string) (time.Duration, error) { return 0, nil }
-func (allowAll) Counters() []defense.Counter                    { return nil }
+func (allowAll) CheckUserAt(int64, string, time.Time) (time.Duration, error) { return 0, nil }
+func (allowAll) Counters() []defense.Counter                                 { return nil }

@@ -38,7 +38,7 @@ func forwardedFor(c *fiber.Ctx) string {
 // refusal; false when refused.
 func (s *Server) checkAddr(c *fiber.Ctx, class string, now time.Time) (netip.Addr, bool) {
 	ip := s.clientAddr(c)
-	if retry, err := s.guard.CheckAddrAt(ip, class, now); err != nil {
+	if retry, err := s.d.Guard.CheckAddrAt(ip, class, now); err != nil {
 		_ = s.fail(c, err, retry)
 		return ip, false
 	}
@@ -47,7 +47,7 @@ func (s *Server) checkAddr(c *fiber.Ctx, class string, now time.Time) (netip.Add
 
 // principal verifies the access token of the request.
 func (s *Server) principal(c *fiber.Ctx, now time.Time) (flashsale.Principal, error) {
-	p, err := s.access.VerifyAt(bearerToken(c.Get(fiber.HeaderAuthorization)), now)
+	p, err := s.d.Access.VerifyAt(bearerToken(c.Get(fiber.HeaderAuthorization)), now)
 	if err != nil {
 		if flashsale.ErrorCode(err) == flashsale.CodeUnavailable {
 			return p, err
@@ -73,7 +73,7 @@ func (s *Server) guarded(c *fiber.Ctx, class string) (flashsale.Principal, netip
 		_ = s.fail(c, err, 0)
 		return p, ip, false
 	}
-	if retry, err := s.guard.CheckUserAt(p.UserID, class, now); err != nil {
+	if retry, err := s.d.Guard.CheckUserAt(p.UserID, class, now); err != nil {
 		_ = s.fail(c, err, retry)
 		return p, ip, false
 	}
@@ -84,10 +84,10 @@ func (s *Server) guarded(c *fiber.Ctx, class string) (flashsale.Principal, netip
 // cheapest first, so that a request that will be refused never reaches
 // Redis:
 //
-//	body and head limits (fasthttp) → Guard.CheckAddr (address blocklist,
+//	body and head limits (fasthttp) → Guard.CheckAddrAt (address blocklist,
 //	per-IP and per-prefix limits) → item id and the in-memory item lookup
 //	(400, 404) → access token (401; a verified-token cache makes a
-//	shopper's repeated clicks cost one map lookup) → Guard.CheckUser (user
+//	shopper's repeated clicks cost one map lookup) → Guard.CheckUserAt (user
 //	blocklist, per-user limit) → local sold-out flag (410) → sale open and
 //	admission token (403) → Reserve.
 func (s *Server) purchase(c *fiber.Ctx) error {
@@ -107,7 +107,7 @@ func (s *Server) purchase(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if retry, err := s.guard.CheckUserAt(p.UserID, ClassPurchase, now); err != nil {
+	if retry, err := s.d.Guard.CheckUserAt(p.UserID, ClassPurchase, now); err != nil {
 		return s.fail(c, err, retry)
 	}
 	r := c.Response()
