@@ -319,9 +319,9 @@ type saleRoom struct {
 	// (zero while sold out or never sold out); see Config.ResumeDelay.
 	availableSince time.Time
 	perm           *Permuter
-	entering       []*conn   // scratch of broadcast
-	moved          []*conn   // scratch of broadcast
-	touched        time.Time // last polling use
+	entering       []dueStatus // scratch of broadcast
+	moved          []dueStatus // scratch of broadcast
+	touched        time.Time   // last polling use
 	samples        [rateSamples]struct{ ms, serving int64 }
 	nsample        int
 	leadAt         int64 // serving when this gateway last led (-1: not leading)
@@ -583,9 +583,9 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 		}
 		if v.state == StateWaiting {
 			if c.last.state != StateWaiting {
-				entering = append(entering, c)
+				entering = append(entering, dueStatus{c, v})
 			} else if tick-c.lastTick >= statusSlots {
-				moved = append(moved, c)
+				moved = append(moved, dueStatus{c, v})
 			}
 			continue
 		}
@@ -598,15 +598,15 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 		budget = max(0, max(1, int(float64(r.cfg.WaitingPushes)*r.cfg.Tick.Seconds()))-len(admit))
 	}
 	deferred := 0
-	for _, due := range [][]*conn{entering, moved} {
+	for _, due := range [][]dueStatus{entering, moved} {
 		if budget >= 0 && len(due) > budget {
-			slices.SortFunc(due, func(a, b *conn) int { return cmp.Compare(a.place, b.place) })
+			slices.SortFunc(due, func(a, b dueStatus) int { return cmp.Compare(a.c.place, b.c.place) })
 			deferred += len(due) - budget
 			due = due[:budget]
 		}
-		for _, c := range due {
-			c.last, c.lastTick = sr.viewOf(c.place, now), tick
-			c.push(c.last, opens, nil)
+		for _, d := range due {
+			d.c.last, d.c.lastTick = d.v, tick
+			d.c.push(d.v, opens, nil)
 		}
 		if budget >= 0 {
 			budget -= len(due)
@@ -651,6 +651,13 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 		c.push(v, opens, r.admittedMessage(sr, c.user, at[i]))
 	}
 	return waiting
+}
+
+// dueStatus is a WAITING status due to a connection, held by broadcast
+// until the tick's budget is known.
+type dueStatus struct {
+	c *conn
+	v view
 }
 
 // Blocker is implemented by a JoinGuard that can tell, without side
