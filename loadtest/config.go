@@ -68,6 +68,17 @@ type Config struct {
 	Transport    string        `json:"transport"`              // "ws" (default) or "polling"
 	PollInterval time.Duration `json:"pollInterval,omitempty"` // polling transport (0: 1s)
 	PayFraction  float64       `json:"payFraction"`            // fraction of winners who pay
+	// PayAfter is a paying winner's think time from the order turning
+	// payable to the pay click (each winner draws 50–150% of it from
+	// Seed; 0: at once). People type card details; paying at once would
+	// put every payment into the opening's busiest second.
+	PayAfter time.Duration `json:"payAfter,omitempty"`
+	// Preconnect is how many keep-alive connections each process opens per
+	// source address and gateway a few seconds before the opening (the
+	// warm upstream pool of the load balancer in front of the gateways, or
+	// a browser's preconnect), so that purchases at the opening do not each
+	// open a TCP connection first. 0: none.
+	Preconnect int `json:"preconnect,omitempty"`
 	// KeepWaiting keeps shoppers who saw SOLD_OUT in the waiting room until
 	// the run ends, so stock that comes back (expiry) is sold again.
 	KeepWaiting bool `json:"keepWaiting,omitempty"`
@@ -127,6 +138,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Transport != TransportWS && c.Transport != TransportPolling {
 		return c, fmt.Errorf("loadtest: Transport %q: want ws or polling", c.Transport)
+	}
+	if c.PayAfter < 0 || c.Preconnect < 0 {
+		return c, errors.New("loadtest: PayAfter and Preconnect must not be negative")
 	}
 	if c.PayFraction < 0 || c.PayFraction > 1 {
 		return c, fmt.Errorf("loadtest: PayFraction %v: want 0…1", c.PayFraction)
@@ -189,7 +203,8 @@ func Scenario(name string) (Config, error) {
 		// capacity factor caps admitted-unused places, and 10,000 units
 		// can still go in well under a second.
 		c.AdmissionRate, c.StartsIn = 20_000, 30*time.Second
-		c.PayFraction = 0.9
+		c.PayFraction, c.PayAfter = 0.9, 3*time.Second
+		c.Preconnect = 2
 		c.SourceAddrs = 64
 		// 100k WebSockets at ≤19k open files a process.
 		c.Processes = 6

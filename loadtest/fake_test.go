@@ -41,8 +41,10 @@ type fakeStack struct {
 	soldOut  chan struct{}
 	closedSO bool
 	ips      map[string]int
-	nextJoin atomic.Int64
-	nextOrd  atomic.Int64
+	// publicViews counts GETs of the public sale view (the preconnects).
+	publicViews int
+	nextJoin    atomic.Int64
+	nextOrd     atomic.Int64
 }
 
 type fakeItem struct {
@@ -55,6 +57,7 @@ type fakeOrder struct {
 	Item    int64
 	Status  string
 	Created time.Time
+	Paid    time.Time
 }
 
 func newFakeStack(t testing.TB, broken bool) *fakeStack {
@@ -64,6 +67,12 @@ func newFakeStack(t testing.TB, broken bool) *fakeStack {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/admin/sales", f.createSale)
 	mux.HandleFunc("GET /api/admin/sales/{id}", f.getSale)
+	mux.HandleFunc("GET /api/flash-sales/sales/{id}", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.publicViews++
+		f.mu.Unlock()
+		writeJSONResp(w, 200, map[string]any{"id": r.PathValue("id")})
+	})
 	mux.HandleFunc("/api/flash-sales/sales/{id}/queue", f.queue)
 	mux.HandleFunc("POST /api/flash-sales/items/{id}/purchase", f.purchase)
 	mux.HandleFunc("GET /api/flash-sales/orders/{id}", f.getOrder)
@@ -365,7 +374,7 @@ func (f *fakeStack) pay(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, 409, "NOT_PAYABLE_YET")
 		return
 	}
-	o.Status = "PAID"
+	o.Status, o.Paid = "PAID", time.Now()
 	writeJSONResp(w, 200, map[string]string{"orderId": o.ID, "status": "PAID"})
 }
 

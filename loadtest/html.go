@@ -226,7 +226,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 }
 
 func stepOrder(n string) string {
-	order := []string{StepJoin, StepPow, StepPoll, StepAdmittedWait, StepPurchase, StepOrderGet, StepPayable, StepPay, StepEarly, StepFlood}
+	order := []string{StepPreconnect, StepJoin, StepPow, StepPoll, StepAdmittedWait, StepPurchase, StepOrderGet, StepPayable, StepPay, StepEarly, StepFlood}
 	for i, s := range order {
 		if n == s {
 			return fmt.Sprintf("%02d", i)

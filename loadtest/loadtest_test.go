@@ -336,6 +336,44 @@ func TestRunFakeWebSocket(t *testing.T) {
 	}
 }
 
+// TestRunFakePreconnectAndPayAfter: before the opening each source address
+// warms Preconnect connections to every gateway, and a winner pays only
+// after its think time (50–150% of PayAfter) once the order is payable.
+func TestRunFakePreconnectAndPayAfter(t *testing.T) {
+	f := newFakeStack(t, false)
+	cfg := fakeConfig(f)
+	cfg.SourceAddrs, cfg.Preconnect = 3, 2
+	cfg.PayFraction, cfg.PayAfter = 1, 400*time.Millisecond
+	r, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := r.Steps[StepPreconnect].Outcomes["200"]; got != 3*2 {
+		t.Errorf("preconnect outcomes %v, want 6 × 200 (3 addresses × 1 gateway × 2)", r.Steps[StepPreconnect].Outcomes)
+	}
+	f.mu.Lock()
+	views := f.publicViews
+	var paid int
+	for _, o := range f.orders {
+		if o.Status != "PAID" {
+			continue
+		}
+		paid++
+		// payable 20 ms after creation (the fake), the first look at
+		// the order 1 s after the 202, then at least 200 ms of thought
+		if d := o.Paid.Sub(o.Created); d < time.Second+200*time.Millisecond {
+			t.Errorf("order %s paid %v after its creation, want ≥ 1.2 s", o.ID, d)
+		}
+	}
+	f.mu.Unlock()
+	if views != 6 {
+		t.Errorf("public sale views %d, want the 6 preconnects", views)
+	}
+	if paid != 10 || r.Orders.PaidRun != 10 {
+		t.Errorf("paid %d (run says %d), want all 10", paid, r.Orders.PaidRun)
+	}
+}
+
 func TestRunFakePolling(t *testing.T) {
 	f := newFakeStack(t, false)
 	cfg := fakeConfig(f)

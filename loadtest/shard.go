@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,13 @@ func newShard(cfg Config, sale saleInfo, rec *recorder, cl *clients) *shard {
 func (s *shard) runShoppers(ctx context.Context, spec workSpec) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	if s.cfg.Preconnect > 0 && s.cfg.Transport == TransportWS {
+		wg.Go(func() {
+			if sleepCtx(ctx, time.Until(s.sale.OpensAt.Add(-preconnectLead))) && time.Now().Before(s.sale.OpensAt) {
+				s.preconnect(ctx)
+			}
+		})
+	}
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	next := 0
@@ -68,6 +76,54 @@ func (s *shard) runShoppers(ctx context.Context, spec workSpec) {
 		case <-tick.C:
 		}
 	}
+}
+
+// preconnectLead is how long before the opening a process warms its
+// connections (Config.Preconnect): within the client's idle timeout (30 s).
+const preconnectLead = 5 * time.Second
+
+// preconnect opens Config.Preconnect keep-alive connections per source
+// address and gateway: that many concurrent GETs of the public sale view on
+// each pair, whose connections then wait in the client's idle pool for the
+// purchases at the opening.
+func (s *shard) preconnect(ctx context.Context) {
+	type pair struct {
+		hc   *http.Client
+		base string
+	}
+	jobs := make(chan pair)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for p := range jobs {
+				var each sync.WaitGroup
+				for range s.cfg.Preconnect {
+					each.Go(func() {
+						t0 := time.Now()
+						r, err := do(ctx, p.hc, http.MethodGet, p.base+"/api/flash-sales/sales/"+strconv.FormatInt(s.sale.ID, 10), nil, nil)
+						out := r.outcome()
+						if err != nil {
+							out = errOutcome(err)
+						}
+						s.rec.observe(StepPreconnect, out, t0, time.Since(t0), true)
+					})
+				}
+				each.Wait()
+			}
+		})
+	}
+feed:
+	for _, hc := range s.cl.byAddr {
+		for _, base := range s.cl.bases {
+			select {
+			case jobs <- pair{hc, base}:
+			case <-ctx.Done():
+				break feed
+			}
+		}
+	}
+	close(jobs)
+	wg.Wait()
 }
 
 // runOneAddr runs the one-address hostile shoppers (full flow, one source

@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,6 +26,7 @@ const (
 	StepOrderGet     = "order_get"     // each GET of the order
 	StepPayable      = "order_payable" // from the 202 until the order is payable
 	StepPay          = "pay"           // each pay request
+	StepPreconnect   = "preconnect"    // Config.Preconnect: each warming GET of the sale view
 	StepFlood        = "hostile_flood" // purchases without valid tokens
 	StepEarly        = "hostile_early" // purchases before opening
 	oneAddrPrefix    = "hostile_oneaddr_"
@@ -201,7 +203,7 @@ func (s *shard) runWS(ctx context.Context, sh *shopper) {
 		return
 	}
 	for {
-		_, data, err := conn.Read(ctx)
+		data, err := readMessage(ctx, conn)
 		if err != nil {
 			out := "ws_" + errOutcome(err)
 			if cs := websocket.CloseStatus(err); cs != -1 {
@@ -216,7 +218,13 @@ func (s *shard) runWS(ctx context.Context, sh *shopper) {
 			return
 		}
 		var m roomMsg
-		if err := json.Unmarshal(data, &m); err != nil {
+		err = json.Unmarshal(data.Bytes(), &m)
+		var challenge []byte
+		if m.Type == "challenge" {
+			challenge = bytes.Clone(data.Bytes())
+		}
+		msgBufs.Put(data)
+		if err != nil {
 			s.rec.errorf("room message: " + err.Error())
 			return
 		}
@@ -225,7 +233,7 @@ func (s *shard) runWS(ctx context.Context, sh *shopper) {
 		}
 		switch m.Type {
 		case "challenge":
-			pow, ok := s.solvePow(sh, data)
+			pow, ok := s.solvePow(sh, challenge)
 			if !ok {
 				return
 			}
@@ -294,12 +302,42 @@ func (s *shard) admittedBuy(ctx context.Context, sh *shopper, w *wait, m *roomMs
 	}
 }
 
-// leave closes the room connection, then follows up a bought order (the
-// room is not read meanwhile, so it is left first).
+// leave ends a shopper's time in the room after its purchase attempt: one
+// that bought stays (stayWhileFollowing); one that lost or failed leaves.
 func (s *shard) leave(ctx context.Context, sh *shopper, w *wait, conn *websocket.Conn) {
-	conn.Close(websocket.StatusNormalClosure, "")
-	if w.order != nil {
-		s.afterOrder(ctx, sh, *w.order)
+	if w.order == nil {
+		conn.Close(websocket.StatusNormalClosure, "")
+		return
+	}
+	s.stayWhileFollowing(ctx, sh, *w.order, conn)
+}
+
+// stayWhileFollowing follows up a bought order while the shopper stays in
+// the room, as the shop page does (it keeps its WebSocket open after a
+// purchase): the room is read meanwhile (its pings answered, its statuses
+// dropped) and left when the follow-up ends, or at SOLD_OUT or ENDED unless
+// KeepWaiting. Leaving at once, as the tool did, put every winner's close
+// handshake into the busiest seconds of the sale.
+func (s *shard) stayWhileFollowing(ctx context.Context, sh *shopper, o orderRecord, conn *websocket.Conn) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.afterOrder(ctx, sh, o)
+		conn.Close(websocket.StatusNormalClosure, "") // a no-op when already closed
+	}()
+	defer func() { <-done }()
+	for {
+		b, err := readMessage(ctx, conn)
+		if err != nil {
+			return // closed by the follow-up, the server, or ctx
+		}
+		var m roomMsg
+		err = json.Unmarshal(b.Bytes(), &m)
+		msgBufs.Put(b)
+		if err == nil && m.Type == "status" && (m.State == "SOLD_OUT" || m.State == "ENDED") && !s.cfg.KeepWaiting {
+			conn.Close(websocket.StatusNormalClosure, "")
+			return
+		}
 	}
 }
 
@@ -317,6 +355,28 @@ func (s *shard) solvePow(sh *shopper, challenge []byte) (json.RawMessage, bool) 
 	}
 	s.rec.observe(s.step(sh, StepPow), "solved", t0, time.Since(t0), false)
 	return pow, true
+}
+
+// msgBufs holds the buffers room messages are read into: a shopper reads
+// a message every few seconds, and reading each into a fresh, growing slice
+// (websocket.Conn.Read) made the load tool's allocations and page faults a
+// tenth of its CPU at the opening of a 100,000-shopper drop.
+var msgBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// readMessage reads one message into a buffer of msgBufs; the caller puts
+// it back.
+func readMessage(ctx context.Context, c *websocket.Conn) (*bytes.Buffer, error) {
+	_, r, err := c.Reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b := msgBufs.Get().(*bytes.Buffer)
+	b.Reset()
+	if _, err := b.ReadFrom(r); err != nil {
+		msgBufs.Put(b)
+		return nil, err
+	}
+	return b, nil
 }
 
 func writeJSON(ctx context.Context, c *websocket.Conn, v any) error {
@@ -540,9 +600,20 @@ func (s *shard) pays(userID int64) bool {
 	return rand.New(rand.NewPCG(s.cfg.Seed^0x9e3779b97f4a7c15, uint64(userID))).Float64() < s.cfg.PayFraction
 }
 
+// payAfter draws, from the seed and the user id, this winner's think time
+// before paying: 50–150% of PayAfter.
+func (s *shard) payAfter(userID int64) time.Duration {
+	if s.cfg.PayAfter <= 0 {
+		return 0
+	}
+	f := rand.New(rand.NewPCG(s.cfg.Seed^0x5851f42d4c957f2d, uint64(userID))).Float64()
+	return time.Duration(float64(s.cfg.PayAfter) * (0.5 + f))
+}
+
 // Order polling as the shopper page does it (static/site/assets/app.js,
-// pollOrder): at once, then every orderPollEvery until payable; after a 429
-// or 503, the Retry-After or orderPollBusy.
+// showOrder and pollOrder): orderPollEvery after a 202 (at once after a 409,
+// which names an older order), then every orderPollEvery until payable;
+// after a 429 or 503, the Retry-After or orderPollBusy.
 const (
 	orderPollEvery = time.Second
 	orderPollBusy  = 3 * time.Second
@@ -554,6 +625,10 @@ func (s *shard) afterOrder(ctx context.Context, sh *shopper, o orderRecord) {
 	url := sh.base + "/api/flash-sales/orders/" + o.OrderID
 	deadline := t0.Add(requestTimeout)
 	payable := false
+	if o.Via == http.StatusAccepted && !sleepCtx(ctx, orderPollEvery) {
+		s.rec.observe(s.step(sh, StepPayable), "canceled", t0, time.Since(t0), false)
+		return
+	}
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		t := time.Now()
 		r, err := do(ctx, sh.hc, http.MethodGet, url, bearer(sh.tok), nil)
@@ -610,6 +685,9 @@ func (s *shard) afterOrder(ctx context.Context, sh *shopper, o orderRecord) {
 	}
 	s.rec.observe(s.step(sh, StepPayable), "payable", t0, time.Since(t0), false)
 	if !s.pays(sh.userID) {
+		return
+	}
+	if d := s.payAfter(sh.userID); d > 0 && !sleepCtx(ctx, d) {
 		return
 	}
 	payURL := url + "/pay"

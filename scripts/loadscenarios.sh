@@ -22,6 +22,7 @@
 #   LOADTEST_ARGS [extra flags for flashsale loadtest]
 #   CAPACITY_FACTOR [2]  BUILD [1: make build first]
 #   GOGC [300: for every process started here]
+#   GODEBUG [gcshrinkstackoff=1: for every process started here]
 #   PROCS_EACH [1: GOMAXPROCS of each gateway and load process; a dozen
 #   processes on 2 cores run better with one P each than with two]
 #   DATA_NICE [10: redis-server, PostgreSQL and the dev process (Kafka,
@@ -103,6 +104,10 @@ start_stack() { # scenario
 	# hundred MB of heap and has memory to spare: collect at 4× the live
 	# heap instead of 2× (GOGC=100), which halves the collector's CPU.
 	export GOGC=${GOGC:-300}
+	# The idle shoppers' goroutines (a room connection's reader, a load
+	# shopper blocked on its WebSocket) are shrunk by each collection and
+	# grow again, on fresh pages, the moment the opening wakes them all.
+	export GODEBUG=${GODEBUG:-gcshrinkstackoff=1}
 	export FLASHSALE_CAPACITY_FACTOR=${CAPACITY_FACTOR:-2}
 	# The expiry scenario needs a short payment window; the others keep
 	# the default so nothing expires during the run.

@@ -129,7 +129,7 @@ func (h *connBench) push(tb testing.TB, round int) (all, tick, drain time.Durati
 	} else {
 		h.e.stock.set(h.saleID, h.itemID, 1000)
 	}
-	h.r.tickAll(h.ctx)
+	h.r.tickAll(h.ctx, true)
 	tick = time.Since(start)
 	for { // until the writers have taken every queued status (≤ 1 ms late)
 		h.r.sendMu.Lock()

@@ -2,13 +2,14 @@ package waitroom
 
 import (
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"strconv"
 	"strings"
 
@@ -26,23 +27,26 @@ import (
 // drawRounds is the number of Feistel rounds.
 const drawRounds = 8
 
-// drawLabel separates the draw's HMAC inputs from any other use of the seed.
-const drawLabel = "flashsale/draw/v1"
+// drawLabel separates the draw's key derivation from any other use of the
+// seed. v1 (HMAC-SHA256 in every round) cost 4.5 µs a place: 100,000
+// pre-queued shoppers took half a second of CPU at the very instant of
+// opening. v2 derives an AES-128 key once and uses AES as the round
+// function (as NIST's FF1 format-preserving encryption does): ~10× faster.
+const drawLabel = "flashsale/draw/v2"
 
 // Permuter computes the draw for one seed and one pre-queue size. It reuses
-// its HMAC state, so it is not safe for concurrent use.
+// its block buffers, so it is not safe for concurrent use.
 type Permuter struct {
-	n    uint64
-	half uint // bits per Feistel half
-	mask uint64
-	h    hash.Hash
-	msg  [len(drawLabel) + 8 + 1 + 8]byte
-	sum  [sha256.Size]byte
+	n       uint64
+	half    uint // bits per Feistel half
+	mask    uint64
+	block   cipher.Block
+	in, out [aes.BlockSize]byte
 }
 
 // NewPermuter returns the permutation of [0, n) keyed by seed.
 func NewPermuter(seed []byte, n uint64) *Permuter {
-	p := &Permuter{n: n, h: hmac.New(sha256.New, seed)}
+	p := &Permuter{n: n}
 	bits := uint(0)
 	for n > 1 && (uint64(1)<<bits) < n {
 		bits++
@@ -52,19 +56,25 @@ func NewPermuter(seed []byte, n uint64) *Permuter {
 		p.half = 1
 	}
 	p.mask = uint64(1)<<p.half - 1
-	copy(p.msg[:], drawLabel)
-	binary.BigEndian.PutUint64(p.msg[len(drawLabel):], n)
+	m := hmac.New(sha256.New, seed)
+	m.Write([]byte(drawLabel))
+	m.Write(binary.BigEndian.AppendUint64(nil, n))
+	block, err := aes.NewCipher(m.Sum(nil)[:16])
+	if err != nil {
+		panic("waitroom: NewPermuter: " + err.Error()) // a 16-byte key is always valid
+	}
+	p.block = block
 	return p
 }
 
-// round is the Feistel round function: the first 8 bytes of
-// HMAC-SHA256(seed, label | n | round | x), big-endian, masked to half bits.
+// round is the Feistel round function: the first 8 bytes, big-endian, of
+// AES-128 with the draw key over the block round | 7 zero bytes | x,
+// masked to half bits.
 func (p *Permuter) round(r byte, x uint64) uint64 {
-	p.msg[len(drawLabel)+8] = r
-	binary.BigEndian.PutUint64(p.msg[len(drawLabel)+9:], x)
-	p.h.Reset()
-	p.h.Write(p.msg[:])
-	return binary.BigEndian.Uint64(p.h.Sum(p.sum[:0])) & p.mask
+	p.in[0] = r
+	binary.BigEndian.PutUint64(p.in[8:], x)
+	p.block.Encrypt(p.out[:], p.in[:])
+	return binary.BigEndian.Uint64(p.out[:8]) & p.mask
 }
 
 // encrypt is the balanced Feistel network over [0, 2^(2*half)).

@@ -1,6 +1,7 @@
 package waitroom
 
 import (
+	"crypto/aes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
@@ -17,15 +18,21 @@ func refPlace(seed []byte, n, i uint64) uint64 {
 	k := uint(bits.Len64(n - 1)) // bits to hold n-1
 	h := (k + 1) / 2
 	mask := uint64(1)<<h - 1
+	kdf := hmac.New(sha256.New, seed)
+	kdf.Write([]byte("flashsale/draw/v2"))
+	kdf.Write(binary.BigEndian.AppendUint64(nil, n))
+	key := kdf.Sum(nil)[:16]
 	f := func(round byte, x uint64) uint64 {
-		m := hmac.New(sha256.New, seed)
-		var buf []byte
-		buf = append(buf, "flashsale/draw/v1"...)
-		buf = binary.BigEndian.AppendUint64(buf, n)
-		buf = append(buf, round)
-		buf = binary.BigEndian.AppendUint64(buf, x)
-		m.Write(buf)
-		return binary.BigEndian.Uint64(m.Sum(nil)[:8]) & mask
+		c, err := aes.NewCipher(key)
+		if err != nil {
+			panic(err)
+		}
+		in := make([]byte, 16)
+		in[0] = round
+		binary.BigEndian.PutUint64(in[8:], x)
+		out := make([]byte, 16)
+		c.Encrypt(out, in)
+		return binary.BigEndian.Uint64(out[:8]) & mask
 	}
 	enc := func(x uint64) uint64 {
 		l, r := x>>h, x&mask

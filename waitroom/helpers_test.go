@@ -274,6 +274,26 @@ func eventually(t testing.TB, what string, timeout time.Duration, cond func() bo
 	}
 }
 
+// joinUsers puts users 1…n in the sale's queue through g.
+func (g *gateway) joinUsers(t testing.TB, saleID, n int64) {
+	t.Helper()
+	for u := int64(1); u <= n; u++ {
+		if _, err := g.room.Join(context.Background(), flashsale.Principal{UserID: u}, saleID, testIP, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// admitted is the sale's admission cursor: places admitted so far.
+func (g *gateway) admitted(t testing.TB, saleID int64) int64 {
+	t.Helper()
+	f, err := g.room.Figures(context.Background(), saleID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.Admitted
+}
+
 // waitTicks waits until the gateway has run n more ticks.
 func (g *gateway) waitTicks(t testing.TB, n uint64) {
 	t.Helper()

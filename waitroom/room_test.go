@@ -243,7 +243,9 @@ func TestVerifyDrawDetectsTampering(t *testing.T) {
 // the test advances it.
 func TestSoldOutResumeReconnect(t *testing.T) {
 	e := newEnv(t)
-	sale := e.addSale(newSale(t, 5, e.clock.Now().Add(-time.Second), 1, 5))
+	// Opened a moment ago: the rate's credit starts at the opening, so no
+	// place is due before the clock moves.
+	sale := e.addSale(newSale(t, 5, e.clock.Now().Add(-time.Millisecond), 1, 5))
 	item := sale.Items[0].ID
 	g := e.newGateway(Config{AdmissionTTL: time.Minute}, nil)
 
@@ -337,19 +339,8 @@ func TestCapacityCap(t *testing.T) {
 	e := newEnv(t)
 	sale := e.addSale(newSale(t, 9, e.clock.Now().Add(-time.Second), 100, 2))
 	g := e.newGateway(Config{AdmissionTTL: 10 * time.Second, CapacityFactor: 2}, nil)
-	ctx := context.Background()
-	for u := int64(1); u <= 10; u++ {
-		if _, err := g.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	serving := func() int64 {
-		f, err := g.room.Figures(ctx, sale.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f.Admitted
-	}
+	g.joinUsers(t, sale.ID, 10)
+	serving := func() int64 { return g.admitted(t, sale.ID) }
 	e.clock.Advance(time.Second) // the rate would allow 100
 	eventually(t, "4 admitted", 5*time.Second, func() bool { return serving() == 4 })
 	e.clock.Advance(2 * time.Second)
@@ -553,4 +544,81 @@ func prequeued(t *testing.T, e *env, g *gateway, saleID int64, n int) []*client 
 		clients[i].untilState(StatePrequeue)
 	}
 	return clients
+}
+
+// TestOpeningTick: a sale that opens between two ticks gets a tick right
+// after its opening instant (the draw does not wait for the ticker), and
+// the rate's credit runs from the opening, so the first tick after it
+// already admits what the time since the opening allows.
+func TestOpeningTick(t *testing.T) {
+	t.Run("aligned", func(t *testing.T) {
+		e := newEnv(t)
+		sale := e.addSale(newSale(t, 11, e.clock.Now().Add(400*time.Millisecond), 1, 5))
+		// The sale has a queue already (another gateway's shoppers), so
+		// the start's tick knows it. The ticker never fires during the
+		// test: only the start's tick and the opening's own ticks run.
+		if err := e.rdb.SAdd(context.Background(), activeKey, sale.ID).Err(); err != nil {
+			t.Fatal(err)
+		}
+		g := e.newGateway(Config{Tick: time.Hour}, nil)
+		a := dial(t, g.url(sale.ID))
+		a.join(e.token(1))
+		a.untilState(StatePrequeue)
+		// The opening instant: the opening's tick (re-armed while the test
+		// clock stands before it) makes the draw.
+		e.clock.Advance(400 * time.Millisecond)
+		if m := a.untilState(StateWaiting); m.Position != 0 {
+			t.Fatalf("after the opening tick: %+v", m)
+		}
+	})
+	t.Run("credit from the opening", func(t *testing.T) {
+		e := newEnv(t)
+		sale := e.addSale(newSale(t, 12, e.clock.Now().Add(time.Second), 10, 100))
+		g := e.newGateway(Config{}, nil)
+		g.joinUsers(t, sale.ID, 20)
+		g.waitTicks(t, 2)
+		// The first tick to see the sale open comes 500 ms after the
+		// opening: 10/s × 0.5 s = 5 places at once; the clock then stands
+		// still, so no later tick adds any.
+		e.clock.Advance(1500 * time.Millisecond)
+		g.waitTicks(t, 3)
+		if got := g.admitted(t, sale.ID); got != 5 {
+			t.Fatalf("admitted %d half a second after the opening at 10/s, want 5", got)
+		}
+	})
+}
+
+// TestAdvanceWithTheTickLoop: the leader's cursor is moved both by the
+// tick loop and by advanceLoop; together they keep the configured rate and
+// count every admitted place once.
+func TestAdvanceWithTheTickLoop(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 13, e.clock.Now().Add(-time.Millisecond), 100, 1000))
+	g := e.newGateway(Config{}, nil)
+	g.joinUsers(t, sale.ID, 60)
+	admitted := func() int64 { return g.admitted(t, sale.ID) }
+	// 100/s in ten steps of 50 ms: 50 places, however the two loops
+	// interleave with the steps.
+	for range 10 {
+		e.clock.Advance(50 * time.Millisecond)
+		g.waitTicks(t, 2)
+	}
+	eventually(t, "50 admitted", 5*time.Second, func() bool { return admitted() == 50 })
+	g.waitTicks(t, 3)
+	if got := admitted(); got != 50 {
+		t.Fatalf("admitted %d after 500 ms at 100/s, want 50", got)
+	}
+	mfs, err := g.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counted float64 = -1
+	for _, mf := range mfs {
+		if mf.GetName() == "flashsale_waitroom_admitted_total" {
+			counted = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if counted != 50 {
+		t.Fatalf("flashsale_waitroom_admitted_total %v, want 50", counted)
+	}
 }

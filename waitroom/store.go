@@ -121,7 +121,9 @@ if leader == 1 then
     local bms = tonumber(ARGV[8])
     local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
     local serving = tonumber(redis.call('HGET', KEYS[1], 'serving') or '0')
-    local last = tonumber(redis.call('HGET', KEYS[1], 'last') or now)
+    -- the rate's credit starts at the opening, so the first tick after it
+    -- already admits what the time since the opening allows
+    local last = tonumber(redis.call('HGET', KEYS[1], 'last') or ARGV[3])
     if last < now - 1000 then last = now - 1000 end
     local waiting = seq - serving
     -- capacity: admissions in the buckets younger than the token TTL, less
@@ -149,7 +151,10 @@ if leader == 1 then
       if sum < 0 then sum = 0 end
     end
     local capLeft = capLimit - sum
+    -- a caller whose clock reading is older than last (two loops of one
+    -- gateway, or a late reply) gets nothing and moves nothing back
     local allowance = math.floor((now - last) * rate / 1000)
+    if allowance < 0 then allowance = 0 end
     local k = allowance
     if waiting < k then k = waiting end
     if capLeft < k then k = capLeft end
@@ -161,7 +166,7 @@ if leader == 1 then
     if k < 0 then k = 0 end
     if k == allowance then
       last = last + k * 1000 / rate
-    else
+    elseif now > last then
       last = now
     end
     redis.call('HSET', KEYS[1], 'last', string.format('%.3f', last))

@@ -31,6 +31,8 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	startsIn := fs.Duration("starts-in", 0, "the created sale opens this long after the start")
 	transport := fs.String("transport", "", "ws or polling")
 	pay := fs.Float64("pay", -1, "fraction of winners who pay")
+	payAfter := fs.Duration("pay-after", -1, "a paying winner's think time before the pay click (each draws 50–150% of it; default: the scenario's)")
+	preconnect := fs.Int("preconnect", -1, "keep-alive connections per process, source address and gateway opened 5 s before the opening (default: the scenario's)")
 	flood := fs.Int("flood", -1, "hostile purchases without valid tokens")
 	early := fs.Int("early", -1, "hostile clicks before opening")
 	oneAddr := fs.Int("one-addr", -1, "shoppers sharing one source address")
@@ -70,6 +72,10 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	setInt(&cfg.Hostile.OneAddrUsers, *oneAddr)
 	setInt(&cfg.SourceAddrs, *sourceAddrs)
 	setInt(&cfg.Processes, *procs)
+	setInt(&cfg.Preconnect, *preconnect)
+	if *payAfter >= 0 {
+		cfg.PayAfter = *payAfter
+	}
 	if *startsIn > 0 {
 		cfg.StartsIn = *startsIn
 	}

@@ -36,6 +36,7 @@ type Config struct {
 	TrustedProxies  []netip.Prefix
 	CORSOrigins     []string
 	DBMaxConns      int32
+	DBMinConns      int32 // opened at start and kept (postgres.Config.MinConns)
 	WriterBatchSize int
 	WriterMaxConns  int32
 	ReconcileAfter  time.Duration
@@ -59,6 +60,7 @@ func Defaults() Config {
 		ExpiryInterval:  30 * time.Second,
 		AdmissionTTL:    5 * time.Minute,
 		DBMaxConns:      16,
+		DBMinConns:      8,
 		WriterBatchSize: 500,
 		WriterMaxConns:  4,
 		ReconcileAfter:  2 * time.Minute,
@@ -127,6 +129,10 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 	var n int
 	if integer("FLASHSALE_DB_MAX_CONNS", &n); n > 0 {
 		c.DBMaxConns = int32(n)
+	}
+	n = 0
+	if integer("FLASHSALE_DB_MIN_CONNS", &n); n > 0 {
+		c.DBMinConns = int32(n)
 	}
 	integer("FLASHSALE_WRITER_BATCH_SIZE", &c.WriterBatchSize)
 	n = 0

@@ -119,7 +119,7 @@ func (a *App) startAdminOnly(runCtx context.Context, admin net.Listener) {
 }
 
 func (a *App) startWriter(ctx, runCtx context.Context) error {
-	pool, err := postgres.Open(ctx, postgres.Config{URL: a.cfg.DatabaseURL, MaxConns: a.cfg.WriterMaxConns})
+	pool, err := postgres.Open(ctx, postgres.Config{URL: a.cfg.DatabaseURL, MaxConns: a.cfg.WriterMaxConns, MinConns: a.cfg.WriterMaxConns})
 	if err != nil {
 		return err
 	}

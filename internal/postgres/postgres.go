@@ -24,6 +24,11 @@ var migrations embed.FS
 type Config struct {
 	URL      string
 	MaxConns int32 // 0: pgx default
+	// MinConns are opened at start, in the background, and kept (at most
+	// MaxConns; a pool_min_conns in URL wins). A sale's opening then finds
+	// warm connections instead of making PostgreSQL start a backend per
+	// connection while the machine is busiest. 0: none.
+	MinConns int32
 	// AcquireTimeout bounds the wait for a pooled connection (pgx waits
 	// forever otherwise). 0: 5s.
 	AcquireTimeout time.Duration
@@ -37,6 +42,9 @@ func Open(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	}
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = cfg.MaxConns
+	}
+	if cfg.MinConns > 0 && pc.MinConns == 0 {
+		pc.MinConns = min(cfg.MinConns, pc.MaxConns)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

@@ -485,7 +485,9 @@ async function buy(itemId) {
     await lookupOrder();
   } else if (r.status === 202 && body.orderId) {
     setResult('RESERVED', 'Reserved! Order ' + body.orderId + '.');
-    showOrder(body.orderId);
+    // The 202 says PENDING; the order cannot be payable before the order
+    // writer has stored it, so the first look is a second later.
+    showOrder(body.orderId, body, 1000);
   } else {
     const code = r.error || 'HTTP_' + r.status;
     switch (code) {
@@ -554,14 +556,15 @@ async function lookupOrder() {
 
 const FINAL = new Set(['PAID', 'EXPIRED', 'CANCELLED', 'REJECTED']);
 
-function showOrder(orderId, known) {
+function showOrder(orderId, known, firstPollMs) {
   clearTimeout(page.orderTimer);
   page.order = { id: orderId, status: '', payable: false, expiresAtMs: NaN, itemId: '' };
   page.orderMisses = 0;
   $('order').hidden = false;
   $('order-id').textContent = orderId;
   if (known) renderOrder(known);
-  pollOrder();
+  if (firstPollMs) page.orderTimer = setTimeout(pollOrder, firstPollMs);
+  else pollOrder();
 }
 
 async function pollOrder() {
