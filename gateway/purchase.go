@@ -110,21 +110,14 @@ func (s *Server) purchase(c *fiber.Ctx) error {
 	if retry, err := s.d.Guard.CheckUserAt(p.UserID, ClassPurchase, now); err != nil {
 		return s.fail(c, err, retry)
 	}
-	r := c.Response()
 	if s.d.Purchase.SoldOut(itemID) {
-		r.SetStatusCode(http.StatusGone)
-		r.Header.SetContentType(fiber.MIMEApplicationJSON)
-		r.SetBodyRaw(soldOutBody)
-		return nil
+		return rawJSON(c, http.StatusGone, soldOutBody)
 	}
 	if !sale.Open(now) {
 		return errSaleNotOpen
 	}
 	if _, err := s.d.Admission.Verify(c.Get(HeaderAdmissionToken), p.UserID, sale.ID, now); err != nil {
-		r.SetStatusCode(http.StatusForbidden)
-		r.Header.SetContentType(fiber.MIMEApplicationJSON)
-		r.SetBodyRaw(notAdmittedBody)
-		return nil
+		return rawJSON(c, http.StatusForbidden, notAdmittedBody)
 	}
 	ctx, cancel := s.reqCtx()
 	defer cancel()
@@ -132,6 +125,7 @@ func (s *Server) purchase(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	r := c.Response()
 	r.SetStatusCode(http.StatusAccepted)
 	r.Header.SetContentType(fiber.MIMEApplicationJSON)
 	var buf [96]byte
@@ -139,5 +133,15 @@ func (s *Server) purchase(c *fiber.Ctx) error {
 	b = appendJSONString(b, orderID)
 	b = append(b, `,"status":"PENDING"}`...)
 	r.SetBody(b)
+	return nil
+}
+
+// rawJSON answers status with a precomputed JSON body (the hot refusals),
+// without copying it.
+func rawJSON(c *fiber.Ctx, status int, body []byte) error {
+	r := c.Response()
+	r.SetStatusCode(status)
+	r.Header.SetContentType(fiber.MIMEApplicationJSON)
+	r.SetBodyRaw(body)
 	return nil
 }

@@ -101,6 +101,11 @@ type apiResult struct {
 	RetryAfter time.Duration
 }
 
+// busy reports a 429 or 503: the server asks to come back later.
+func (r apiResult) busy() bool {
+	return r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable
+}
+
 // outcome is the label of a response in the report: "202", "410 SOLD_OUT".
 func (r apiResult) outcome() string {
 	s := strconv.Itoa(r.Status)

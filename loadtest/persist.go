@@ -182,7 +182,7 @@ func refreshPending(ctx context.Context, cfg Config, hc *http.Client, base strin
 				var r apiResult
 				for attempt := 0; ; attempt++ {
 					r, err = do(ctx, hc, http.MethodGet, base+"/api/flash-sales/orders/"+id, bearer(tok), nil)
-					busy := err == nil && (r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable)
+					busy := err == nil && r.busy()
 					if !busy || attempt == 5 || !sleepCtx(ctx, retryDelay(r)) {
 						break
 					}

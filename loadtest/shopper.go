@@ -421,7 +421,7 @@ func (s *shard) runPolling(ctx context.Context, sh *shopper) {
 			}
 			break
 		}
-		if (r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable) && attempt < 3 {
+		if r.busy() && attempt < 3 {
 			s.rec.observe(s.step(sh, StepPoll), r.outcome(), w.start, time.Since(w.start), true)
 			if !sleepCtx(ctx, retryDelay(r)) {
 				return
@@ -570,7 +570,7 @@ func (s *shard) buy(ctx context.Context, sh *shopper, m *roomMsg) (buyResult, or
 			case r.Status == http.StatusGone:
 				// this item is sold out: try the next
 				s.soldOut.Store(it.PurchaseURL, time.Now().UnixNano())
-			case (r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable) && attempt < 3:
+			case r.busy() && attempt < 3:
 				if !sleepCtx(ctx, retryDelay(r)) {
 					return buyFailed, orderRecord{}
 				}
@@ -638,7 +638,7 @@ func (s *shard) afterOrder(ctx context.Context, sh *shopper, o orderRecord) {
 		}
 		s.rec.observe(s.step(sh, StepOrderGet), r.outcome(), t, time.Since(t), true)
 		delay := orderPollEvery
-		if r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable {
+		if r.busy() {
 			delay = orderPollBusy
 			if r.RetryAfter > 0 {
 				delay = r.RetryAfter
@@ -713,7 +713,7 @@ func (s *shard) afterOrder(ctx context.Context, sh *shopper, o orderRecord) {
 			o.Status = "CANCELLED"
 			s.rec.order(sh.userID, o)
 			return
-		case r.Code == "NOT_PAYABLE_YET" || r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable:
+		case r.Code == "NOT_PAYABLE_YET" || r.busy():
 			if !sleepCtx(ctx, max(retryDelay(r), 200*time.Millisecond)) {
 				return
 			}
