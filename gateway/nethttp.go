@@ -34,7 +34,7 @@ func (s *Server) wsHandler() http.Handler {
 		}
 		ap, _ := netip.ParseAddrPort(r.RemoteAddr)
 		ip := s.d.Guard.ClientAddr(ap.Addr().Unmap(), strings.Join(r.Header.Values("X-Forwarded-For"), ","))
-		if retry, err := s.d.Guard.CheckAddrAt(ip, ClassJoin, time.Now()); err != nil {
+		if retry, err := s.d.Guard.CheckAddrAt(ip, ClassJoin, s.now()); err != nil {
 			s.httpFail(sw, err, retry)
 			return
 		}
