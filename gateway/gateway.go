@@ -159,6 +159,10 @@ type Config struct {
 	CORSOrigins []string
 	Now         func() time.Time
 	Ready       func(ctx context.Context) error // for /readyz; nil: always ready
+	// SaleRequests, when set, counts every purchase and order request
+	// (read, pay, cancel) that reaches its handler: the waiting room's
+	// pacing yields to them (waitroom.Config.Competing).
+	SaleRequests *atomic.Int64
 }
 
 func (c Config) withDefaults() Config {

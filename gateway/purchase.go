@@ -91,6 +91,7 @@ func (s *Server) guarded(c *fiber.Ctx, class string) (flashsale.Principal, netip
 //	blocklist, per-user limit) → local sold-out flag (410) → sale open and
 //	admission token (403) → Reserve.
 func (s *Server) purchase(c *fiber.Ctx) error {
+	s.countSaleRequest()
 	now := s.reqNow(c)
 	if _, ok := s.checkAddr(c, ClassPurchase, now); !ok {
 		return nil
@@ -134,6 +135,13 @@ func (s *Server) purchase(c *fiber.Ctx) error {
 	b = append(b, `,"status":"PENDING"}`...)
 	r.SetBody(b)
 	return nil
+}
+
+// countSaleRequest counts a purchase or order request (Config.SaleRequests).
+func (s *Server) countSaleRequest() {
+	if n := s.cfg.SaleRequests; n != nil {
+		n.Add(1)
+	}
 }
 
 // rawJSON answers status with a precomputed JSON body (the hot refusals),

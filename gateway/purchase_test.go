@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,4 +184,33 @@ func TestPurchaseCheckOrder(t *testing.T) {
 			t.Errorf("Reserve called %d times", got)
 		}
 	})
+}
+
+// TestSaleRequestsCounted: every purchase and order request that reaches
+// its handler is counted for the waiting room's pacing (refused ones too:
+// they cost the gateway as much); other routes are not.
+func TestSaleRequestsCounted(t *testing.T) {
+	var n atomic.Int64
+	e := newEnv(t, func(c *Config, _ *Deps) { c.SaleRequests = &n })
+	user := []string{"Authorization", bearer(e.token(7, false))}
+	for _, tc := range []struct {
+		method, path string
+		headers      []string
+		counted      int64
+	}{
+		{"POST", "/api/flash-sales/items/101/purchase", append(user, HeaderAdmissionToken, e.admit(7, 1)), 1},
+		{"POST", "/api/flash-sales/items/102/purchase", user, 1}, // sold out: 410
+		{"POST", "/api/flash-sales/items/101/purchase", nil, 1},  // no token: 401
+		{"GET", "/api/flash-sales/orders/" + orderA, user, 1},
+		{"POST", "/api/flash-sales/orders/" + orderA + "/pay", user, 1},
+		{"POST", "/api/flash-sales/orders/" + orderA + "/cancel", user, 1},
+		{"GET", "/api/flash-sales/sales/1", nil, 0},
+		{"GET", "/healthz", nil, 0},
+	} {
+		before := n.Load()
+		e.do(tc.method, tc.path, "", tc.headers...)
+		if got := n.Load() - before; got != tc.counted {
+			t.Errorf("%s %s counted %d, want %d", tc.method, tc.path, got, tc.counted)
+		}
+	}
 }

@@ -53,6 +53,7 @@ func (s *Server) userRoute(c *fiber.Ctx) (flashsale.Principal, bool) {
 }
 
 func (s *Server) orderAction(c *fiber.Ctx, do func(ctx context.Context, userID int64, orderID string) (flashsale.Order, error)) error {
+	s.countSaleRequest()
 	p, ok := s.userRoute(c)
 	if !ok {
 		return nil

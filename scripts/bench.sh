@@ -67,7 +67,7 @@ if [ -z "${SKIP_GO:-}" ]; then
 	gobench auth      auth      -bench .
 	gobench defense   defense   -bench .
 	gobench gateway   gateway   -bench .
-	gobench stock     internal/stock -bench ReserveScript -benchtime 3s -count 3
+	gobench stock     internal/stock -bench 'ReserveScript|ReservePipelined' -benchtime 3s -count 3
 	gobench kafka     internal/kafka -bench .
 	gobench purchase  purchase  -bench . -benchtime 3s
 	gobench writer    writer    -bench . -benchtime 3x -timeout 20m
@@ -101,6 +101,7 @@ fi
 			sort -g | awk '{a[NR] = $1} END {if (NR) print (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2)}'
 	}
 	script=$(metric "$OUT/go-stock.txt" '^BenchmarkReserveScript' ops/s)
+	pipelined=$(metric "$OUT/go-stock.txt" '^BenchmarkReservePipelined' ops/s)
 	service=$(metric "$OUT/go-purchase.txt" '^BenchmarkServiceReserveInStock' ops/s)
 	instock=$(awk '$1 == "in-stock" {print $2}' "$OUT/http-medians.txt" 2>/dev/null)
 	base=$(awk '$1 == "baseline" {print $2}' "$OUT/http-medians.txt" 2>/dev/null)
@@ -108,6 +109,7 @@ fi
 	echo "  in-stock over HTTP ${instock:-n/a} req/s = $(ratio "$instock" "$base") of the bare fiber baseline (${base:-n/a}),"
 	echo "    $(ratio "$instock" "$script") of the reserve script driven straight at Redis (${script:-n/a} calls/s, 64 goroutines),"
 	echo "    $(ratio "$instock" "$service") of purchase.Service.Reserve with a kfake publish (${service:-n/a} ops/s)"
+	echo "  reserve calls in shared pipelines ${pipelined:-n/a} calls/s = $(ratio "$pipelined" "$script") of the same calls one round trip each"
 	for v in fsync-off fsync-off-synccommit-on durable; do
 		w=$(metric "$OUT/go-writer.txt" "^BenchmarkWriter10k/$v-[0-9]+[[:space:]]" orders/s)
 		[ -n "$w" ] && echo "  writer 10k orders Kafka -> committed rows ($v): $w orders/s (goal >= 15000: $(awk -v w="$w" 'BEGIN {print (w >= 15000 ? "met" : "missed")}'))"

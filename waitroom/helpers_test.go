@@ -257,6 +257,18 @@ func (c *client) untilState(state string) msg {
 	return c.until("status "+state, 10*time.Second, func(m msg) bool { return m.Type == TypeStatus && m.State == state })
 }
 
+// until1 is untilState for another goroutine than the test's: an error
+// instead of t.Fatal.
+func (c *client) until1(state string, timeout time.Duration) (msg, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		m, err := c.read(time.Until(deadline))
+		if err != nil || (m.Type == TypeStatus && m.State == state) {
+			return m, err
+		}
+	}
+}
+
 func (c *client) untilAdmitted() msg {
 	c.t.Helper()
 	return c.until("admitted", 10*time.Second, func(m msg) bool { return m.Type == TypeAdmitted })

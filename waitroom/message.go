@@ -134,6 +134,20 @@ func appendStatus(b []byte, v view, serverMs, opensMs int64) []byte {
 	return append(b, '}')
 }
 
+// appendAdmitted encodes an admitted message without reflection, as
+// json.Marshal of admittedMessage writes it, from the sale's items already
+// encoded (itemsJSON). tok must need no JSON escaping (admission tokens are
+// base64url).
+func appendAdmitted(b []byte, tok string, expiresAtMs int64, itemsJSON []byte) []byte {
+	b = append(b, `{"type":"admitted","admissionToken":"`...)
+	b = append(b, tok...)
+	b = append(b, `","expiresAtMs":`...)
+	b = strconv.AppendInt(b, expiresAtMs, 10)
+	b = append(b, `,"items":`...)
+	b = append(b, itemsJSON...)
+	return append(b, '}')
+}
+
 type admittedMessage struct {
 	Type           string         `json:"type"`
 	AdmissionToken string         `json:"admissionToken"`

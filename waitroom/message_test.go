@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/admission"
 )
 
 func TestParseClientMessage(t *testing.T) {
@@ -119,5 +121,27 @@ func TestStatusJSON(t *testing.T) {
 	if got, want := string(appendStatus(nil, view{state: StateWaiting, position: 3, eta: 2}, 5, 4)),
 		`{"type":"status","state":"WAITING","serverTimeMs":5,"opensAtMs":4,"position":3,"etaSeconds":2}`; got != want {
 		t.Fatalf("appendStatus = %s, want %s", got, want)
+	}
+}
+
+// appendAdmitted writes what json.Marshal of admittedMessage writes.
+func TestAdmittedJSON(t *testing.T) {
+	sale := &flashsale.Sale{ID: 3, Items: []flashsale.Item{{ID: 1001}, {ID: 1002}}}
+	items := admittedItems(sale)
+	itemsJS, err := json.Marshal(items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := admission.NewSigner(admission.Key{ID: 1, Secret: []byte("0123456789abcdef0123456789abcdef")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := signer.Sign(flashsale.Admission{UserID: 7, SaleID: 3, ExpiresAt: time.UnixMilli(1764469200123)})
+	want, err := json.Marshal(admittedMessage{Type: TypeAdmitted, AdmissionToken: tok, ExpiresAtMs: 1764469200123, Items: items})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := appendAdmitted(nil, tok, 1764469200123, itemsJS); string(got) != string(want) {
+		t.Fatalf("appendAdmitted = %s, want %s", got, want)
 	}
 }

@@ -107,6 +107,15 @@ type Config struct {
 	// statuses are not paced, and admission messages are written before
 	// any status.
 	WaitingPushes int
+	// Competing returns a running count of this process's requests that
+	// compete with the room for CPU while a sale sells: purchases, order
+	// reads and payments [nil: none]. A regular tick's WAITING budget is
+	// lowered by the requests since the tick before, down to a tenth of
+	// WaitingPushes, and while that many came in, a connection's ping may
+	// wait one ping period (never two in a row): in a drop's selling
+	// seconds the CPU goes to the purchases, and the positions and pings
+	// catch up once they calm down.
+	Competing func() int64
 	// Now is the clock [time.Now].
 	Now func() time.Time
 	// ClientIP returns the client address of a WebSocket request [the
@@ -181,6 +190,7 @@ type metrics struct {
 	conns     prometheus.Gauge
 	broadcast prometheus.Histogram
 	deferred  prometheus.Counter
+	pings     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -198,9 +208,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 8)}),
 		deferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "flashsale_waitroom_status_deferred_total",
 			Help: "WAITING statuses held for a later tick by the pacing (Config.WaitingPushes)."}),
+		pings: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashsale_waitroom_pings_total",
+			Help: "Keep-alive pings by outcome: sent, or waited (a ping slot skipped for the sale's requests, Config.Competing)."},
+			[]string{"outcome"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.joined, m.waiting, m.admitted, m.conns, m.broadcast, m.deferred} {
+		for _, c := range []prometheus.Collector{m.joined, m.waiting, m.admitted, m.conns, m.broadcast, m.deferred, m.pings} {
 			if err := reg.Register(c); err != nil {
 				return m, err
 			}
@@ -235,6 +248,9 @@ type Room struct {
 	handlers  sync.WaitGroup
 	pings     sync.WaitGroup
 	tickCount uint64
+	// Config.Competing at the last regular tick, and its rise over the
+	// tick before (tick loop only).
+	competing, competingDelta int64
 
 	sendMu   sync.Mutex
 	sendCond *sync.Cond
@@ -361,6 +377,7 @@ type saleRoom struct {
 	conns   map[*conn]struct{}
 	sale    *flashsale.Sale
 	items   []AdmittedItem
+	itemsJS []byte // items, JSON-encoded once for the admitted messages
 	loaded  bool
 	st      queueState
 	soldOut bool
@@ -508,6 +525,7 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 	defer sr.mu.Unlock()
 	if sr.sale == nil || sr.sale != sale {
 		sr.items = admittedItems(sale)
+		sr.itemsJS, _ = json.Marshal(sr.items)
 	}
 	sr.sale = sale
 	sr.observe(st)
@@ -565,6 +583,13 @@ func (r *Room) tickAll(ctx context.Context, regular bool) (untilOpening time.Dur
 			ids[id] = true
 		}
 	}
+	// Requests since the last regular tick; an extra tick uses the last
+	// regular tick's figure.
+	if regular && r.cfg.Competing != nil {
+		n := r.cfg.Competing()
+		r.competingDelta, r.competing = n-r.competing, n
+	}
+	competing := r.competingDelta
 	waiting := 0
 	for id := range ids {
 		sr, err := r.refresh(ctx, id, now)
@@ -577,7 +602,7 @@ func (r *Room) tickAll(ctx context.Context, regular bool) (untilOpening time.Dur
 		if sr == nil {
 			continue
 		}
-		waiting += r.broadcast(ctx, sr, now, tick, regular)
+		waiting += r.broadcast(ctx, sr, now, tick, regular, competing)
 		r.retire(ctx, sr, now)
 		if d := sr.untilOpening(now, r.cfg.Tick); d > 0 && (untilOpening == 0 || d < untilOpening) {
 			untilOpening = d
@@ -628,7 +653,7 @@ func (r *Room) retire(ctx context.Context, sr *saleRoom, now time.Time) {
 // records new admissions with one script call and queues the changed
 // statuses. It never writes to a socket. It returns the number of local
 // connections waiting.
-func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick uint64, regular bool) int {
+func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick uint64, regular bool, competing int64) int {
 	start := time.Now()
 	defer func() { r.m.broadcast.Observe(time.Since(start).Seconds()) }()
 	var admit []*conn
@@ -636,6 +661,11 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 	pingSlots := uint64(max(1, r.cfg.IdleTimeout/2/r.cfg.Tick))
 	statusSlots := uint64(max(1, r.cfg.StatusEvery/r.cfg.Tick))
 	var ping, kick []*conn
+	// A tick's full WAITING budget, and whether the sale's requests took
+	// a tenth of it or more since the tick before (see Config.Competing).
+	full := max(1, int(float64(r.cfg.WaitingPushes)*r.cfg.Tick.Seconds()))
+	busy := r.cfg.WaitingPushes > 0 && competing > 0 && competing >= int64(full/10)
+	waited := 0
 	blocker, _ := r.guard.(Blocker)
 	sr.mu.Lock()
 	opens := sr.sale.StartsAt.UnixMilli()
@@ -649,7 +679,13 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 			continue
 		}
 		if regular && c.seq%pingSlots == tick%pingSlots {
-			ping = append(ping, c)
+			if busy && !c.pingWaited {
+				c.pingWaited = true
+				waited++
+			} else {
+				c.pingWaited = false
+				ping = append(ping, c)
+			}
 		}
 		if c.place < 0 {
 			if p, ok := sr.place(c.ticket); ok {
@@ -678,10 +714,15 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 		c.last, c.lastTick = v, tick
 		c.push(v, opens, nil)
 	}
-	// The budget is shared with this tick's admissions, which go first.
+	// The budget is shared with this tick's admissions, which go first,
+	// then with the requests competing since the last tick, down to a
+	// tenth of it.
 	budget := -1 // no cap
 	if r.cfg.WaitingPushes > 0 {
-		budget = max(0, max(1, int(float64(r.cfg.WaitingPushes)*r.cfg.Tick.Seconds()))-len(admit))
+		budget = max(0, full-len(admit))
+		if competing > 0 {
+			budget = max(min(budget, full/10), budget-int(min(competing, int64(full))))
+		}
 	}
 	deferred := 0
 	for _, due := range [][]dueStatus{entering, moved} {
@@ -707,6 +748,12 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 	sr.entering, sr.moved = entering[:0], moved[:0]
 	sr.mu.Unlock()
 	r.m.deferred.Add(float64(deferred))
+	if waited > 0 {
+		r.m.pings.WithLabelValues("waited").Add(float64(waited))
+	}
+	if len(ping) > 0 {
+		r.m.pings.WithLabelValues("sent").Add(float64(len(ping)))
+	}
 	for _, c := range ping {
 		r.ping(c)
 	}
@@ -794,8 +841,7 @@ func (r *Room) token(saleID, userID, admittedAtMs int64) (string, time.Time) {
 // admittedMessage encodes the "admitted" message. Called with sr.mu held.
 func (r *Room) admittedMessage(sr *saleRoom, userID, admittedAtMs int64) []byte {
 	tok, exp := r.token(sr.id, userID, admittedAtMs)
-	b, _ := json.Marshal(admittedMessage{Type: TypeAdmitted, AdmissionToken: tok, ExpiresAtMs: exp.UnixMilli(), Items: sr.items})
-	return b
+	return appendAdmitted(make([]byte, 0, 64+len(tok)+len(sr.itemsJS)), tok, exp.UnixMilli(), sr.itemsJS)
 }
 
 // Join batching.

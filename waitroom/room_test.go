@@ -6,10 +6,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/netip"
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -531,6 +533,91 @@ func TestWaitingStatusesFrontFirst(t *testing.T) {
 				arrivals[i].pos, arrivals[i].at.Format("15:04:05.000"), arrivals[i-1].pos, arrivals[i-1].at.Format("15:04:05.000"))
 		}
 	}
+}
+
+// TestWaitingStatusesYieldToSaleRequests: while the sale's requests come
+// in (Config.Competing), a tick's WAITING budget shrinks by them down to a
+// tenth, so shoppers entering WAITING are told over more ticks, every one
+// of them still; a keep-alive ping waits one slot, never two in a row.
+func TestWaitingStatusesYieldToSaleRequests(t *testing.T) {
+	for _, busy := range []bool{true, false} {
+		t.Run(map[bool]string{true: "busy", false: "quiet"}[busy], func(t *testing.T) {
+			e := newEnv(t)
+			sale := e.addSale(newSale(t, 23, e.clock.Now().Add(time.Second), 1, 100))
+			cfg := Config{Tick: 100 * time.Millisecond, AdmissionTTL: time.Minute, StatusEvery: time.Hour,
+				WaitingPushes: 100,             // 10 WAITING statuses a tick
+				IdleTimeout:   2 * time.Second, // a ping slot every 10 ticks
+			}
+			var reqs atomic.Int64
+			if busy {
+				// 1,000 purchases and order reads between two ticks: the
+				// budget falls to its floor, one status a tick
+				cfg.Competing = func() int64 { return reqs.Add(1000) }
+			}
+			g := e.newGateway(cfg, nil)
+			const n = 12
+			clients := prequeued(t, e, g, sale.ID, n)
+			e.clock.Advance(time.Second)
+			ticks := make(chan uint64, n)
+			for _, c := range clients {
+				go func() {
+					if _, err := c.until1(StateWaiting, 10*time.Second); err != nil {
+						ticks <- 0
+						return
+					}
+					g.room.mu.Lock()
+					ticks <- g.room.tickCount
+					g.room.mu.Unlock()
+					// keep reading, so pings are answered, until the
+					// test's end closes the connection
+					for {
+						if _, err := c.read(time.Minute); err != nil {
+							return
+						}
+					}
+				}()
+			}
+			first, last := uint64(math.MaxUint64), uint64(0)
+			for range n {
+				tk := <-ticks
+				if tk == 0 {
+					t.Fatal("a shopper was not told WAITING")
+				}
+				first, last = min(first, tk), max(last, tk)
+			}
+			if busy && last-first < n/2 {
+				t.Errorf("%d WAITING statuses told over ticks %d…%d, want them spread over %d ticks or more (one a tick)", n, first, last, n/2)
+			}
+			g.waitTicks(t, 25) // every connection's ping slot comes twice or more
+			sent, waited := g.pings(t, "sent"), g.pings(t, "waited")
+			switch {
+			case busy && (waited < 1 || sent < 1 || waited > sent+n):
+				t.Errorf("busy: pings sent %v, waited %v; want both, and never two waits in a row (waited ≤ sent + %d)", sent, waited, n)
+			case !busy && (waited != 0 || sent < n):
+				t.Errorf("quiet: pings sent %v, waited %v; want every connection pinged and none waiting", sent, waited)
+			}
+		})
+	}
+}
+
+// pings is flashsale_waitroom_pings_total{outcome}.
+func (g *gateway) pings(t *testing.T, outcome string) float64 {
+	t.Helper()
+	mfs, err := g.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "flashsale_waitroom_pings_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == outcome {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 // prequeued connects users 1…n to sale's queue on g before its opening and

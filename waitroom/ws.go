@@ -48,6 +48,7 @@ type conn struct {
 	admittedAt int64  // 0 until admitted
 	last       view   // last view queued
 	lastTick   uint64 // tick of the last status queued
+	pingWaited bool   // its last ping slot passed without a ping (Config.Competing)
 
 	// Pending output, guarded by mu. A newer status replaces an unsent
 	// one, so a connection never holds more than one status, one admitted

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -41,6 +42,8 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 
 	buy := purchase.New(purchase.Config{}, a.stock, producer, a.log, a.reg)
 	a.goRun("purchase", func() error { return buy.Run(runCtx) })
+	// Concurrent reservations share Redis round trips (internal/stock).
+	a.goRun("reserve-pipeline", func() error { return a.stock.RunPipeline(runCtx, 0) })
 	rec := purchase.NewReconciler(purchase.ReconcilerConfig{After: cfg.ReconcileAfter, PaymentWindow: cfg.PaymentWindow},
 		a.pool, a.stock, a.cache, a.log, a.reg)
 	a.goRun("reconciler", func() error { return rec.Run(runCtx) })
@@ -53,7 +56,11 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	a.goRun("defense", func() error { return guard.Run(runCtx, settings) })
 	a.guard, a.settings = guard, settings
 
+	// The gateway counts its purchase and order requests; the room's
+	// status pacing yields to them.
+	saleRequests := new(atomic.Int64)
 	room := waitroom.New(waitroom.Config{
+		Competing:      saleRequests.Load,
 		AdmissionTTL:   cfg.AdmissionTTL,
 		CapacityFactor: cfg.CapacityFactor,
 		WaitingPushes:  cfg.WaitingPushes,
@@ -67,7 +74,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	if err != nil {
 		return err
 	}
-	srv := gateway.New(gateway.Config{CORSOrigins: cfg.CORSOrigins, Ready: a.Ready}, gateway.Deps{
+	srv := gateway.New(gateway.Config{CORSOrigins: cfg.CORSOrigins, Ready: a.Ready, SaleRequests: saleRequests}, gateway.Deps{
 		Access:    a.access,
 		Admission: a.signer,
 		Sales:     a.cache,

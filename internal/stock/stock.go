@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,6 +23,7 @@ type Store struct {
 	rdb     redis.UniversalClient
 	reserve *redis.Script
 	release *redis.Script
+	pipe    atomic.Pointer[pipeline] // set by RunPipeline
 }
 
 // New returns a Store on rdb.
@@ -86,13 +88,15 @@ func (s *Store) Restore(ctx context.Context, saleID int64, remaining map[int64]i
 	return set, nil
 }
 
-// Reserve takes one unit of itemID for userID under orderID. It returns nil
-// on success, or a domain error: ALREADY_PURCHASED (with the existing
-// order's id), SOLD_OUT, NOT_FOUND (no stock record for the item).
+// Reserve takes one unit of itemID for userID under orderID (in a shared
+// pipeline while RunPipeline runs). It returns nil on success, or a domain
+// error: ALREADY_PURCHASED (with the existing order's id), SOLD_OUT,
+// NOT_FOUND (no stock record for the item).
 func (s *Store) Reserve(ctx context.Context, saleID, itemID, userID int64, orderID string, now time.Time) error {
-	res, err := s.reserve.Run(ctx, s.rdb,
-		[]string{lua.StockKey(saleID), lua.BuyersKey(saleID), lua.PendingKey(saleID), lua.ReservedKey(saleID)},
-		itemID, userID, orderID, now.UnixMilli()).Slice()
+	if taken, err := s.pipelined(ctx, saleID, itemID, userID, orderID, now.UnixMilli()); taken {
+		return err
+	}
+	res, err := s.reserve.Run(ctx, s.rdb, reserveKeys(saleID), itemID, userID, orderID, now.UnixMilli()).Slice()
 	if err != nil {
 		return fmt.Errorf("stock.Reserve: %w", err)
 	}

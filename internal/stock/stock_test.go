@@ -53,11 +53,59 @@ func pendingCount(t *testing.T, st *Store, saleID int64) int {
 	return len(p)
 }
 
-// The article's contention test: 1,000 shoppers at once for 100 units.
+// The article's contention test: 1,000 shoppers at once for 100 units,
+// each call on its own round trip and in shared pipelines.
 func TestReserveContention(t *testing.T) {
 	t.Parallel()
-	const sale, item, units, users = 1, 1001, 100, 1000
-	st, _ := newStore(t, sale, map[int64]int64{item: units})
+	t.Run("direct", func(t *testing.T) {
+		t.Parallel()
+		st, _ := newStore(t, 1, map[int64]int64{1001: 100})
+		contention(t, st, 1, 1001, 100, 1000)
+		if n, calls := st.PipelineStats(); n != 0 || calls != 0 {
+			t.Errorf("PipelineStats = %d, %d without RunPipeline, want 0, 0", n, calls)
+		}
+	})
+	t.Run("pipelined", func(t *testing.T) {
+		t.Parallel()
+		st, _ := newStore(t, 11, map[int64]int64{1001: 100})
+		stop := runPipeline(t, st)
+		contention(t, st, 11, 1001, 100, 1000)
+		stop()
+		n, calls := st.PipelineStats()
+		// every call went through a sender (1,000 shoppers and one retry),
+		// and calls shared round trips
+		if calls != 1001 || n < 1 || n >= calls {
+			t.Errorf("PipelineStats = %d pipelines, %d calls; want 1001 calls in fewer pipelines", n, calls)
+		}
+	})
+}
+
+// runPipeline runs st.RunPipeline until the returned stop is called (or
+// the test ends); stop waits for it to return.
+func runPipeline(t *testing.T, st *Store) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- st.RunPipeline(ctx, 0) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("RunPipeline: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	// wait until the senders take calls
+	for p := st.pipe.Load(); p == nil || !p.running.Load(); p = st.pipe.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	return stop
+}
+
+func contention(t *testing.T, st *Store, sale, item, units, users int64) {
+	t.Helper()
 	ctx := context.Background()
 	var (
 		wg              sync.WaitGroup
@@ -106,7 +154,7 @@ func TestReserveContention(t *testing.T) {
 	if n, _ := st.BuyerCount(ctx, sale); n != units {
 		t.Errorf("buyer records %d, want %d", n, units)
 	}
-	if n := pendingCount(t, st, sale); n != units {
+	if n := int64(pendingCount(t, st, sale)); n != units {
 		t.Errorf("pending reservations %d, want %d", n, units)
 	}
 	for u, id := range winners {
@@ -251,6 +299,50 @@ func TestNoScriptRecovery(t *testing.T) {
 	if r := remaining(t, st, sale, item); r != 2 {
 		t.Errorf("remaining %d, want 2", r)
 	}
+	// in a pipeline: the NOSCRIPT call is sent again with the script
+	stop := runPipeline(t, st)
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Reserve(ctx, sale, item, 2, "o2", t0); err != nil {
+		t.Fatalf("pipelined Reserve after SCRIPT FLUSH: %v", err)
+	}
+	stop()
+	if _, calls := st.PipelineStats(); calls != 1 {
+		t.Errorf("pipelined calls %d, want 1", calls)
+	}
+	if r := remaining(t, st, sale, item); r != 1 {
+		t.Errorf("remaining %d, want 1", r)
+	}
+}
+
+// Once RunPipeline returns, Reserve goes straight to Redis again, with the
+// same answers; a second RunPipeline on the Store is refused.
+func TestPipelineStop(t *testing.T) {
+	t.Parallel()
+	const sale, item = 12, 1001
+	st, _ := newStore(t, sale, map[int64]int64{item: 2})
+	ctx := context.Background()
+	stop := runPipeline(t, st)
+	if err := st.Reserve(ctx, sale, item, 1, "o1", t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Reserve(ctx, sale, item, 1, "o1b", t0); code(err) != flashsale.CodeAlreadyPurchased {
+		t.Fatalf("pipelined second Reserve of user 1: %v, want ALREADY_PURCHASED", err)
+	}
+	stop()
+	if err := st.RunPipeline(ctx, 1); err == nil {
+		t.Error("second RunPipeline: nil error, want a refusal")
+	}
+	if err := st.Reserve(ctx, sale, item, 2, "o2", t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Reserve(ctx, sale, item, 3, "o3", t0); code(err) != flashsale.CodeSoldOut {
+		t.Fatalf("Reserve of a sold-out item after the pipeline stopped: %v, want SOLD_OUT", err)
+	}
+	if n, calls := st.PipelineStats(); n != 2 || calls != 2 {
+		t.Errorf("PipelineStats = %d, %d; want 2, 2 (the calls after stop went straight to Redis)", n, calls)
+	}
 }
 
 func TestPendingAndConfirm(t *testing.T) {
@@ -344,8 +436,15 @@ func TestCommandsCounts(t *testing.T) {
 }
 
 // BenchmarkReserveScript drives the reserve script straight at Redis from
-// many goroutines, every call a successful reservation of a fresh user.
-func BenchmarkReserveScript(b *testing.B) {
+// many goroutines, every call a successful reservation of a fresh user: one
+// round trip per call.
+func BenchmarkReserveScript(b *testing.B) { benchReserve(b, false) }
+
+// BenchmarkReservePipelined is BenchmarkReserveScript with RunPipeline:
+// the calls share round trips.
+func BenchmarkReservePipelined(b *testing.B) { benchReserve(b, true) }
+
+func benchReserve(b *testing.B, pipelined bool) {
 	opt, err := redis.ParseURL(testenv.RedisURL(b))
 	if err != nil {
 		b.Fatal(err)
@@ -362,6 +461,20 @@ func BenchmarkReserveScript(b *testing.B) {
 	if err := st.Load(ctx, sale, map[int64]int64{item: 1 << 40}); err != nil {
 		b.Fatal(err)
 	}
+	if pipelined {
+		pctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- st.RunPipeline(pctx, 0) }()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				b.Error(err)
+			}
+		}()
+		for p := st.pipe.Load(); p == nil || !p.running.Load(); p = st.pipe.Load() {
+			time.Sleep(time.Millisecond)
+		}
+	}
 	var user atomic.Int64
 	b.SetParallelism(32) // 64 goroutines on 2 cores
 	b.ResetTimer()
@@ -376,5 +489,8 @@ func BenchmarkReserveScript(b *testing.B) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	if n, calls := st.PipelineStats(); n > 0 {
+		b.ReportMetric(float64(calls)/float64(n), "calls/pipeline")
+	}
 	_ = rdb.Del(ctx, lua.BuyersKey(sale), lua.PendingKey(sale), lua.StockKey(sale))
 }
