@@ -42,7 +42,7 @@ func (a *adminSale) info() saleInfo {
 
 // admin talks to the operator API.
 type admin struct {
-	hc   *http.Client
+	hc   *httpClient
 	base string
 	tok  string
 }
@@ -106,7 +106,7 @@ func (a *admin) getSale(ctx context.Context, id int64) (*adminSale, error) {
 }
 
 // waitReady polls adminURL/readyz until 200 (bounded by ctx and 30 s).
-func waitReady(ctx context.Context, hc *http.Client, adminURL string) error {
+func waitReady(ctx context.Context, hc *httpClient, adminURL string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var last string

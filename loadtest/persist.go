@@ -140,7 +140,7 @@ func (p *orderPoller) stop(reserved, opensAtMs, lastReservationMs int64) *Persis
 // that are still live. A read answered 429 or 503 (a gateway still busy
 // after the crowd) is retried after a pause. Bounded by ctx and 60 s; an
 // order that cannot be read keeps its last status.
-func refreshPending(ctx context.Context, cfg Config, hc *http.Client, base string, orders map[int64][]orderRecord) int {
+func refreshPending(ctx context.Context, cfg Config, hc *httpClient, base string, orders map[int64][]orderRecord) int {
 	type job struct {
 		user int64
 		i    int

@@ -3,7 +3,6 @@ package loadtest
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"sync"
 	"time"
 
@@ -26,8 +25,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer cancel()
 
 	bases := cfg.baseURLs()
-	ctl := &http.Client{Transport: newTransport(nil, 16)}
-	defer ctl.CloseIdleConnections()
+	ctl := newHTTPClient(nil, 16)
+	defer ctl.closeIdle()
 	if cfg.AdminURL != "" {
 		if err := waitReady(ctx, ctl, cfg.AdminURL); err != nil {
 			return nil, err

@@ -88,7 +88,7 @@ const preconnectLead = 5 * time.Second
 // purchases at the opening.
 func (s *shard) preconnect(ctx context.Context) {
 	type pair struct {
-		hc   *http.Client
+		hc   *httpClient
 		base string
 	}
 	jobs := make(chan pair)
