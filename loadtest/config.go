@@ -79,6 +79,12 @@ type Config struct {
 	// a browser's preconnect), so that purchases at the opening do not each
 	// open a TCP connection first. 0: none.
 	Preconnect int `json:"preconnect,omitempty"`
+	// Linger is how long a shopper who saw SOLD_OUT (and bought nothing)
+	// stays on the sold-out page, connected, before leaving (each draws
+	// 50–150% of it from Seed; 0: leaves at once). The shop page never
+	// closes the room itself; people close it over time, not all in the
+	// same second.
+	Linger time.Duration `json:"linger,omitempty"`
 	// KeepWaiting keeps shoppers who saw SOLD_OUT in the waiting room until
 	// the run ends, so stock that comes back (expiry) is sold again.
 	KeepWaiting bool `json:"keepWaiting,omitempty"`
@@ -139,8 +145,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Transport != TransportWS && c.Transport != TransportPolling {
 		return c, fmt.Errorf("loadtest: Transport %q: want ws or polling", c.Transport)
 	}
-	if c.PayAfter < 0 || c.Preconnect < 0 {
-		return c, errors.New("loadtest: PayAfter and Preconnect must not be negative")
+	if c.PayAfter < 0 || c.Preconnect < 0 || c.Linger < 0 {
+		return c, errors.New("loadtest: PayAfter, Preconnect and Linger must not be negative")
 	}
 	if c.PayFraction < 0 || c.PayFraction > 1 {
 		return c, fmt.Errorf("loadtest: PayFraction %v: want 0…1", c.PayFraction)
@@ -205,6 +211,10 @@ func Scenario(name string) (Config, error) {
 		// sell-out goal leaves the rest for the purchases).
 		c.AdmissionRate, c.StartsIn = 20_000, 30*time.Second
 		c.PayFraction, c.PayAfter = 0.9, 3*time.Second
+		// The losers leave over 10–30 s: leaving the moment SOLD_OUT came
+		// put 90,000 close handshakes into the seconds when the winners
+		// look at their orders and pay.
+		c.Linger = 20 * time.Second
 		c.Preconnect = 2
 		c.SourceAddrs = 64
 		// 100k WebSockets at ≤19k open files a process.

@@ -43,8 +43,11 @@ type fakeStack struct {
 	ips      map[string]int
 	// publicViews counts GETs of the public sale view (the preconnects).
 	publicViews int
-	nextJoin    atomic.Int64
-	nextOrd     atomic.Int64
+	// soldOutStays: how long each shopper never admitted stayed connected
+	// after its SOLD_OUT was sent.
+	soldOutStays []time.Duration
+	nextJoin     atomic.Int64
+	nextOrd      atomic.Int64
 }
 
 type fakeItem struct {
@@ -260,7 +263,8 @@ func (f *fakeStack) queue(w http.ResponseWriter, r *http.Request) {
 	case <-time.After(time.Until(at)):
 	}
 	st = f.status(p.UserID)
-	if st["state"] == "ADMITTED" {
+	admitted := st["state"] == "ADMITTED"
+	if admitted {
 		wsSend(ctx, c, stripAdmission(st))
 		wsSend(ctx, c, map[string]any{"type": "admitted", "admissionToken": st["admissionToken"],
 			"expiresAtMs": time.Now().Add(time.Minute).UnixMilli(), "items": st["items"]})
@@ -271,7 +275,13 @@ func (f *fakeStack) queue(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	wsSend(ctx, c, map[string]any{"type": "status", "state": "SOLD_OUT"})
+	sent := time.Now()
 	<-ctx.Done()
+	if !admitted {
+		f.mu.Lock()
+		f.soldOutStays = append(f.soldOutStays, time.Since(sent))
+		f.mu.Unlock()
+	}
 }
 
 func stripAdmission(m map[string]any) map[string]any {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -371,6 +372,33 @@ func TestRunFakePreconnectAndPayAfter(t *testing.T) {
 	}
 	if paid != 10 || r.Orders.PaidRun != 10 {
 		t.Errorf("paid %d (run says %d), want all 10", paid, r.Orders.PaidRun)
+	}
+}
+
+// TestRunFakeLinger: a shopper who saw SOLD_OUT without buying stays
+// connected 50–150% of Linger before leaving; without Linger it leaves at
+// once.
+func TestRunFakeLinger(t *testing.T) {
+	for _, linger := range []time.Duration{0, 600 * time.Millisecond} {
+		f := newFakeStack(t, false)
+		cfg := fakeConfig(f)
+		cfg.Linger = linger
+		if _, err := Run(context.Background(), cfg); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		f.mu.Lock()
+		stays := slices.Clone(f.soldOutStays)
+		f.mu.Unlock()
+		if len(stays) == 0 {
+			t.Fatalf("linger %v: no shopper saw SOLD_OUT without buying", linger)
+		}
+		lo, hi := slices.Min(stays), slices.Max(stays)
+		switch {
+		case linger == 0 && hi > 200*time.Millisecond:
+			t.Errorf("no linger: a loser stayed %v after SOLD_OUT, want it gone at once", hi)
+		case linger > 0 && (lo < linger/2 || hi > linger*3/2+time.Second):
+			t.Errorf("linger %v: losers stayed %v…%v after SOLD_OUT, want 50–150%% of it", linger, lo, hi)
+		}
 	}
 }
 

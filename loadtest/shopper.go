@@ -261,7 +261,7 @@ func (s *shard) runWS(ctx context.Context, sh *shopper) {
 			case "SOLD_OUT":
 				s.soldOutNow(sh, w)
 				if !s.cfg.KeepWaiting {
-					conn.Close(websocket.StatusNormalClosure, "")
+					s.linger(ctx, sh, conn)
 					return
 				}
 			case "ENDED":
@@ -289,6 +289,28 @@ func (s *shard) runWS(ctx context.Context, sh *shopper) {
 			}
 		}
 	}
+}
+
+// linger keeps a shopper who saw SOLD_OUT connected, its room read (pings
+// answered, messages dropped), for lingerFor, then leaves; at the run's
+// end (ctx) it drops the connection without a close handshake.
+func (s *shard) linger(ctx context.Context, sh *shopper, conn *websocket.Conn) {
+	if d := s.lingerFor(sh.userID); d > 0 {
+		t := time.AfterFunc(d, func() { conn.Close(websocket.StatusNormalClosure, "") })
+		defer t.Stop()
+		for {
+			b, err := readMessage(ctx, conn)
+			if err != nil {
+				break // closed by the timer, the server, or ctx
+			}
+			msgBufs.Put(b)
+		}
+		if ctx.Err() != nil {
+			conn.CloseNow()
+			return
+		}
+	}
+	conn.Close(websocket.StatusNormalClosure, "") // a no-op when already closed
 }
 
 // admittedBuy buys after an admission; it reports whether the shopper is
@@ -611,11 +633,22 @@ func (s *shard) pays(userID int64) bool {
 // payAfter draws, from the seed and the user id, this winner's think time
 // before paying: 50–150% of PayAfter.
 func (s *shard) payAfter(userID int64) time.Duration {
-	if s.cfg.PayAfter <= 0 {
+	return s.around(s.cfg.PayAfter, userID, 0x5851f42d4c957f2d)
+}
+
+// lingerFor draws, from the seed and the user id, how long this loser
+// stays on the sold-out page: 50–150% of Linger.
+func (s *shard) lingerFor(userID int64) time.Duration {
+	return s.around(s.cfg.Linger, userID, 0x2545f4914f6cdd1d)
+}
+
+// around is 50–150% of d, drawn from the seed, salt and the user id.
+func (s *shard) around(d time.Duration, userID int64, salt uint64) time.Duration {
+	if d <= 0 {
 		return 0
 	}
-	f := rand.New(rand.NewPCG(s.cfg.Seed^0x5851f42d4c957f2d, uint64(userID))).Float64()
-	return time.Duration(float64(s.cfg.PayAfter) * (0.5 + f))
+	f := rand.New(rand.NewPCG(s.cfg.Seed^salt, uint64(userID))).Float64()
+	return time.Duration(float64(d) * (0.5 + f))
 }
 
 // Order polling as the shopper page does it (static/site/assets/app.js,

@@ -32,6 +32,7 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	transport := fs.String("transport", "", "ws or polling")
 	pay := fs.Float64("pay", -1, "fraction of winners who pay")
 	payAfter := fs.Duration("pay-after", -1, "a paying winner's think time before the pay click (each draws 50–150% of it; default: the scenario's)")
+	linger := fs.Duration("linger", -1, "how long a shopper who saw SOLD_OUT without buying stays connected before leaving (each draws 50–150% of it; default: the scenario's)")
 	preconnect := fs.Int("preconnect", -1, "keep-alive connections per process, source address and gateway opened 5 s before the opening (default: the scenario's)")
 	flood := fs.Int("flood", -1, "hostile purchases without valid tokens")
 	early := fs.Int("early", -1, "hostile clicks before opening")
@@ -75,6 +76,9 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	setInt(&cfg.Preconnect, *preconnect)
 	if *payAfter >= 0 {
 		cfg.PayAfter = *payAfter
+	}
+	if *linger >= 0 {
+		cfg.Linger = *linger
 	}
 	if *startsIn > 0 {
 		cfg.StartsIn = *startsIn

@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -68,14 +69,27 @@ type ProducerConfig struct {
 	Linger time.Duration
 	// CloseTimeout bounds the flush in Close (default 5s).
 	CloseTimeout time.Duration
-	// MaxBufferedRecords caps the records waiting for the brokers; a
-	// Publish beyond it fails at once (default 50,000).
+	// MaxBufferedRecords caps the records waiting for the brokers, per
+	// producer; a Publish beyond it fails at once (default 50,000).
 	MaxBufferedRecords int
+	// Producers is how many independent idempotent producers (each its own
+	// connection and producer ID) Publish spreads records over, round
+	// robin (default 4). An idempotent producer keeps one produce request
+	// in flight per broker, so under a crowd each record also waits for
+	// the answer to the request before its own; on a gateway starved of
+	// CPU at a drop's opening that wait reached seconds, and records still
+	// unsent at half the bound were failed (answered 503). N producers keep
+	// N requests in flight; each stays idempotent.
+	Producers int
 }
+
+// DefaultProducers is ProducerConfig.Producers' default.
+const DefaultProducers = 4
 
 // Producer publishes orders to Kafka. It is safe for concurrent use.
 type Producer struct {
-	cl      *kgo.Client
+	cls     []*kgo.Client // ProducerConfig.Producers; Publish takes them in turn
+	next    atomic.Uint64
 	topic   string
 	dlq     string
 	timeout time.Duration
@@ -84,7 +98,8 @@ type Producer struct {
 }
 
 // NewProducer returns a producer with acks=all and idempotence, keyed by
-// item (so one item's orders stay in order on one partition). It does not
+// item (one item's orders go to one partition; records of the several
+// producers interleave there, which no reader depends on). It does not
 // wait for a broker; use Ping for that.
 func NewProducer(cfg ProducerConfig, logger *slog.Logger) (*Producer, error) {
 	if len(cfg.Brokers) == 0 {
@@ -118,11 +133,21 @@ func NewProducer(cfg ProducerConfig, logger *slog.Logger) (*Producer, error) {
 	if cfg.MaxBufferedRecords > 0 {
 		opts = append(opts, kgo.MaxBufferedRecords(cfg.MaxBufferedRecords))
 	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("kafka.NewProducer: %w", err)
+	if cfg.Producers <= 0 {
+		cfg.Producers = DefaultProducers
 	}
-	return &Producer{cl: cl, topic: cfg.Topic, dlq: cfg.DeadLetterTopic, timeout: cfg.PublishTimeout, closeTO: cfg.CloseTimeout, log: logger}, nil
+	p := &Producer{topic: cfg.Topic, dlq: cfg.DeadLetterTopic, timeout: cfg.PublishTimeout, closeTO: cfg.CloseTimeout, log: logger}
+	for range cfg.Producers {
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			for _, c := range p.cls {
+				c.Close()
+			}
+			return nil, fmt.Errorf("kafka.NewProducer: %w", err)
+		}
+		p.cls = append(p.cls, cl)
+	}
+	return p, nil
 }
 
 // PublishError is a failed Publish. Uncertain reports whether the record may
@@ -206,7 +231,8 @@ func (p *Producer) produce(ctx context.Context, topic string, itemID int64, valu
 	done := make(chan error, 1)
 	rec := &kgo.Record{Topic: topic, Key: strconv.AppendInt(nil, itemID, 10), Value: value}
 	// TryProduce never blocks: with the buffer full it fails at once.
-	p.cl.TryProduce(rctx, rec, func(_ *kgo.Record, err error) {
+	cl := p.cls[p.next.Add(1)%uint64(len(p.cls))]
+	cl.TryProduce(rctx, rec, func(_ *kgo.Record, err error) {
 		cancel()
 		done <- err
 	})
@@ -237,22 +263,24 @@ func (p *Producer) produce(ctx context.Context, topic string, itemID int64, valu
 
 // Ping checks that a broker answers (for /readyz).
 func (p *Producer) Ping(ctx context.Context) error {
-	if err := p.cl.Ping(ctx); err != nil {
+	if err := p.cls[0].Ping(ctx); err != nil {
 		return fmt.Errorf("kafka.Ping: %w", err)
 	}
 	return nil
 }
 
-// Prepare connects to the brokers and loads the idempotent producer ID, so
-// that the first Publish under a crowd needs neither a dial nor an extra
-// round trip (an InitProducerID that times out fails every record buffered
-// behind it).
+// Prepare connects every producer to the brokers and loads its idempotent
+// producer ID, so that the first Publish under a crowd needs neither a dial
+// nor an extra round trip (an InitProducerID that times out fails every
+// record buffered behind it).
 func (p *Producer) Prepare(ctx context.Context) error {
-	if err := p.Ping(ctx); err != nil {
-		return err
-	}
-	if _, _, err := p.cl.ProducerID(ctx); err != nil {
-		return fmt.Errorf("kafka.Prepare: producer ID: %w", err)
+	for _, cl := range p.cls {
+		if err := cl.Ping(ctx); err != nil {
+			return fmt.Errorf("kafka.Prepare: %w", err)
+		}
+		if _, _, err := cl.ProducerID(ctx); err != nil {
+			return fmt.Errorf("kafka.Prepare: producer ID: %w", err)
+		}
 	}
 	return nil
 }
@@ -263,10 +291,14 @@ func (p *Producer) Prepare(ctx context.Context) error {
 func (p *Producer) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), p.closeTO)
 	defer cancel()
-	if err := p.cl.Flush(ctx); err != nil {
-		p.log.Warn("flush before close did not finish", "err", err)
+	for _, cl := range p.cls {
+		if err := cl.Flush(ctx); err != nil {
+			p.log.Warn("flush before close did not finish", "err", err)
+		}
 	}
-	p.cl.Close()
+	for _, cl := range p.cls {
+		cl.Close()
+	}
 }
 
 // EnsureTopics creates the topics that do not exist yet, with the given

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -92,6 +93,50 @@ func TestPublishKeyedByItem(t *testing.T) {
 	}
 	if byID["a"].Partition != byID["c"].Partition {
 		t.Errorf("orders of one item on partitions %d and %d, want one", byID["a"].Partition, byID["c"].Partition)
+	}
+}
+
+// TestPublishSpreadOverProducers: concurrent publishes go out through
+// every producer (each with its own producer ID) and each record lands
+// once.
+func TestPublishSpreadOverProducers(t *testing.T) {
+	t.Parallel()
+	k := testenv.NewKafka(t)
+	p, err := NewProducer(ProducerConfig{Brokers: k.Brokers, Producers: 3}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	const n = 300
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			errs <- p.Publish(context.Background(), flashsale.OrderPlaced{OrderID: strconv.Itoa(i), SaleID: 1, ItemID: int64(1001 + i%2)})
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("Publish: %v", err)
+		}
+	}
+	got := consume(t, k.Brokers, flashsale.TopicOrders, n)
+	seen, producers := map[string]int{}, map[int64]int{}
+	for _, r := range got {
+		var o flashsale.OrderPlaced
+		if err := json.Unmarshal(r.Value, &o); err != nil {
+			t.Fatal(err)
+		}
+		seen[o.OrderID]++
+		producers[r.ProducerID]++
+	}
+	if len(seen) != n || len(got) != n {
+		t.Errorf("%d records, %d distinct orders; want %d of each", len(got), len(seen), n)
+	}
+	if len(producers) != 3 {
+		t.Errorf("records from producer IDs %v, want 3 producers", producers)
 	}
 }
 
@@ -272,8 +317,16 @@ func TestPrepare(t *testing.T) {
 	if err := p.Prepare(ctx); err != nil {
 		t.Fatalf("Prepare: %v", err)
 	}
-	if id, _, err := p.cl.ProducerID(ctx); err != nil || id < 0 {
-		t.Errorf("producer ID after Prepare = %d, %v", id, err)
+	ids := map[int64]bool{}
+	for _, cl := range p.cls {
+		id, _, err := cl.ProducerID(ctx)
+		if err != nil || id < 0 {
+			t.Errorf("producer ID after Prepare = %d, %v", id, err)
+		}
+		ids[id] = true
+	}
+	if len(p.cls) != DefaultProducers || len(ids) != DefaultProducers {
+		t.Errorf("%d producers with %d producer IDs, want %d of each", len(p.cls), len(ids), DefaultProducers)
 	}
 	if err := p.Publish(ctx, flashsale.OrderPlaced{OrderID: "after-prepare", ItemID: 1}); err != nil {
 		t.Errorf("Publish after Prepare: %v", err)
