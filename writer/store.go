@@ -236,6 +236,11 @@ func (c *orderColumns) args() []any {
 func (w *Writer) insertBatch(ctx context.Context, orders []*order) ([]bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.TxTimeout)
 	defer cancel()
+	if inserted, ok := w.insertAllNew(ctx, orders); ok {
+		w.m.oneTrip.Inc()
+		return inserted, nil
+	}
+	w.m.general.Inc()
 	n := len(orders)
 	cols := newOrderColumns(n)
 	idx := make(map[uuid.UUID]int, n)
@@ -313,6 +318,86 @@ func (w *Writer) insertBatch(ctx context.Context, orders []*order) ([]bool, erro
 		return nil, classify(err)
 	}
 	return inserted, nil
+}
+
+// insertAllNew is insertBatch's fast path for the usual batch, every order
+// new and every item within its quantity: BEGIN, the insert and the
+// guarded update go out in one round trip (a pgx batch), then COMMIT; two
+// round trips instead of four, which under a crowd on shared cores is most
+// of a batch's time. ok is false, with everything rolled back, for
+// anything else (a redelivered order, an item over its quantity or not in
+// its sale, any error): the caller then runs the general path, which finds
+// and reports it.
+func (w *Writer) insertAllNew(ctx context.Context, orders []*order) (inserted []bool, ok bool) {
+	cols := newOrderColumns(len(orders))
+	counts := map[itemKey]int32{}
+	for _, o := range orders {
+		cols.add(o)
+		counts[itemKey{o.msg.SaleID, o.msg.ItemID}]++
+	}
+	keys := make([]itemKey, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	// Item rows are locked in id order: concurrent writers never deadlock.
+	slices.SortFunc(keys, func(a, b itemKey) int { return cmp.Or(cmp.Compare(a.item, b.item), cmp.Compare(a.sale, b.sale)) })
+	itemIDs, saleIDs, ns := make([]int64, len(keys)), make([]int64, len(keys)), make([]int32, len(keys))
+	for i, k := range keys {
+		itemIDs[i], saleIDs[i], ns[i] = k.item, k.sale, counts[k]
+	}
+
+	conn, err := w.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false
+	}
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(insertOrdersSQL, cols.args()...)
+	b.Queue(updateSoldSQL, itemIDs, saleIDs, ns)
+	br := conn.SendBatch(ctx, b)
+	_, err = br.Exec()
+	var newRows, updated int
+	if err == nil {
+		newRows, err = batchRows(br)
+	}
+	if err == nil {
+		updated, err = batchRows(br)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && newRows == len(orders) && updated == len(keys) {
+		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+			// Whether it committed is unknown: the connection goes, and
+			// the general path's insert finds the rows if it did.
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+			return nil, false
+		}
+		inserted = make([]bool, len(orders))
+		for i := range inserted {
+			inserted[i] = true
+		}
+		return inserted, true
+	}
+	if _, rerr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+		_ = conn.Conn().Close(context.WithoutCancel(ctx))
+	}
+	return nil, false
+}
+
+// batchRows reads the next query of a batch and counts its rows.
+func batchRows(br pgx.BatchResults) (int, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	rows.Close()
+	return n, rows.Err()
 }
 
 // whyNotUpdated tells an oversold item from an item that is not in the

@@ -15,8 +15,12 @@
 // the dead-letter topic with a "reason" field.
 //
 // After the database commit the writer removes the pending members of the
-// batch's orders in Redis (stock.Confirm) and only then commits the Kafka
-// offsets, so a crash anywhere replays the batch, and the replay is harmless.
+// batch's orders in Redis (stock.Confirm) while it commits the Kafka offsets,
+// so a crash before the offset commit replays the batch (harmless), and a
+// crash after it may leave pending members, which the reconciler confirms
+// when it finds their rows. The usual batch (every order new, every item
+// within its quantity) sends BEGIN, the insert and the update in one round
+// trip; anything else is rolled back and written by the general path.
 //
 // The database load is bounded: one batch transaction at a time on one
 // connection of a pool the caller sizes with Config.MaxConns, every Begin has
@@ -135,6 +139,8 @@ type metrics struct {
 	written, duplicate, rejected, undecodable prometheus.Counter
 	batch                                     prometheus.Histogram
 	lag                                       prometheus.Gauge
+	// transactions by path: "one_round_trip" (insertAllNew) or "general"
+	oneTrip, general prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (metrics, error) {
@@ -142,7 +148,13 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 		Name: "flashsale_writer_orders_total",
 		Help: "Order messages handled by the writer, by outcome.",
 	}, []string{"outcome"})
+	txs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flashsale_writer_transactions_total",
+		Help: "Database transactions of the writer, by path: one_round_trip (every order new, BEGIN, insert and update sent together) or general.",
+	}, []string{"path"})
 	m := metrics{
+		oneTrip:     txs.WithLabelValues("one_round_trip"),
+		general:     txs.WithLabelValues("general"),
 		written:     orders.WithLabelValues("written"),
 		duplicate:   orders.WithLabelValues("duplicate"),
 		rejected:    orders.WithLabelValues("rejected"),
@@ -158,7 +170,7 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{orders, m.batch, m.lag} {
+		for _, c := range []prometheus.Collector{orders, txs, m.batch, m.lag} {
 			if err := reg.Register(c); err != nil {
 				return metrics{}, err
 			}
@@ -337,11 +349,17 @@ func (w *Writer) process(ctx context.Context, recs []*kgo.Record) error {
 			confirm = append(confirm, stock.Pending{SaleID: o.msg.SaleID, OrderID: o.msg.OrderID, UserID: o.msg.UserID, ItemID: o.msg.ItemID})
 		}
 	}
-	rctx, cancel := context.WithTimeout(work, 5*time.Second)
-	if err := w.stock.Confirm(rctx, confirm); err != nil {
-		w.log.Warn("confirming pending reservations in Redis failed; the reconciler will", "orders", len(confirm), "err", err)
-	}
-	cancel()
+	// It runs while the rest of the batch's work goes on: nothing below
+	// depends on it, and under a crowd each round trip is one more wait
+	// before the next batch.
+	var confirmed sync.WaitGroup
+	confirmed.Go(func() {
+		rctx, cancel := context.WithTimeout(work, 5*time.Second)
+		defer cancel()
+		if err := w.stock.Confirm(rctx, confirm); err != nil {
+			w.log.Warn("confirming pending reservations in Redis failed; the reconciler will", "orders", len(confirm), "err", err)
+		}
+	})
 
 	w.releaseRejected(work, &res)
 	for _, rj := range res.rejected {
@@ -359,6 +377,7 @@ func (w *Writer) process(ctx context.Context, recs []*kgo.Record) error {
 		w.log.Warn("committing Kafka offsets failed; the batch may be delivered again", "records", len(recs), "err", err)
 	}
 
+	confirmed.Wait()
 	w.m.written.Add(float64(len(res.written)))
 	w.m.duplicate.Add(float64(len(res.duplicate)))
 	w.m.rejected.Add(float64(len(res.rejected)))

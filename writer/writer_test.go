@@ -44,6 +44,13 @@ func TestRedeliveredMessageWritesOneOrder(t *testing.T) {
 	if c, want := r.w.counts(), (counts{written: 1, duplicate: 1}); c != want {
 		t.Errorf("counts: got %+v, want %+v", c, want)
 	}
+	// The first batch holds new orders only (one round trip), unless the
+	// redelivery came in the same poll (the general path); a later
+	// redelivery alone always takes the general path.
+	oneTrip, general := value(r.w.m.oneTrip), value(r.w.m.general)
+	if oneTrip+general < 1 {
+		t.Errorf("transactions: %v one round trip, %v general; want at least one", oneTrip, general)
+	}
 	if n := pendingCount(t, e.rdb, sale.ID); n != 0 {
 		t.Errorf("pending members in Redis: got %d, want 0 (confirmed)", n)
 	}
@@ -59,6 +66,9 @@ func TestRedeliveredMessageWritesOneOrder(t *testing.T) {
 	}
 	if n := sold(t, e.pool, item.ID); n != 1 {
 		t.Errorf("sold after a later redelivery: got %d, want 1", n)
+	}
+	if g := value(r.w.m.general); g < general+1 {
+		t.Errorf("general-path transactions %v after a lone redelivery, want more than %v", g, general)
 	}
 }
 
@@ -496,4 +506,27 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("dead-letter value: %v, %+v", err, back)
 		}
 	})
+}
+
+// TestNewOrdersInOneRoundTrip: batches of new orders within stock take the
+// one-round-trip path (BEGIN, insert and update sent together), never the
+// general one, and write every order.
+func TestNewOrdersInOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sale := e.newSale(t, 10)
+	for u := int64(1); u <= 5; u++ {
+		e.publish(t, e.reserve(t, sale.Items[0], u))
+	}
+	r := e.start(t, Config{})
+	waitHandled(t, r.w, 5)
+	if n := len(orderRows(t, e.pool, sale.ID)); n != 5 {
+		t.Fatalf("orders: got %d rows, want 5", n)
+	}
+	if n := sold(t, e.pool, sale.Items[0].ID); n != 5 {
+		t.Errorf("sold: got %d, want 5", n)
+	}
+	if one, gen := value(r.w.m.oneTrip), value(r.w.m.general); one < 1 || gen != 0 {
+		t.Errorf("transactions: %v one round trip, %v general; want every batch on the one-round-trip path", one, gen)
+	}
 }

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/flashsale/flashsale/internal/kafka"
 )
 
 // Config is the resolved configuration of every role.
@@ -39,6 +41,7 @@ type Config struct {
 	DBMinConns      int32 // opened at start and kept (postgres.Config.MinConns)
 	WriterBatchSize int
 	WriterMaxConns  int32
+	KafkaProducers  int // idempotent producers per gateway (kafka.ProducerConfig.Producers)
 	ReconcileAfter  time.Duration
 	CapacityFactor  float64
 	TokenCacheSize  int // verified access tokens kept per process
@@ -63,6 +66,7 @@ func Defaults() Config {
 		DBMinConns:      8,
 		WriterBatchSize: 500,
 		WriterMaxConns:  4,
+		KafkaProducers:  kafka.DefaultProducers,
 		ReconcileAfter:  2 * time.Minute,
 		CapacityFactor:  2,
 		TokenCacheSize:  1 << 18,
@@ -135,6 +139,7 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 		c.DBMinConns = int32(n)
 	}
 	integer("FLASHSALE_WRITER_BATCH_SIZE", &c.WriterBatchSize)
+	integer("FLASHSALE_KAFKA_PRODUCERS", &c.KafkaProducers)
 	n = 0
 	if integer("FLASHSALE_WRITER_MAX_CONNS", &n); n > 0 {
 		c.WriterMaxConns = int32(n)

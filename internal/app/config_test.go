@@ -14,13 +14,14 @@ func TestConfigFromEnv(t *testing.T) {
 		"FLASHSALE_ADMISSION_TTL":   "30s",
 		"FLASHSALE_DB_MAX_CONNS":    "32",
 		"FLASHSALE_DB_MIN_CONNS":    "12",
+		"FLASHSALE_KAFKA_PRODUCERS": "2",
 	}
 	c := Defaults()
 	if err := c.FromEnv(func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
 	if c.CapacityFactor != 1.5 || c.WaitingPushes != -1 || c.StatusEvery != 5*time.Second ||
-		c.AdmissionTTL != 30*time.Second || c.DBMaxConns != 32 || c.DBMinConns != 12 {
+		c.AdmissionTTL != 30*time.Second || c.DBMaxConns != 32 || c.DBMinConns != 12 || c.KafkaProducers != 2 {
 		t.Errorf("got %+v", c)
 	}
 	for name, bad := range map[string]string{
@@ -29,6 +30,7 @@ func TestConfigFromEnv(t *testing.T) {
 		"FLASHSALE_CAPACITY_FACTOR": "0",
 		"FLASHSALE_DB_MAX_CONNS":    "many",
 		"FLASHSALE_DB_MIN_CONNS":    "0",
+		"FLASHSALE_KAFKA_PRODUCERS": "none",
 	} {
 		c := Defaults()
 		err := c.FromEnv(func(k string) string {

@@ -26,7 +26,7 @@ import (
 
 func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) error {
 	cfg := a.cfg
-	producer, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: a.KafkaBrokers}, a.log)
+	producer, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: a.KafkaBrokers, Producers: cfg.KafkaProducers}, a.log)
 	if err != nil {
 		return err
 	}
