@@ -656,7 +656,8 @@ func (r *Room) retire(ctx context.Context, sr *saleRoom, now time.Time) {
 func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick uint64, regular bool, competing int64) int {
 	start := time.Now()
 	defer func() { r.m.broadcast.Observe(time.Since(start).Seconds()) }()
-	var admit []*conn
+	var admit, expired []*conn
+	ttlMs := r.cfg.AdmissionTTL.Milliseconds()
 	waiting := 0
 	pingSlots := uint64(max(1, r.cfg.IdleTimeout/2/r.cfg.Tick))
 	statusSlots := uint64(max(1, r.cfg.StatusEvery/r.cfg.Tick))
@@ -695,6 +696,11 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 		v := sr.viewOf(c.place, now)
 		if v.state == StateAdmitted && c.admittedAt == 0 {
 			admit = append(admit, c)
+			continue
+		}
+		if v.state == StateAdmitted && c.admittedAt != 0 && !c.bought && now.UnixMilli() >= c.admittedAt+ttlMs &&
+			len(expired) < maxRequeuePerTick {
+			expired = append(expired, c)
 			continue
 		}
 		if v.state == StateWaiting || v.state == StatePrequeue {
@@ -763,6 +769,9 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 	for _, c := range kick {
 		c.fail(errBlockedNow)
 	}
+	if len(expired) > 0 {
+		r.requeueConns(ctx, sr, expired, now)
+	}
 	if len(admit) == 0 {
 		return waiting
 	}
@@ -788,6 +797,76 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 		c.push(v, opens, r.admittedMessage(sr, c.user, at[i]))
 	}
 	return waiting
+}
+
+// maxRequeuePerTick bounds the expired admissions one broadcast sends to
+// the back of the queue (the rest wait for the next tick).
+const maxRequeuePerTick = 1000
+
+// requeue sends users whose admission expired unused to the back of the
+// queue, as their rejoin would (the join script gives a user whose
+// admission record is older than the token's life a new ticket). Users
+// who bought in the sale (a buyer record in Redis) are not sent back: they
+// are reported in bought, and keep their place.
+func (r *Room) requeue(ctx context.Context, sr *saleRoom, users []int64, now time.Time) (tickets map[int64]int64, bought map[int64]bool, err error) {
+	ids := make([]string, len(users))
+	for i, u := range users {
+		ids[i] = strconv.FormatInt(u, 10)
+	}
+	recs, err := r.rdb.HMGet(ctx, lua.BuyersKey(sr.id), ids...).Result()
+	if err != nil {
+		return nil, nil, fmt.Errorf("waitroom.requeue: %w", err)
+	}
+	bought = map[int64]bool{}
+	var again []int64
+	for i, u := range users {
+		if recs[i] != nil {
+			bought[u] = true
+		} else if !slices.Contains(again, u) {
+			again = append(again, u)
+		}
+	}
+	tickets = map[int64]int64{}
+	if len(again) == 0 {
+		return tickets, bought, nil
+	}
+	sr.mu.Lock()
+	sale := sr.sale
+	sr.mu.Unlock()
+	_, ts, err := registerJoins(ctx, r.rdb, sale, now.UnixMilli(), r.cfg.AdmissionTTL.Milliseconds(), again)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, u := range again {
+		tickets[u] = ts[i]
+	}
+	return tickets, bought, nil
+}
+
+// requeueConns applies requeue to connections whose admission expired: a
+// new ticket (their next status is WAITING, at the back), or, for a buyer,
+// no further look.
+func (r *Room) requeueConns(ctx context.Context, sr *saleRoom, conns []*conn, now time.Time) {
+	users := make([]int64, len(conns))
+	for i, c := range conns {
+		users[i] = c.user
+	}
+	tickets, bought, err := r.requeue(ctx, sr, users, now)
+	if err != nil {
+		r.log.Warn("requeue expired admissions", "sale", sr.id, "err", err)
+		return
+	}
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	for _, c := range conns {
+		if bought[c.user] {
+			c.bought = true
+			continue
+		}
+		if t, ok := tickets[c.user]; ok {
+			c.ticket, c.place, c.admittedAt = t, -1, 0
+		}
+	}
 }
 
 // dueStatus is a WAITING status due to a connection, held by broadcast
@@ -1072,6 +1151,16 @@ func (r *Room) pollStatus(ctx context.Context, sr *saleRoom, userID, ticket int6
 	if at[0] == 0 { // the cursor in Redis is behind our view: not yet
 		st.State, st.Position = StateWaiting, 0
 		return st, nil
+	}
+	if now.UnixMilli() >= at[0]+r.cfg.AdmissionTTL.Milliseconds() {
+		// The admission expired unused: to the back of the queue.
+		tickets, _, err := r.requeue(ctx, sr, []int64{userID}, now)
+		if err != nil {
+			return Status{}, err
+		}
+		if t, ok := tickets[userID]; ok {
+			return r.pollStatus(ctx, sr, userID, t)
+		}
 	}
 	tok, exp := r.token(sr.id, userID, at[0])
 	st.AdmissionToken, st.ExpiresAtMs, st.Items = tok, exp.UnixMilli(), items

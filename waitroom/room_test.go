@@ -709,3 +709,56 @@ func TestAdvanceWithTheTickLoop(t *testing.T) {
 		t.Fatalf("flashsale_waitroom_admitted_total %v, want 50", counted)
 	}
 }
+
+// TestExpiredAdmissionRequeued: a shopper whose admission expires unused
+// goes to the back of the queue (WAITING again, over WebSocket and over
+// polling), as its rejoin would; a shopper who bought keeps ADMITTED.
+func TestExpiredAdmissionRequeued(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 24, e.clock.Now().Add(-time.Millisecond), 3, 100))
+	g := e.newGateway(Config{AdmissionTTL: 10 * time.Second}, nil)
+	a, b := dial(t, g.url(sale.ID)), dial(t, g.url(sale.ID))
+	a.join(e.token(1))
+	a.untilState(StateWaiting)
+	b.join(e.token(2))
+	b.untilState(StateWaiting)
+	if _, err := g.room.Join(context.Background(), flashsale.Principal{UserID: 3}, sale.ID, testIP, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Second) // rate 3/s: all three admitted
+	first := a.untilAdmitted()
+	b.untilAdmitted()
+	st, err := g.room.Status(context.Background(), flashsale.Principal{UserID: 3}, sale.ID)
+	if err != nil || st.State != StateAdmitted || st.AdmissionToken == "" {
+		t.Fatalf("polling user 3: %+v, %v; want ADMITTED with a token", st, err)
+	}
+	// User 2 buys; then nobody is admitted any more, and the tokens expire.
+	if err := e.rdb.HSet(context.Background(), lua.BuyersKey(sale.ID), "2", "order-2|2401|1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := *sale
+	s2.AdmissionRatePerSecond = 0
+	e.sales.put(&s2)
+	e.clock.Advance(10 * time.Second)
+
+	m := a.untilState(StateWaiting)
+	if m.Position < 0 {
+		t.Fatalf("requeued shopper: %+v", m)
+	}
+	st, err = g.room.Status(context.Background(), flashsale.Principal{UserID: 3}, sale.ID)
+	if err != nil || st.State != StateWaiting || st.AdmissionToken != "" {
+		t.Fatalf("polling user 3 after its admission expired: %+v, %v; want WAITING without a token", st, err)
+	}
+	g.waitTicks(t, 3)
+	if m, err := b.read(100 * time.Millisecond); err == nil {
+		t.Errorf("the buyer got %+v after its admission expired, want nothing (it keeps ADMITTED)", m)
+	}
+	// Admission resumes: the requeued shopper is admitted again, with a
+	// token that outlives the first.
+	e.sales.put(sale)
+	e.clock.Advance(time.Second)
+	again := a.untilAdmitted()
+	if again.ExpiresAtMs <= first.ExpiresAtMs || again.AdmissionToken == first.AdmissionToken {
+		t.Errorf("second admission %+v, want a new token expiring after %d", again, first.ExpiresAtMs)
+	}
+}

@@ -49,6 +49,7 @@ type conn struct {
 	last       view   // last view queued
 	lastTick   uint64 // tick of the last status queued
 	pingWaited bool   // its last ping slot passed without a ping (Config.Competing)
+	bought     bool   // its admission expired after the user bought: stays ADMITTED
 
 	// Pending output, guarded by mu. A newer status replaces an unsent
 	// one, so a connection never holds more than one status, one admitted
