@@ -322,9 +322,11 @@ func (w *Writer) insertBatch(ctx context.Context, orders []*order) ([]bool, erro
 
 // insertAllNew is insertBatch's fast path for the usual batch, every order
 // new and every item within its quantity: BEGIN, the insert and the
-// guarded update go out in one round trip (a pgx batch), then COMMIT; two
-// round trips instead of four, which under a crowd on shared cores is most
-// of a batch's time. ok is false, with everything rolled back, for
+// guarded update go out in one round trip (a pgx batch), then COMMIT: two
+// round trips instead of four, each a wait where the database is a network
+// hop away (on the 2-core test machine the batch time did not change
+// measurably: docs/benchmarks/load.md). ok is false, with everything rolled
+// back, for
 // anything else (a redelivered order, an item over its quantity or not in
 // its sale, any error): the caller then runs the general path, which finds
 // and reports it.
