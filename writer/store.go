@@ -236,16 +236,18 @@ func (c *orderColumns) args() []any {
 func (w *Writer) insertBatch(ctx context.Context, orders []*order) ([]bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.TxTimeout)
 	defer cancel()
-	if inserted, ok := w.insertAllNew(ctx, orders); ok {
+	n := len(orders)
+	cols := newOrderColumns(n)
+	for _, o := range orders {
+		cols.add(o)
+	}
+	if inserted, ok := w.insertAllNew(ctx, orders, cols); ok {
 		w.m.oneTrip.Inc()
 		return inserted, nil
 	}
 	w.m.general.Inc()
-	n := len(orders)
-	cols := newOrderColumns(n)
 	idx := make(map[uuid.UUID]int, n)
 	for i, o := range orders {
-		cols.add(o)
 		idx[o.id] = i
 	}
 
@@ -280,19 +282,8 @@ func (w *Writer) insertBatch(ctx context.Context, orders []*order) ([]bool, erro
 	}
 
 	if len(counts) > 0 {
-		keys := make([]itemKey, 0, len(counts))
-		for k := range counts {
-			keys = append(keys, k)
-		}
-		// Item rows are locked in id order: concurrent writers never deadlock.
-		slices.SortFunc(keys, func(a, b itemKey) int { return cmp.Or(cmp.Compare(a.item, b.item), cmp.Compare(a.sale, b.sale)) })
-		itemIDs := make([]int64, len(keys))
-		saleIDs := make([]int64, len(keys))
-		ns := make([]int32, len(keys))
-		for i, k := range keys {
-			itemIDs[i], saleIDs[i], ns[i] = k.item, k.sale, counts[k]
-		}
-		rows, err := tx.Query(ctx, updateSoldSQL, itemIDs, saleIDs, ns)
+		keys, args := soldArgs(counts)
+		rows, err := tx.Query(ctx, updateSoldSQL, args...)
 		if err != nil {
 			return nil, classify(err)
 		}
@@ -320,8 +311,8 @@ func (w *Writer) insertBatch(ctx context.Context, orders []*order) ([]bool, erro
 	return inserted, nil
 }
 
-// insertAllNew is insertBatch's fast path for the usual batch, every order
-// new and every item within its quantity: BEGIN, the insert and the
+// insertAllNew is insertBatch's fast path (cols: the orders as columns) for
+// the usual batch, every order new and every item within its quantity: BEGIN, the insert and the
 // guarded update go out in one round trip (a pgx batch), then COMMIT: two
 // round trips instead of four, each a wait where the database is a network
 // hop away (on the 2-core test machine the batch time did not change
@@ -330,23 +321,12 @@ func (w *Writer) insertBatch(ctx context.Context, orders []*order) ([]bool, erro
 // anything else (a redelivered order, an item over its quantity or not in
 // its sale, any error): the caller then runs the general path, which finds
 // and reports it.
-func (w *Writer) insertAllNew(ctx context.Context, orders []*order) (inserted []bool, ok bool) {
-	cols := newOrderColumns(len(orders))
+func (w *Writer) insertAllNew(ctx context.Context, orders []*order, cols *orderColumns) (inserted []bool, ok bool) {
 	counts := map[itemKey]int32{}
 	for _, o := range orders {
-		cols.add(o)
 		counts[itemKey{o.msg.SaleID, o.msg.ItemID}]++
 	}
-	keys := make([]itemKey, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	// Item rows are locked in id order: concurrent writers never deadlock.
-	slices.SortFunc(keys, func(a, b itemKey) int { return cmp.Or(cmp.Compare(a.item, b.item), cmp.Compare(a.sale, b.sale)) })
-	itemIDs, saleIDs, ns := make([]int64, len(keys)), make([]int64, len(keys)), make([]int32, len(keys))
-	for i, k := range keys {
-		itemIDs[i], saleIDs[i], ns[i] = k.item, k.sale, counts[k]
-	}
+	keys, args := soldArgs(counts)
 
 	conn, err := w.pool.Acquire(ctx)
 	if err != nil {
@@ -356,7 +336,7 @@ func (w *Writer) insertAllNew(ctx context.Context, orders []*order) (inserted []
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(insertOrdersSQL, cols.args()...)
-	b.Queue(updateSoldSQL, itemIDs, saleIDs, ns)
+	b.Queue(updateSoldSQL, args...)
 	br := conn.SendBatch(ctx, b)
 	_, err = br.Exec()
 	var newRows, updated int
@@ -386,6 +366,22 @@ func (w *Writer) insertAllNew(ctx context.Context, orders []*order) (inserted []
 		_ = conn.Conn().Close(context.WithoutCancel(ctx))
 	}
 	return nil, false
+}
+
+// soldArgs are the parameters of updateSoldSQL for counts (units per item),
+// with the items in the order the update locks them: by id, so concurrent
+// writers never deadlock.
+func soldArgs(counts map[itemKey]int32) (keys []itemKey, args []any) {
+	keys = make([]itemKey, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b itemKey) int { return cmp.Or(cmp.Compare(a.item, b.item), cmp.Compare(a.sale, b.sale)) })
+	itemIDs, saleIDs, ns := make([]int64, len(keys)), make([]int64, len(keys)), make([]int32, len(keys))
+	for i, k := range keys {
+		itemIDs[i], saleIDs[i], ns[i] = k.item, k.sale, counts[k]
+	}
+	return keys, []any{itemIDs, saleIDs, ns}
 }
 
 // batchRows reads the next query of a batch and counts its rows.
