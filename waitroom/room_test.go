@@ -480,17 +480,34 @@ func TestWaitingStatusesPaced(t *testing.T) {
 // counter is the value of one of the gateway's counters.
 func (g *gateway) counter(t *testing.T, name string) float64 {
 	t.Helper()
+	v, ok := g.counterValue(t, name, "")
+	if !ok {
+		t.Fatalf("no counter %s", name)
+	}
+	return v
+}
+
+// counterValue is the value of the gateway's counter name: its only
+// series when label is "", else the series whose (single) label has that
+// value; ok is false when there is none.
+func (g *gateway) counterValue(t *testing.T, name, label string) (v float64, ok bool) {
+	t.Helper()
 	mfs, err := g.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetCounter().GetValue()
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			unlabeled := label == "" && len(mf.GetMetric()) == 1
+			if unlabeled || (label != "" && len(m.GetLabel()) > 0 && m.GetLabel()[0].GetValue() == label) {
+				return m.GetCounter().GetValue(), true
+			}
 		}
 	}
-	t.Fatalf("no counter %s", name)
-	return 0
+	return 0, false
 }
 
 // TestWaitingStatusesFrontFirst: when the pacing holds WAITING statuses
@@ -600,35 +617,29 @@ func TestWaitingStatusesYieldToSaleRequests(t *testing.T) {
 	}
 }
 
-// pings is flashsale_waitroom_pings_total{outcome}.
+// pings is flashsale_waitroom_pings_total{outcome} (0 before the first).
 func (g *gateway) pings(t *testing.T, outcome string) float64 {
 	t.Helper()
-	mfs, err := g.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "flashsale_waitroom_pings_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.GetLabel()[0].GetValue() == outcome {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	v, _ := g.counterValue(t, "flashsale_waitroom_pings_total", outcome)
+	return v
 }
 
 // prequeued connects users 1…n to sale's queue on g before its opening and
 // waits until each is in the pre-queue.
 func prequeued(t *testing.T, e *env, g *gateway, saleID int64, n int) []*client {
 	t.Helper()
+	return joined(t, e, g, saleID, n, StatePrequeue)
+}
+
+// joined connects users 1…n to sale's queue on g, one after the other, and
+// waits until each is told state.
+func joined(t *testing.T, e *env, g *gateway, saleID int64, n int, state string) []*client {
+	t.Helper()
 	clients := make([]*client, n)
 	for i := range clients {
 		clients[i] = dial(t, g.url(saleID))
 		clients[i].join(e.token(int64(i + 1)))
-		clients[i].untilState(StatePrequeue)
+		clients[i].untilState(state)
 	}
 	return clients
 }
@@ -717,11 +728,8 @@ func TestExpiredAdmissionRequeued(t *testing.T) {
 	e := newEnv(t)
 	sale := e.addSale(newSale(t, 24, e.clock.Now().Add(-time.Millisecond), 3, 100))
 	g := e.newGateway(Config{AdmissionTTL: 10 * time.Second}, nil)
-	a, b := dial(t, g.url(sale.ID)), dial(t, g.url(sale.ID))
-	a.join(e.token(1))
-	a.untilState(StateWaiting)
-	b.join(e.token(2))
-	b.untilState(StateWaiting)
+	ab := joined(t, e, g, sale.ID, 2, StateWaiting)
+	a, b := ab[0], ab[1]
 	if _, err := g.room.Join(context.Background(), flashsale.Principal{UserID: 3}, sale.ID, testIP, nil); err != nil {
 		t.Fatal(err)
 	}

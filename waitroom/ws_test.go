@@ -171,11 +171,8 @@ func TestSlowReaderDropped(t *testing.T) {
 	e := newEnv(t)
 	sale := e.addSale(newSale(t, 6, e.clock.Now().Add(time.Minute), 10, 10))
 	g := e.newGateway(Config{WriteTimeout: 200 * time.Millisecond}, nil)
-	slow, fast := dial(t, g.url(sale.ID)), dial(t, g.url(sale.ID))
-	slow.join(e.token(1))
-	slow.untilState(StatePrequeue)
-	fast.join(e.token(2))
-	fast.untilState(StatePrequeue)
+	cs := prequeued(t, e, g, sale.ID, 2)
+	slow, fast := cs[0], cs[1]
 	var sc *conn
 	g.room.mu.Lock()
 	for c := range g.room.conns {
