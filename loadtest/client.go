@@ -42,7 +42,12 @@ type httpClient struct {
 	api *fasthttp.Client
 }
 
-func newHTTPClient(local net.IP, maxIdle int) *httpClient {
+// wsIdle caps the idle connections of the WebSocket-dial client: a
+// successful dial hijacks its connection, so only refused upgrades (a 429,
+// a 503) ever leave one idle.
+const wsIdle = 256
+
+func newHTTPClient(local net.IP) *httpClient {
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	if local != nil {
 		d.LocalAddr = &net.TCPAddr{IP: local}
@@ -52,7 +57,7 @@ func newHTTPClient(local net.IP, maxIdle int) *httpClient {
 		ws: &http.Client{Transport: &http.Transport{
 			DialContext:           d.DialContext,
 			MaxIdleConns:          0, // no global cap
-			MaxIdleConnsPerHost:   maxIdle,
+			MaxIdleConnsPerHost:   wsIdle,
 			IdleConnTimeout:       30 * time.Second,
 			ResponseHeaderTimeout: requestTimeout,
 			DisableCompression:    true,
@@ -84,20 +89,17 @@ type clients struct {
 	oneAddr *httpClient
 }
 
-func newClients(bases []string, sourceAddrs, shoppers int) *clients {
+func newClients(bases []string, sourceAddrs int) *clients {
 	n := max(sourceAddrs, 1)
-	// Enough idle WebSocket-dial connections that nothing is dialed twice
-	// needlessly (the API client keeps every idle connection).
-	maxIdle := min(max(256, 2*shoppers/n), 4096)
 	c := &clients{bases: bases, byAddr: make([]*httpClient, n)}
 	for i := range c.byAddr {
 		var ip net.IP
 		if sourceAddrs > 0 {
 			ip = sourceAddr(i)
 		}
-		c.byAddr[i] = newHTTPClient(ip, maxIdle)
+		c.byAddr[i] = newHTTPClient(ip)
 	}
-	c.oneAddr = newHTTPClient(oneAddrIP, maxIdle)
+	c.oneAddr = newHTTPClient(oneAddrIP)
 	return c
 }
 

@@ -497,7 +497,7 @@ func TestForUserSpreadsAddressesOverGateways(t *testing.T) {
 		for i := range bases {
 			bases[i] = "http://127.0.0.1:" + itoa(int64(18081+i))
 		}
-		c := newClients(bases, tc.addrs, 1000)
+		c := newClients(bases, tc.addrs)
 		seen := map[[2]any]int{}
 		for idx := range tc.addrs * tc.bases * 4 {
 			hc, base := c.forUser(idx)

@@ -25,7 +25,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer cancel()
 
 	bases := cfg.baseURLs()
-	ctl := newHTTPClient(nil, 16)
+	ctl := newHTTPClient(nil)
 	defer ctl.closeIdle()
 	if cfg.AdminURL != "" {
 		if err := waitReady(ctx, ctl, cfg.AdminURL); err != nil {
@@ -61,7 +61,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	rec := newRecorder(started)
-	cl := newClients(bases, cfg.SourceAddrs, cfg.Shoppers)
+	cl := newClients(bases, cfg.SourceAddrs)
 	defer cl.close()
 	sh := newShard(cfg, info, rec, cl)
 	prog := newProgress(cfg.Progress, started, rec)

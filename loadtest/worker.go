@@ -62,7 +62,7 @@ func runWorker(ctx context.Context, in io.Reader, out io.Writer) error {
 		defer stop()
 	}
 	rec := newRecorder(spec.Epoch)
-	cl := newClients(cfg.baseURLs(), cfg.SourceAddrs, spec.Count)
+	cl := newClients(cfg.baseURLs(), cfg.SourceAddrs)
 	defer cl.close()
 	s := newShard(cfg, spec.Sale, rec, cl)
 
