@@ -40,7 +40,8 @@ type Config struct {
 	// SoldOutRecheck is how often Run looks whether flagged items got
 	// stock back (default 500ms).
 	SoldOutRecheck time.Duration
-	// PublishTimeout bounds the publish of one order (default 3s).
+	// PublishTimeout bounds the publish of one order (default 5s, as
+	// kafka.DefaultPublishTimeout).
 	PublishTimeout time.Duration
 	// RedisTimeout bounds one reservation script call (default 2s).
 	RedisTimeout time.Duration
@@ -49,7 +50,7 @@ type Config struct {
 // Defaults of Config.
 const (
 	DefaultSoldOutRecheck = 500 * time.Millisecond
-	DefaultPublishTimeout = 3 * time.Second
+	DefaultPublishTimeout = 5 * time.Second
 	DefaultRedisTimeout   = 2 * time.Second
 )
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
@@ -161,6 +162,16 @@ func value(c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
+// histogramCount is the number of observations of h.
+func histogramCount(t testing.TB, h prometheus.Histogram) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
+}
+
 // handled is the number of records the writer finished (offsets committed).
 func (w *Writer) handled() int {
 	return int(value(w.m.written) + value(w.m.duplicate) +
@@ -177,14 +188,20 @@ func (w *Writer) counts() counts {
 // waitHandled waits until the writer finished n records.
 func waitHandled(t testing.TB, w *Writer, n int) {
 	t.Helper()
+	waitFor(t, fmt.Sprintf("%d records handled", n), func() bool { return w.handled() >= n })
+}
+
+// waitFor polls cond for up to 30 s.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(30 * time.Second)
-	for w.handled() < n {
+	for !cond() {
 		select {
 		case <-tick.C:
 		case <-deadline:
-			t.Fatalf("writer handled %d records, want %d (%+v)", w.handled(), n, w.counts())
+			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
 }

@@ -22,18 +22,24 @@
 // within its quantity) sends BEGIN, the insert and the update in one round
 // trip; anything else is rolled back and written by the general path.
 //
-// The database load is bounded: one batch transaction at a time on one
-// connection of a pool the caller sizes with Config.MaxConns, every Begin has
-// a deadline (Config.TxTimeout), and the batch size is configurable.
+// The database load is bounded: at most Config.InFlight batch transactions
+// at a time (default 2, each on its own connection) of a pool the caller
+// sizes with Config.MaxConns, every Begin has a deadline (Config.TxTimeout),
+// and the batch size is configurable. What follows a commit (Redis confirm,
+// dead letters, offsets) goes batch by batch in poll order, so the committed
+// offsets never pass a batch that is not in the database.
 package writer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -54,13 +60,26 @@ type Config struct {
 	// BatchSize is the most orders written in one database transaction
 	// (and polled from Kafka at once). Default 500.
 	BatchSize int
+	// InFlight is the most polled batches whose database transactions run
+	// at once, each on a connection of its own (keep MaxConns above it).
+	// Under a crowd each transaction mostly waits (for the database
+	// process's turn on a CPU, a commit's flush, a round trip); a second
+	// one overlaps those waits. Default 2.
+	InFlight int
 	// MaxConns caps the PostgreSQL connections of the writer's process.
-	// The writer itself runs one statement at a time (one batch
-	// transaction, then the outbox cleanup), so it holds one connection;
-	// the caller opens the pool with postgres.Config.MaxConns = MaxConns so
-	// the writer can never take more of a database shared with the regular
-	// shop (New logs a warning when the pool is larger). Default 4.
+	// The writer holds one connection per batch in flight (InFlight) and
+	// one for the rejections' clean-up; the caller opens the pool with
+	// postgres.Config.MaxConns = MaxConns so the writer can never take more
+	// of a database shared with the regular shop (New logs a warning when
+	// the pool is larger). Default 4.
 	MaxConns int32
+	// FetchWait is the longest the broker holds a fetch for more records
+	// when fewer than about a batch (BatchSize × 128 bytes) are waiting.
+	// Without it a fetch sent the moment a poll took the one before is
+	// answered with the first record that arrives, and in a steady stream
+	// every other batch held one or two orders (a transaction each).
+	// Default 50ms: the most it adds to an order's way into the database.
+	FetchWait time.Duration
 	// PaymentWindow sets expires_at = created_at + PaymentWindow.
 	// Default 10m.
 	PaymentWindow time.Duration
@@ -106,6 +125,13 @@ func (c *Config) defaults() error {
 	if c.MaxConns <= 0 {
 		c.MaxConns = 4
 	}
+	if c.InFlight <= 0 {
+		c.InFlight = 2
+	}
+	if c.FetchWait <= 0 {
+		c.FetchWait = 50 * time.Millisecond
+	}
+	c.InFlight = min(c.InFlight, int(c.MaxConns))
 	if c.PaymentWindow <= 0 {
 		c.PaymentWindow = 10 * time.Minute
 	}
@@ -128,6 +154,10 @@ type Writer struct {
 	m     metrics
 	lag   map[topicPartition]int64
 	close sync.Once
+	// rebalance is set when the group waits for the writer to let a
+	// rebalance go on (BlockRebalanceOnPoll): Run stops polling until the
+	// batches in hand are finished.
+	rebalance atomic.Bool
 }
 
 type topicPartition struct {
@@ -137,10 +167,13 @@ type topicPartition struct {
 
 type metrics struct {
 	written, duplicate, rejected, undecodable prometheus.Counter
-	batch                                     prometheus.Histogram
+	batch, batchRecords                       prometheus.Histogram
 	lag                                       prometheus.Gauge
 	// transactions by path: "one_round_trip" (insertAllNew) or "general"
 	oneTrip, general prometheus.Counter
+	// a batch's wall time by stage: its database transactions, the Redis
+	// confirm and the Kafka offset commit (the last two run together)
+	dbStage, confirmStage, commitStage prometheus.Observer
 }
 
 func newMetrics(reg prometheus.Registerer) (metrics, error) {
@@ -152,17 +185,30 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 		Name: "flashsale_writer_transactions_total",
 		Help: "Database transactions of the writer, by path: one_round_trip (every order new, BEGIN, insert and update sent together) or general.",
 	}, []string{"path"})
+	stages := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "flashsale_writer_stage_seconds",
+		Help:    "Wall time of one batch's stages: database (its transactions), redis_confirm, offset_commit (the last two run together).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+	}, []string{"stage"})
 	m := metrics{
-		oneTrip:     txs.WithLabelValues("one_round_trip"),
-		general:     txs.WithLabelValues("general"),
-		written:     orders.WithLabelValues("written"),
-		duplicate:   orders.WithLabelValues("duplicate"),
-		rejected:    orders.WithLabelValues("rejected"),
-		undecodable: orders.WithLabelValues("undecodable"),
+		dbStage:      stages.WithLabelValues("database"),
+		confirmStage: stages.WithLabelValues("redis_confirm"),
+		commitStage:  stages.WithLabelValues("offset_commit"),
+		oneTrip:      txs.WithLabelValues("one_round_trip"),
+		general:      txs.WithLabelValues("general"),
+		written:      orders.WithLabelValues("written"),
+		duplicate:    orders.WithLabelValues("duplicate"),
+		rejected:     orders.WithLabelValues("rejected"),
+		undecodable:  orders.WithLabelValues("undecodable"),
 		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "flashsale_writer_batch_seconds",
 			Help:    "Time to write one polled batch: database, Redis confirm, dead letters and offset commit.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		batchRecords: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "flashsale_writer_batch_records",
+			Help:    "Records in one polled batch.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
 		}),
 		lag: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flashsale_writer_lag",
@@ -170,7 +216,7 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{orders, txs, m.batch, m.lag} {
+		for _, c := range []prometheus.Collector{orders, txs, stages, m.batch, m.batchRecords, m.lag} {
 			if err := reg.Register(c); err != nil {
 				return metrics{}, err
 			}
@@ -199,6 +245,14 @@ func New(cfg Config, pool *pgxpool.Pool, st *stock.Store, logger *slog.Logger, r
 		logger.Warn("writer: the pool is larger than Config.MaxConns; open it with postgres.Config.MaxConns = Config.MaxConns",
 			"component", "writer", "pool_max_conns", pc.MaxConns, "max_conns", cfg.MaxConns)
 	}
+	w := &Writer{
+		cfg:   cfg,
+		pool:  pool,
+		stock: st,
+		log:   logger.With("component", "writer"),
+		m:     m,
+		lag:   map[topicPartition]int64{},
+	}
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ConsumerGroup(cfg.Group),
@@ -207,21 +261,16 @@ func New(cfg Config, pool *pgxpool.Pool, st *stock.Store, logger *slog.Logger, r
 		// No rebalance between a poll and the commit of its offsets, so
 		// the writer never commits for a partition it lost.
 		kgo.BlockRebalanceOnPoll(),
-		kgo.FetchMaxWait(250*time.Millisecond),
+		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { w.rebalance.Store(true) }),
+		kgo.FetchMaxWait(cfg.FetchWait),
+		kgo.FetchMinBytes(int32(min(cfg.BatchSize*128, 1<<20))),
 		kgo.RecordDeliveryTimeout(30*time.Second), // bound dead-letter produces
 	)
 	if err != nil {
 		return nil, fmt.Errorf("writer.New: %w", err)
 	}
-	return &Writer{
-		cfg:   cfg,
-		pool:  pool,
-		stock: st,
-		log:   logger.With("component", "writer"),
-		cl:    cl,
-		m:     m,
-		lag:   map[topicPartition]int64{},
-	}, nil
+	w.cl = cl
+	return w, nil
 }
 
 // Close closes the Kafka client (leaving the group without committing).
@@ -234,19 +283,83 @@ func (w *Writer) Close() error {
 // pollWait bounds one poll so that the lag gauge settles at 0 when idle.
 const pollWait = time.Second
 
-// Run consumes until ctx ends and returns nil then. On cancellation it
-// finishes the batch in hand (database, Redis, dead letters) and commits its
-// offsets before returning. It returns an error only when it had to stop
-// without finishing a batch for another reason (the batch is then delivered
-// again to the group).
+// batch is one polled batch on its way: its database work runs in a
+// goroutine of its own (write), the rest (finish) in Run, in poll order.
+type batch struct {
+	recs  []*kgo.Record
+	start time.Time
+	// written is canceled when write has returned: res, dead and err are
+	// then set and no longer change.
+	written context.Context
+	done    context.CancelFunc
+	res     result
+	dead    []deadLetter
+	err     error
+}
+
+// Run consumes until ctx ends and returns nil then. Up to Config.InFlight
+// polled batches have their database transactions running at once, each on
+// its own connection; what follows a batch's commit (the Redis confirm, dead
+// letters, the offset commit) is done one batch at a time in poll order, so
+// the committed offsets never pass a batch that is not in the database. On
+// cancellation it stops polling, finishes the batches in hand and commits
+// their offsets before returning. It returns an error only when it had to
+// stop without finishing a batch for another reason (the batch, and those
+// polled after it, are then delivered again to the group).
 func (w *Writer) Run(ctx context.Context) error {
-	w.log.Info("writer started", "topic", w.cfg.Topic, "group", w.cfg.Group, "batch_size", w.cfg.BatchSize)
+	w.log.Info("writer started", "topic", w.cfg.Topic, "group", w.cfg.Group, "batch_size", w.cfg.BatchSize, "in_flight", w.cfg.InFlight)
 	defer w.log.Info("writer stopped")
-	for ctx.Err() == nil {
+	var (
+		inFlight []*batch
+		writers  sync.WaitGroup
+	)
+	// Every write goroutine has ended when Run returns; when Run stops on
+	// an error, the others stop retrying (their batches are delivered
+	// again).
+	defer writers.Wait()
+	writeCtx, stopWrites := context.WithCancel(ctx)
+	defer stopWrites()
+	for {
+		// Finish the written batches at the head, in poll order.
+		for len(inFlight) > 0 && inFlight[0].written.Err() != nil {
+			b := inFlight[0]
+			inFlight = inFlight[1:]
+			if b.err != nil {
+				if ctx.Err() != nil {
+					w.log.Warn("shutdown before a batch could be written; it will be delivered again", "err", b.err)
+					return nil
+				}
+				return fmt.Errorf("writer.Run: %w", b.err)
+			}
+			w.finish(ctx, b)
+		}
+		if len(inFlight) == 0 {
+			// Nothing of the group's is in hand: a rebalance may go on.
+			w.rebalance.Store(false)
+			w.cl.AllowRebalance()
+		}
+		if ctx.Err() != nil && len(inFlight) == 0 {
+			return nil
+		}
+		if ctx.Err() != nil || len(inFlight) == w.cfg.InFlight || (len(inFlight) > 0 && w.rebalance.Load()) {
+			// Full, stopping, or a rebalance waits for the batches in
+			// hand: no new poll until the oldest batch is written.
+			<-inFlight[0].written.Done()
+			continue
+		}
 		pctx, cancel := context.WithTimeout(ctx, pollWait)
+		stop := func() bool { return false }
+		if len(inFlight) > 0 {
+			// The oldest batch's finish does not wait for records.
+			stop = context.AfterFunc(inFlight[0].written, cancel)
+		}
 		fs := w.cl.PollRecords(pctx, w.cfg.BatchSize)
+		stop()
 		cancel()
 		if fs.IsClientClosed() {
+			for _, b := range inFlight {
+				<-b.written.Done()
+			}
 			return nil
 		}
 		fs.EachError(func(topic string, p int32, err error) {
@@ -256,20 +369,17 @@ func (w *Writer) Run(ctx context.Context) error {
 			w.log.Warn("kafka fetch error", "topic", topic, "partition", p, "err", err)
 		})
 		recs := fs.Records()
-		w.updateLag(fs, len(recs) == 0)
+		w.updateLag(fs, len(recs) == 0 && len(inFlight) == 0)
 		if len(recs) > 0 {
-			if err := w.process(ctx, recs); err != nil {
-				w.cl.AllowRebalance()
-				if ctx.Err() != nil {
-					w.log.Warn("shutdown before a batch could be written; it will be delivered again", "err", err)
-					return nil
-				}
-				return fmt.Errorf("writer.Run: %w", err)
-			}
+			b := &batch{recs: recs, start: time.Now()}
+			b.written, b.done = context.WithCancel(context.WithoutCancel(ctx))
+			inFlight = append(inFlight, b)
+			writers.Go(func() {
+				defer b.done()
+				b.err = w.write(writeCtx, b)
+			})
 		}
-		w.cl.AllowRebalance()
 	}
-	return nil
 }
 
 func (w *Writer) updateLag(fs kgo.Fetches, idle bool) {
@@ -294,12 +404,12 @@ func (w *Writer) updateLag(fs kgo.Fetches, idle bool) {
 	w.m.lag.Set(float64(sum))
 }
 
-// process writes one polled batch and commits its offsets.
-func (w *Writer) process(ctx context.Context, recs []*kgo.Record) error {
-	start := time.Now()
-	// The batch in hand is finished even when ctx ends (graceful
-	// shutdown); each step below has its own deadline.
+// write decodes a polled batch and writes it into the database (b.res,
+// b.dead). ctx ending stops its retries (shutdown); each step has its own
+// deadline.
+func (w *Writer) write(ctx context.Context, b *batch) error {
 	work := context.WithoutCancel(ctx)
+	recs := b.recs
 
 	orders := make([]*order, 0, len(recs))
 	seen := make(map[string]bool, len(recs))
@@ -322,24 +432,43 @@ func (w *Writer) process(ctx context.Context, recs []*kgo.Record) error {
 		orders = append(orders, o)
 	}
 
-	var res result
+	// The same order as every other in-flight batch's: two transactions
+	// that wait for each other's rows (the same message delivered twice)
+	// take them in the same order. Stable: a user's orders keep theirs.
+	slices.SortStableFunc(orders, func(a, b *order) int {
+		return cmp.Or(cmp.Compare(a.msg.SaleID, b.msg.SaleID), cmp.Compare(a.msg.UserID, b.msg.UserID))
+	})
+	res := &b.res
+	dbStart := time.Now()
 	if len(orders) > 0 {
-		if err := w.store(ctx, work, orders, &res); err != nil {
+		if err := w.store(ctx, work, orders, res); err != nil {
 			return err
 		}
 		if len(res.rejected) > 0 {
-			if err := w.reject(ctx, work, &res); err != nil {
+			if err := w.reject(ctx, work, res); err != nil {
 				return err
 			}
 		}
 	}
+	observeSince(w.m.dbStage, dbStart)
 	if w.cfg.afterDBCommit != nil {
 		if err := w.cfg.afterDBCommit(); err != nil {
 			return err
 		}
 	}
 	res.duplicate = append(res.duplicate, dups...)
-	w.adoptUnfinished(work, &res)
+	w.adoptUnfinished(work, res)
+	b.dead = dead
+	return nil
+}
+
+// finish does what follows a written batch's database commit: the Redis
+// confirm, the release of rejected units, dead letters and the offset
+// commit. It runs even when ctx has ended (graceful shutdown); each step has
+// its own deadline.
+func (w *Writer) finish(ctx context.Context, b *batch) {
+	work := context.WithoutCancel(ctx)
+	res, dead, recs := &b.res, b.dead, b.recs
 
 	// Redis: the committed orders are no longer pending. A failure here is
 	// not fatal: the reconciler finds the member, sees the row and confirms.
@@ -354,6 +483,7 @@ func (w *Writer) process(ctx context.Context, recs []*kgo.Record) error {
 	// before the next batch.
 	var confirmed sync.WaitGroup
 	confirmed.Go(func() {
+		defer observeSince(w.m.confirmStage, time.Now())
 		rctx, cancel := context.WithTimeout(work, 5*time.Second)
 		defer cancel()
 		if err := w.stock.Confirm(rctx, confirm); err != nil {
@@ -361,7 +491,7 @@ func (w *Writer) process(ctx context.Context, recs []*kgo.Record) error {
 		}
 	})
 
-	w.releaseRejected(work, &res)
+	w.releaseRejected(work, res)
 	for _, rj := range res.rejected {
 		if rj.fresh {
 			dead = append(dead, deadLetter{rec: rj.o.rec, order: &rj.o.msg, reason: rj.reason})
@@ -370,7 +500,9 @@ func (w *Writer) process(ctx context.Context, recs []*kgo.Record) error {
 	w.publishDead(work, dead)
 
 	cctx, cancel := context.WithTimeout(work, 10*time.Second)
+	commitStart := time.Now()
 	err := w.cl.CommitRecords(cctx, recs...)
+	observeSince(w.m.commitStage, commitStart)
 	cancel()
 	if err != nil {
 		// The batch is in the database; a redelivery is harmless.
@@ -381,8 +513,12 @@ func (w *Writer) process(ctx context.Context, recs []*kgo.Record) error {
 	w.m.written.Add(float64(len(res.written)))
 	w.m.duplicate.Add(float64(len(res.duplicate)))
 	w.m.rejected.Add(float64(len(res.rejected)))
-	w.m.batch.Observe(time.Since(start).Seconds())
-	return nil
+	observeSince(w.m.batch, b.start)
+	w.m.batchRecords.Observe(float64(len(recs)))
+}
+
+func observeSince(o prometheus.Observer, start time.Time) {
+	o.Observe(time.Since(start).Seconds())
 }
 
 type deadLetter struct {

@@ -530,3 +530,94 @@ func TestNewOrdersInOneRoundTrip(t *testing.T) {
 		t.Errorf("transactions: %v one round trip, %v general; want every batch on the one-round-trip path", one, gen)
 	}
 }
+
+// Two batches' transactions run at once: while the first waits for a lock,
+// the second is written; but what follows a commit goes in poll order, so
+// nothing of the second is confirmed or committed before the first is.
+func TestBatchesInFlightFinishInPollOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sale := e.newSale(t, 10, 10)
+	itemA, itemB := sale.Items[0], sale.Items[1]
+	ctx := context.Background()
+
+	// Hold item A's row: the first batch's insert (its foreign-key check)
+	// or update waits for it.
+	lock, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx) //nolint:errcheck // committed below
+	if _, err := lock.Exec(ctx, `SELECT 1 FROM items WHERE id = $1 FOR UPDATE`, itemA.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	r := e.start(t, Config{BatchSize: 1, InFlight: 2})
+	mA := e.reserve(t, itemA, 1)
+	e.publish(t, mA)
+	waitFor(t, "the first batch waiting for the lock", func() bool {
+		return countRows(t, e.pool, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`) == 1
+	})
+	mB := e.reserve(t, itemB, 2)
+	e.publish(t, mB)
+	waitFor(t, "the second batch's order in the database", func() bool {
+		return countRows(t, e.pool, `SELECT count(*) FROM orders WHERE id = $1`, mB.OrderID) == 1
+	})
+	if n := countRows(t, e.pool, `SELECT count(*) FROM orders WHERE id = $1`, mA.OrderID); n != 0 {
+		t.Fatalf("the first batch's order is in the database (%d rows) while its item is locked", n)
+	}
+	if n := pendingCount(t, e.rdb, sale.ID); n != 2 {
+		t.Errorf("pending members in Redis while the first batch waits: got %d, want 2 (no confirm out of order)", n)
+	}
+	if n := committed(t, e.kafka.Brokers, "flashsale-writer"); n != 0 {
+		t.Errorf("committed offsets while the first batch waits: got %d, want 0", n)
+	}
+	if h := r.w.handled(); h != 0 {
+		t.Errorf("finished records while the first batch waits: got %d, want 0", h)
+	}
+
+	if err := lock.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitHandled(t, r.w, 2)
+	if n := len(orderRows(t, e.pool, sale.ID)); n != 2 {
+		t.Errorf("orders: got %d, want 2", n)
+	}
+	if a, b := sold(t, e.pool, itemA.ID), sold(t, e.pool, itemB.ID); a != 1 || b != 1 {
+		t.Errorf("sold: got %d and %d, want 1 and 1", a, b)
+	}
+	if n := pendingCount(t, e.rdb, sale.ID); n != 0 {
+		t.Errorf("pending members in Redis at the end: got %d, want 0", n)
+	}
+	if n := committed(t, e.kafka.Brokers, "flashsale-writer"); n != 2 {
+		t.Errorf("committed offsets at the end: got %d, want 2", n)
+	}
+}
+
+// A steady stream of orders, one produce request each, is written in
+// batches that gather what arrived within the fetch wait, not one or two
+// orders a transaction (a fetch answered by the first record to arrive).
+func TestSteadyStreamIsBatched(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sale := e.newSale(t, 1000)
+	item := sale.Items[0]
+	r := e.start(t, Config{})
+	const n = 200
+	for i := range n {
+		e.publish(t, e.reserve(t, item, int64(i+1)))
+		time.Sleep(time.Millisecond)
+	}
+	waitHandled(t, r.w, n)
+	batches := histogramCount(t, r.w.m.batchRecords)
+	// Sent over 0.2 s or more, the stream fits in a few 50 ms windows;
+	// fetches answered at the first record made 100 and more batches.
+	if batches > n/4 {
+		t.Errorf("%d orders in %d batches, want at most %d", n, batches, n/4)
+	}
+	t.Logf("%d orders in %d batches", n, batches)
+	if got := sold(t, e.pool, item.ID); got != n {
+		t.Errorf("sold: got %d, want %d", got, n)
+	}
+}

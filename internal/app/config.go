@@ -40,6 +40,7 @@ type Config struct {
 	DBMaxConns      int32
 	DBMinConns      int32 // opened at start and kept (postgres.Config.MinConns)
 	WriterBatchSize int
+	WriterInFlight  int // batches whose transactions run at once (writer.Config.InFlight)
 	WriterMaxConns  int32
 	KafkaProducers  int // idempotent producers per gateway (kafka.ProducerConfig.Producers)
 	ReconcileAfter  time.Duration
@@ -65,6 +66,7 @@ func Defaults() Config {
 		DBMaxConns:      16,
 		DBMinConns:      8,
 		WriterBatchSize: 500,
+		WriterInFlight:  2,
 		WriterMaxConns:  4,
 		KafkaProducers:  kafka.DefaultProducers,
 		ReconcileAfter:  2 * time.Minute,
@@ -139,6 +141,7 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 		c.DBMinConns = int32(n)
 	}
 	integer("FLASHSALE_WRITER_BATCH_SIZE", &c.WriterBatchSize)
+	integer("FLASHSALE_WRITER_IN_FLIGHT", &c.WriterInFlight)
 	integer("FLASHSALE_KAFKA_PRODUCERS", &c.KafkaProducers)
 	n = 0
 	if integer("FLASHSALE_WRITER_MAX_CONNS", &n); n > 0 {

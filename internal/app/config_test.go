@@ -8,29 +8,32 @@ import (
 
 func TestConfigFromEnv(t *testing.T) {
 	env := map[string]string{
-		"FLASHSALE_CAPACITY_FACTOR": "1.5",
-		"FLASHSALE_WAITING_PUSHES":  "-1",
-		"FLASHSALE_STATUS_EVERY":    "5s",
-		"FLASHSALE_ADMISSION_TTL":   "30s",
-		"FLASHSALE_DB_MAX_CONNS":    "32",
-		"FLASHSALE_DB_MIN_CONNS":    "12",
-		"FLASHSALE_KAFKA_PRODUCERS": "2",
+		"FLASHSALE_CAPACITY_FACTOR":  "1.5",
+		"FLASHSALE_WAITING_PUSHES":   "-1",
+		"FLASHSALE_STATUS_EVERY":     "5s",
+		"FLASHSALE_ADMISSION_TTL":    "30s",
+		"FLASHSALE_DB_MAX_CONNS":     "32",
+		"FLASHSALE_DB_MIN_CONNS":     "12",
+		"FLASHSALE_KAFKA_PRODUCERS":  "2",
+		"FLASHSALE_WRITER_IN_FLIGHT": "3",
 	}
 	c := Defaults()
 	if err := c.FromEnv(func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
 	if c.CapacityFactor != 1.5 || c.WaitingPushes != -1 || c.StatusEvery != 5*time.Second ||
-		c.AdmissionTTL != 30*time.Second || c.DBMaxConns != 32 || c.DBMinConns != 12 || c.KafkaProducers != 2 {
+		c.AdmissionTTL != 30*time.Second || c.DBMaxConns != 32 || c.DBMinConns != 12 || c.KafkaProducers != 2 ||
+		c.WriterInFlight != 3 {
 		t.Errorf("got %+v", c)
 	}
 	for name, bad := range map[string]string{
-		"FLASHSALE_WAITING_PUSHES":  "-2",
-		"FLASHSALE_STATUS_EVERY":    "soon",
-		"FLASHSALE_CAPACITY_FACTOR": "0",
-		"FLASHSALE_DB_MAX_CONNS":    "many",
-		"FLASHSALE_DB_MIN_CONNS":    "0",
-		"FLASHSALE_KAFKA_PRODUCERS": "none",
+		"FLASHSALE_WAITING_PUSHES":   "-2",
+		"FLASHSALE_STATUS_EVERY":     "soon",
+		"FLASHSALE_CAPACITY_FACTOR":  "0",
+		"FLASHSALE_DB_MAX_CONNS":     "many",
+		"FLASHSALE_DB_MIN_CONNS":     "0",
+		"FLASHSALE_KAFKA_PRODUCERS":  "none",
+		"FLASHSALE_WRITER_IN_FLIGHT": "-1",
 	} {
 		c := Defaults()
 		err := c.FromEnv(func(k string) string {

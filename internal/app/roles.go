@@ -134,6 +134,7 @@ func (a *App) startWriter(ctx, runCtx context.Context) error {
 	w, err := writer.New(writer.Config{
 		Brokers:       a.KafkaBrokers,
 		BatchSize:     a.cfg.WriterBatchSize,
+		InFlight:      a.cfg.WriterInFlight,
 		MaxConns:      a.cfg.WriterMaxConns,
 		PaymentWindow: a.cfg.PaymentWindow,
 	}, pool, a.stock, a.log, a.reg)

@@ -46,7 +46,15 @@ import (
 
 // Defaults of ProducerConfig.
 const (
-	DefaultPublishTimeout = 3 * time.Second
+	// DefaultPublishTimeout leaves a record unsent for up to 2.5 s before
+	// it is failed (half the bound): on a gateway whose CPU is shared with
+	// a crowd, each of the producer's goroutine hops (the drain, the
+	// request writer, the response reader, the promise) waits its turn
+	// behind the room's connections, 0.1–0.4 s each and over a second at
+	// worst in a drop on the 2-core test machine, where a 1.5 s cut
+	// (a 3 s bound) failed tens to hundreds of purchases a run that would
+	// have gone through (docs/benchmarks/load.md).
+	DefaultPublishTimeout = 5 * time.Second
 	DefaultCloseTimeout   = 5 * time.Second
 )
 
@@ -58,7 +66,7 @@ type ProducerConfig struct {
 	// flashsale.TopicDeadLetter).
 	Topic           string
 	DeadLetterTopic string
-	// PublishTimeout bounds one Publish, broker or no broker (default 3s).
+	// PublishTimeout bounds one Publish, broker or no broker (default 5s).
 	PublishTimeout time.Duration
 	// Linger is how long a batch waits for more records. Default 0, not
 	// franz-go's 10ms: every Publish waits for its acknowledgement, and
