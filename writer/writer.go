@@ -202,7 +202,7 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 		undecodable:  orders.WithLabelValues("undecodable"),
 		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "flashsale_writer_batch_seconds",
-			Help:    "Time to write one polled batch: database, Redis confirm, dead letters and offset commit.",
+			Help:    "Time from a batch's poll to its offset commit: database, the wait for the batches polled before it, Redis confirm, dead letters.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
 		batchRecords: prometheus.NewHistogram(prometheus.HistogramOpts{
