@@ -621,3 +621,45 @@ func TestSteadyStreamIsBatched(t *testing.T) {
 		t.Errorf("sold: got %d, want %d", got, n)
 	}
 }
+
+// A second writer joins the group while orders stream in: the first lets
+// the rebalance through (it stops polling and finishes the batches in
+// hand), the second takes partitions and writes, and every order is
+// written exactly once.
+func TestRebalanceWhileBatchesInFlight(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sale := e.newSale(t, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000)
+	a := e.start(t, Config{BatchSize: 5})
+	var b *running
+	deadline := time.Now().Add(30 * time.Second)
+	n := 0
+	for b == nil || b.w.handled() == 0 || n < 200 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second writer handled nothing after %d orders", n)
+		}
+		item := sale.Items[n%len(sale.Items)]
+		n++
+		e.publish(t, e.reserve(t, item, int64(n)))
+		if n == 50 {
+			b = e.start(t, Config{BatchSize: 5})
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	waitFor(t, "every order in the database", func() bool {
+		return countRows(t, e.pool, `SELECT count(*) FROM orders WHERE sale_id = $1`, sale.ID) == n
+	})
+	waitFor(t, "every order confirmed in Redis", func() bool { return pendingCount(t, e.rdb, sale.ID) == 0 })
+	var soldAll int64
+	for _, it := range sale.Items {
+		soldAll += sold(t, e.pool, it.ID)
+	}
+	if soldAll != int64(n) {
+		t.Errorf("sold: got %d, want %d", soldAll, n)
+	}
+	ca, cb := a.w.counts(), b.w.counts()
+	if ca.written+cb.written != n || ca.rejected+cb.rejected != 0 {
+		t.Errorf("counts: first %+v, second %+v; want %d written in all", ca, cb, n)
+	}
+	t.Logf("%d orders: first writer %+v, second %+v", n, ca, cb)
+}
