@@ -188,11 +188,19 @@ func (w *Writer) counts() counts {
 // waitHandled waits until the writer finished n records.
 func waitHandled(t testing.TB, w *Writer, n int) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d records handled", n), func() bool { return w.handled() >= n })
+	waitForf(t, func() string {
+		return fmt.Sprintf("the writer to handle %d records (handled %d: %+v)", n, w.handled(), w.counts())
+	}, func() bool { return w.handled() >= n })
 }
 
 // waitFor polls cond for up to 30 s.
 func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	waitForf(t, func() string { return what }, cond)
+}
+
+// waitForf is waitFor with the description built when it times out.
+func waitForf(t testing.TB, what func() string, cond func() bool) {
 	t.Helper()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
@@ -201,7 +209,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		select {
 		case <-tick.C:
 		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out waiting for %s", what())
 		}
 	}
 }

@@ -50,8 +50,9 @@ const (
 	// it is failed (half the bound): on a gateway whose CPU is shared with
 	// a crowd, each of the producer's goroutine hops (the drain, the
 	// request writer, the response reader, the promise) waits its turn
-	// behind the room's connections, 0.1–0.4 s each and over a second at
-	// worst in a drop on the 2-core test machine, where a 1.5 s cut
+	// behind the gateway's other goroutines (HTTP requests, room
+	// connections), 0.1–0.4 s each and over a second at worst in a drop on
+	// the 2-core test machine, where a 1.5 s cut
 	// (a 3 s bound) failed tens to hundreds of purchases a run that would
 	// have gone through (docs/benchmarks/load.md).
 	DefaultPublishTimeout = 5 * time.Second
