@@ -311,61 +311,43 @@ func (w *Writer) insertBatch(ctx context.Context, orders []*order) ([]bool, erro
 	return inserted, nil
 }
 
+// insertAllNewSQL is the usual batch as one statement: the insert and the
+// guarded update (its parameters renumbered $8…$10) as data-modifying CTEs,
+// and flashsale_all_or_nothing (migration 0002), which raises, rolling the
+// whole statement back, unless every order was new ($11 rows) and every
+// item updated ($12 items).
+var insertAllNewSQL = `WITH ins AS (` + insertOrdersSQL + `),
+upd AS (` + strings.NewReplacer("$1::", "$8::", "$2::", "$9::", "$3::", "$10::").Replace(updateSoldSQL) + `)
+SELECT flashsale_all_or_nothing((SELECT count(*) FROM ins) = $11 AND (SELECT count(*) FROM upd) = $12)`
+
 // insertAllNew is insertBatch's fast path (cols: the orders as columns) for
-// the usual batch, every order new and every item within its quantity: BEGIN, the insert and the
-// guarded update go out in one round trip (a pgx batch), then COMMIT: two
-// round trips instead of four, each a wait where the database is a network
-// hop away (on the 2-core test machine the batch time did not change
-// measurably: docs/benchmarks/load.md). ok is false, with everything rolled
-// back, for
-// anything else (a redelivered order, an item over its quantity or not in
-// its sale, any error): the caller then runs the general path, which finds
-// and reports it.
+// the usual batch, every order new and every item within its quantity: one
+// statement, committed on its own, one round trip. The items' rows are
+// locked by the update only while the statement and its commit run, not
+// across a wait for the writer's next message (with BEGIN and COMMIT sent
+// apart, a second batch in flight queued behind the first one's items until
+// the writer, on a crowded machine, got round to sending its COMMIT). ok is
+// false, with nothing written, for anything else (a redelivered order, an
+// item over its quantity or not in its sale, any error): the caller then
+// runs the general path, which finds and reports it. When the statement's
+// outcome is unknown (the connection failed under it), the general path's
+// insert finds the rows it wrote, if it did, as existing.
 func (w *Writer) insertAllNew(ctx context.Context, orders []*order, cols *orderColumns) (inserted []bool, ok bool) {
 	counts := map[itemKey]int32{}
 	for _, o := range orders {
 		counts[itemKey{o.msg.SaleID, o.msg.ItemID}]++
 	}
 	keys, args := soldArgs(counts)
-
-	conn, err := w.pool.Acquire(ctx)
-	if err != nil {
+	args = append(append(cols.args(), args...), len(orders), len(keys))
+	var all bool
+	if err := w.pool.QueryRow(ctx, insertAllNewSQL, args...).Scan(&all); err != nil || !all {
 		return nil, false
 	}
-	defer conn.Release()
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(insertOrdersSQL, cols.args()...)
-	b.Queue(updateSoldSQL, args...)
-	br := conn.SendBatch(ctx, b)
-	_, err = br.Exec()
-	var newRows, updated int
-	if err == nil {
-		newRows, err = batchRows(br)
+	inserted = make([]bool, len(orders))
+	for i := range inserted {
+		inserted[i] = true
 	}
-	if err == nil {
-		updated, err = batchRows(br)
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && newRows == len(orders) && updated == len(keys) {
-		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-			// Whether it committed is unknown: the connection goes, and
-			// the general path's insert finds the rows if it did.
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
-			return nil, false
-		}
-		inserted = make([]bool, len(orders))
-		for i := range inserted {
-			inserted[i] = true
-		}
-		return inserted, true
-	}
-	if _, rerr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
-		_ = conn.Conn().Close(context.WithoutCancel(ctx))
-	}
-	return nil, false
+	return inserted, true
 }
 
 // soldArgs are the parameters of updateSoldSQL for counts (units per item),
@@ -382,20 +364,6 @@ func soldArgs(counts map[itemKey]int32) (keys []itemKey, args []any) {
 		itemIDs[i], saleIDs[i], ns[i] = k.item, k.sale, counts[k]
 	}
 	return keys, []any{itemIDs, saleIDs, ns}
-}
-
-// batchRows reads the next query of a batch and counts its rows.
-func batchRows(br pgx.BatchResults) (int, error) {
-	rows, err := br.Query()
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for rows.Next() {
-		n++
-	}
-	rows.Close()
-	return n, rows.Err()
 }
 
 // whyNotUpdated tells an oversold item from an item that is not in the

@@ -19,8 +19,9 @@
 // so a crash before the offset commit replays the batch (harmless), and a
 // crash after it may leave pending members, which the reconciler confirms
 // when it finds their rows. The usual batch (every order new, every item
-// within its quantity) sends BEGIN, the insert and the update in one round
-// trip; anything else is rolled back and written by the general path.
+// within its quantity) is one statement committed on its own, one round
+// trip (insertAllNew); anything else is rolled back and written by the
+// general path.
 //
 // The database load is bounded: at most Config.InFlight batch transactions
 // at a time (default 2, each on its own connection) of a pool the caller
@@ -183,7 +184,7 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 	}, []string{"outcome"})
 	txs := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flashsale_writer_transactions_total",
-		Help: "Database transactions of the writer, by path: one_round_trip (every order new, BEGIN, insert and update sent together) or general.",
+		Help: "Database transactions of the writer, by path: one_round_trip (every order new: insert and update as one statement) or general.",
 	}, []string{"path"})
 	stages := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "flashsale_writer_stage_seconds",
