@@ -284,15 +284,17 @@ func TestNoScriptRecovery(t *testing.T) {
 	const sale, item = 7, 1001
 	st, rdb := newStore(t, sale, map[int64]int64{item: 2})
 	ctx := context.Background()
-	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
+	flush := func() {
+		t.Helper()
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
+	flush()
 	if err := st.Reserve(ctx, sale, item, 1, "o1", t0); err != nil {
 		t.Fatalf("Reserve after SCRIPT FLUSH: %v", err)
 	}
-	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	flush()
 	if ok, err := st.Release(ctx, sale, 1, item, "o1"); err != nil || !ok {
 		t.Fatalf("Release after SCRIPT FLUSH = %v, %v; want true", ok, err)
 	}
@@ -301,9 +303,7 @@ func TestNoScriptRecovery(t *testing.T) {
 	}
 	// in a pipeline: the NOSCRIPT call is sent again with the script
 	stop := runPipeline(t, st)
-	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	flush()
 	if err := st.Reserve(ctx, sale, item, 2, "o2", t0); err != nil {
 		t.Fatalf("pipelined Reserve after SCRIPT FLUSH: %v", err)
 	}
