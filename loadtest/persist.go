@@ -34,8 +34,18 @@ type PersistReport struct {
 	// LagAfterLastCreatedMs is AllPersistedMs − LastCreatedMs: the
 	// server-side time from the last reservation to its row (accurate to
 	// PollMs); -1 when unknown.
-	LagAfterLastCreatedMs int64  `json:"lagAfterLastCreatedMs"`
-	Error                 string `json:"error,omitempty"`
+	LagAfterLastCreatedMs int64 `json:"lagAfterLastCreatedMs"`
+	// The same from the rows themselves, read once after the polls:
+	// LastInsertedMs is the latest orders.inserted_at of the sale (when
+	// the writer's statement wrote the row, PostgreSQL's clock) relative to
+	// the opening, and InsertedAfterLastCreatedMs is it minus the latest
+	// created_at of that read. It does not depend on when a poll ran or
+	// how long the load tool took to see its answer; the row's commit
+	// follows within its statement. -1: unknown (see InsertedError).
+	LastInsertedMs             int64  `json:"lastInsertedMs"`
+	InsertedAfterLastCreatedMs int64  `json:"insertedAfterLastCreatedMs"`
+	InsertedError              string `json:"insertedError,omitempty"`
+	Error                      string `json:"error,omitempty"`
 }
 
 // rowSample is one poll: order rows of the sale at a time (Unix ms).
@@ -51,8 +61,36 @@ type orderPoller struct {
 	mu     sync.Mutex
 	series []rowSample
 	err    string
+	last   lastRows // read once the polls stop
 	done   chan struct{}
 	cancel context.CancelFunc
+}
+
+// lastRows is the latest created_at and inserted_at of a sale's orders
+// (Unix ms; 0: no rows), or why they could not be read.
+type lastRows struct {
+	createdMs, insertedMs int64
+	err                   string
+}
+
+// readLastRows reads the latest created_at and inserted_at of a sale's
+// orders on a connection of its own (the polls' may have been closed by
+// the cancel that stopped them mid-query).
+func readLastRows(ctx context.Context, url string, saleID int64) lastRows {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var l lastRows
+	conn, err := pgx.Connect(ctx, url)
+	if err == nil {
+		defer conn.Close(context.Background())
+		err = conn.QueryRow(ctx, `SELECT coalesce((extract(epoch FROM max(created_at)) * 1000)::bigint, 0),
+			coalesce((extract(epoch FROM max(inserted_at)) * 1000)::bigint, 0)
+			FROM orders WHERE sale_id = $1`, saleID).Scan(&l.createdMs, &l.insertedMs)
+	}
+	if err != nil {
+		l.err = err.Error()
+	}
+	return l
 }
 
 // startOrderPoller polls until stop; polls start at from (the opening).
@@ -72,6 +110,12 @@ func startOrderPoller(ctx context.Context, url string, saleID int64, from time.T
 			return
 		}
 		defer conn.Close(context.Background())
+		defer func() {
+			l := readLastRows(context.WithoutCancel(ctx), url, saleID)
+			p.mu.Lock()
+			p.last = l
+			p.mu.Unlock()
+		}()
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
@@ -115,7 +159,14 @@ func (p *orderPoller) stop(reserved, opensAtMs, lastReservationMs int64) *Persis
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := &PersistReport{PollMs: p.every.Milliseconds(), AllPersistedMs: -1, LagAfterLastReservationMs: -1,
-		LastCreatedMs: -1, LagAfterLastCreatedMs: -1, Error: p.err}
+		LastCreatedMs: -1, LagAfterLastCreatedMs: -1, LastInsertedMs: -1, InsertedAfterLastCreatedMs: -1, Error: p.err}
+	switch l := p.last; {
+	case l.err != "":
+		r.InsertedError = l.err
+	case l.insertedMs > 0:
+		r.LastInsertedMs = l.insertedMs - opensAtMs
+		r.InsertedAfterLastCreatedMs = l.insertedMs - l.createdMs
+	}
 	var createdAtAll int64
 	for _, s := range p.series {
 		r.Rows = s.rows

@@ -81,6 +81,26 @@ func TestRealServices(t *testing.T) {
 	if err := r.Err(); err != nil || len(r.Invariants) != 2 {
 		t.Fatalf("healthy database: %v (%+v)", err, r.Invariants)
 	}
+	// The persistence report: rows counted while polled, then the latest
+	// created_at and inserted_at read from the rows themselves.
+	opens := time.Now().Truncate(time.Millisecond)
+	exec(`INSERT INTO sales (id, name, starts_at, admission_rate, shuffle_seed, shuffle_commitment) VALUES (8, 't', now(), 10, '\x00', 'x')`)
+	exec(`INSERT INTO items (id, sale_id, product_id, quantity, price_cents, sold) VALUES (1002, 8, 1, 2, 100, 2)`)
+	at := func(d time.Duration) string { return opens.Add(d).UTC().Format("2006-01-02 15:04:05.000Z07:00") }
+	exec(`INSERT INTO orders (id, sale_id, item_id, user_id, status, price_cents, created_at, expires_at, inserted_at) VALUES
+		('00000000-0000-0000-0000-000000000011', 8, 1002, 20, 'PAID', 100, '` + at(1500*time.Millisecond) + `', now(), '` + at(4*time.Second) + `'),
+		('00000000-0000-0000-0000-000000000012', 8, 1002, 21, 'PENDING', 100, '` + at(3*time.Second) + `', now(), '` + at(3250*time.Millisecond) + `')`)
+	poll := startOrderPoller(ctx, pg.URL, 8, opens, 20*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	pr := poll.stop(2, opens.UnixMilli(), -1)
+	if pr.Error != "" || pr.InsertedError != "" || pr.Rows != 2 || pr.AllPersistedMs < 0 {
+		t.Errorf("persist report = %+v, want 2 rows seen", pr)
+	}
+	// The last row written (4 s) is not the last reservation's (3 s).
+	if pr.LastInsertedMs != 4000 || pr.InsertedAfterLastCreatedMs != 1000 || pr.LastCreatedMs != 3000 {
+		t.Errorf("persist report = %+v, want last inserted 4000 ms, 1000 ms after the last created (3000 ms)", pr)
+	}
+
 	// Break both: a second live order of user 11 (without the index that
 	// forbids it), which also puts 3 live orders on 2 units.
 	exec(`DROP INDEX orders_one_live_per_user`)

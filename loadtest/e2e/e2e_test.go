@@ -128,6 +128,8 @@ func TestSmokeAgainstStack(t *testing.T) {
 			}
 			if p := r.Persist; p == nil || p.Error != "" || p.AllPersistedMs < 0 || p.Rows != o.Reserved {
 				t.Errorf("persist report = %+v, want every reservation seen in PostgreSQL", p)
+			} else if p.InsertedError != "" || p.LastInsertedMs < 0 || p.InsertedAfterLastCreatedMs < 0 {
+				t.Errorf("persist report = %+v, want the rows' own last inserted_at, after the last created_at", p)
 			}
 			if r.Stopped != "done" {
 				t.Errorf("stopped = %q, want done", r.Stopped)
