@@ -514,3 +514,28 @@ func TestForUserSpreadsAddressesOverGateways(t *testing.T) {
 		c.close()
 	}
 }
+
+// TestFirstItemIndependentOfGateway: the shoppers of every gateway try
+// every item first in about equal numbers, whatever the counts share (the
+// user id modulo 10 items once sent the shoppers of the odd gateways of 6
+// to the odd items only). The draw is fixed by the seed.
+func TestFirstItemIndependentOfGateway(t *testing.T) {
+	s := &shard{cfg: Config{Seed: 7}}
+	const gateways, items, shoppers = 6, 10, 60000
+	var count [gateways][items]int
+	for g := range shoppers {
+		userID := int64(1 + g) // as runShoppers numbers them
+		count[g%gateways][s.firstItem(userID, items)]++
+	}
+	want := shoppers / gateways / items
+	for gw := range count {
+		for it, n := range count[gw] {
+			if n < want*8/10 || n > want*12/10 {
+				t.Errorf("gateway %d: item %d first for %d shoppers, want about %d", gw, it, n, want)
+			}
+		}
+	}
+	if a, b := s.firstItem(42, items), s.firstItem(42, items); a != b {
+		t.Errorf("firstItem(42) = %d then %d: not fixed by the seed", a, b)
+	}
+}
