@@ -37,6 +37,10 @@ bench: build
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
 
+# The load scenarios alone (drop at 100,000 shoppers, expiry, attack).
+bench-load: build
+	SKIP_GO=1 SKIP_HTTP=1 scripts/bench.sh
+
 fuzz:
 	scripts/fuzz.sh 10s
 

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # scripts/bench.sh — `make bench`: the Go benchmarks, then the HTTP benchmarks
 # (wrk against a bare fiber baseline and the gateway, interleaved, in this
-# run), recorded under out/bench/. docs/BENCHMARKS.md explains the results.
+# run), then the load scenarios (scripts/loadscenarios.sh: the drop at
+# 100,000 shoppers over six gateways, expiry, attack; reports in out/load/),
+# recorded under out/bench/. docs/BENCHMARKS.md explains the results.
 #
 #   OUT=out/bench            where results go
 #   BENCH_HTTP_FLAGS=...     extra flags of `flashsale bench http` (-rounds, -duration, -users ...)
 #   FLASHSALE_BENCH_CONNS=N  WebSockets held by waitroom's BenchmarkConnections (default 19000:
 #                            the server alone in the benchmark process, the clients in 2+ child
 #                            processes of <= 9,500 each; 20,000 open files per process)
-#   SKIP_GO=1 / SKIP_HTTP=1  run only one half
+#   BENCH_DROP_ENV='...'     the drop's size (default: GATEWAYS=6 SHOPPERS=100000
+#                            PROCESSES=7 SOURCE_ADDRS=120 STARTS_IN=75s DURATION=6m)
+#   SKIP_GO=1 / SKIP_HTTP=1 / SKIP_LOAD=1  leave a part out
 #
-# Takes about 8 minutes on 2 cores. Benchmarks measure; nothing here fails on a
+# Takes about 20 minutes on 2 cores (8 without the load scenarios). Benchmarks measure; nothing here fails on a
 # number. A benchmark that fails to build or run is recorded and the rest go on.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +26,7 @@ mkdir -p "$OUT"
 rm -f "$OUT"/summary.txt "$OUT"/failures.txt
 [ -n "${SKIP_GO:-}" ] || rm -f "$OUT"/go-*.txt
 [ -n "${SKIP_HTTP:-}" ] || rm -f "$OUT"/wrk-*.txt "$OUT"/http*.txt "$OUT"/server-*.log "$OUT"/*.lua
+[ -n "${SKIP_LOAD:-}" ] || rm -f "$OUT"/load-*.txt
 
 $GO build -o "$BIN" ./cmd/flashsale || exit 1
 
@@ -86,6 +91,21 @@ if [ -z "${SKIP_HTTP:-}" ]; then
 	fi
 fi
 
+if [ -z "${SKIP_LOAD:-}" ]; then
+	# Each scenario on a fresh multi-process stack; the rig's own summary
+	# lines (sell-out, persistence, steps, invariants) land in out/load/S.txt.
+	echo "== load: drop load $(cut -d' ' -f1-3 /proc/loadavg)"
+	# shellcheck disable=SC2086
+	if ! env ${BENCH_DROP_ENV:-GATEWAYS=6 SHOPPERS=100000 PROCESSES=7 SOURCE_ADDRS=120 STARTS_IN=75s DURATION=6m} \
+		BUILD=0 scripts/loadscenarios.sh drop > "$OUT/load-drop.txt" 2>&1; then
+		echo "== load drop: FAILED (see $OUT/load-drop.txt)" | tee -a "$OUT/failures.txt"
+	fi
+	echo "== load: expiry, attack load $(cut -d' ' -f1-3 /proc/loadavg)"
+	if ! BUILD=0 scripts/loadscenarios.sh expiry attack > "$OUT/load-expiry-attack.txt" 2>&1; then
+		echo "== load expiry/attack: FAILED (see $OUT/load-expiry-attack.txt)" | tee -a "$OUT/failures.txt"
+	fi
+fi
+
 {
 	cat "$OUT/machine.txt"
 	echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -130,6 +150,12 @@ fi
 		echo "  waitroom, $wconns WebSockets in one process: heap $wheap + stacks $wstack B/conn, RSS $wrss B/conn (goal <= 10240: $(goal "$wrss" 10240));"
 		echo "    push one status to all: median $wp50 ms, mean $wmean ms (goal <= 250: $(goal "$wp50" 250)); joins ${wjoin:-n/a}/s/core"
 	fi
+	for sc in drop expiry attack; do
+		[ -z "${SKIP_LOAD:-}" ] && [ -s "out/load/$sc.txt" ] || continue
+		echo
+		echo "Load scenario $sc (out/load/$sc.json, .html):"
+		grep -hE '^(shoppers|reserved|first/last|PostgreSQL|redis|invariant)' "out/load/$sc.txt" | sed 's/^/  /'
+	done
 	[ -s "$OUT/failures.txt" ] && { echo; echo "Failures / skipped:"; cat "$OUT/failures.txt"; }
 } > "$OUT/summary.txt"
 echo

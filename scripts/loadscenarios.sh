@@ -25,6 +25,12 @@
 #   GODEBUG [gcshrinkstackoff=1: for every process started here]
 #   PROCS_EACH [1: GOMAXPROCS of each gateway and load process; a dozen
 #   processes on 2 cores run better with one P each than with two]
+#   GATEWAY_PROCS [PROCS_EACH: GOMAXPROCS of each gateway alone]
+#   GATEWAY_NICE [2: the gateways run at nice -GATEWAY_NICE, a little ahead
+#   of the load processes, which stand in for shoppers' own machines but
+#   share the gateways' cores here; 0: equal turns (docs/benchmarks/load.md,
+#   sixth session: all orders in PostgreSQL within 2 s of the last
+#   reservation in 8 of 8 drops at 2, 4 of 10 at 0, same sell-out)]
 #   DATA_NICE [10: redis-server, PostgreSQL and the dev process (Kafka,
 #   writer) run at nice -10, standing in for their own machines; 0: off]
 set -euo pipefail
@@ -34,6 +40,8 @@ SCENARIOS=("$@")
 [ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=(drop expiry attack)
 GATEWAYS=${GATEWAYS:-2}
 PROCS_EACH=${PROCS_EACH:-1}
+GATEWAY_PROCS=${GATEWAY_PROCS:-$PROCS_EACH}
+GATEWAY_NICE=${GATEWAY_NICE:-2}
 BIN=./bin/flashsale
 OUT=out/load
 KAFKA_PORT=${KAFKA_PORT:-19092}
@@ -137,8 +145,8 @@ start_stack() { # scenario
 	local g
 	for g in $(seq 1 "$GATEWAYS"); do
 		FLASHSALE_REDIS_URL=$REDIS_URL FLASHSALE_DATABASE_URL=$DATABASE_URL \
-			FLASHSALE_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT GOMAXPROCS=$PROCS_EACH \
-			$BIN gateway --http-addr 127.0.0.1:$((18080 + g)) --admin-addr 127.0.0.1:$((19080 + g)) \
+			FLASHSALE_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT GOMAXPROCS=$GATEWAY_PROCS \
+			nice -n "-$GATEWAY_NICE" $BIN gateway --http-addr 127.0.0.1:$((18080 + g)) --admin-addr 127.0.0.1:$((19080 + g)) \
 			>"$dir/gateway$g.log" 2>&1 &
 		PIDS+=($!)
 		wait_url http://127.0.0.1:$((19080 + g))/readyz 60
@@ -203,6 +211,7 @@ run_scenario() { # scenario
 			"reserved \(.orders.reserved)  sold \(.orders.sold)  paid \(.orders.paid)  expired \(.orders.expired)  remaining \(.orders.remaining)  stopped \(.stopped)",
 			"first/last reservation \(.firstReservationMs)/\(.lastReservationMs) ms after opening, first sold-out seen \(.sellOutMs) ms, admissions \(.admissionsPerSecond | floor)/s",
 			"PostgreSQL: \(.persist.rows // "?") rows; all reserved orders in at \(.persist.allPersistedMs // "?") ms after opening: \(.persist.lagAfterLastCreatedMs // "?") ms after the last reservation (server time, orders.created_at \(.persist.lastCreatedMs // "?") ms), \(.persist.lagAfterLastReservationMs // "?") ms after the last 202 seen by a client",
+			"PostgreSQL, from the rows: the last order row written \(.persist.lastInsertedMs // "?") ms after opening (orders.inserted_at), \(.persist.insertedAfterLastCreatedMs // "?") ms after the last reservation (orders.created_at)",
 			"redis: \(.redis // "n/a" | tostring)",
 			(.steps | to_entries[] | "step \(.key): n=\(.value.count) p50 \(.value.latency.p50Ms) p99 \(.value.latency.p99Ms) max \(.value.latency.maxMs) ms \(.value.outcomes | tostring)"),
 			(.invariants[] | "invariant \(.name): \(if .ok then "OK" elif .skipped then "skipped" else "BROKEN" end) \(.detail // "")"),
