@@ -14,8 +14,11 @@
 #                            PROCESSES=7 SOURCE_ADDRS=120 STARTS_IN=75s DURATION=6m)
 #   SKIP_GO=1 / SKIP_HTTP=1 / SKIP_LOAD=1  leave a part out
 #
-# Takes about 20 minutes on 2 cores (8 without the load scenarios). Benchmarks measure; nothing here fails on a
-# number. A benchmark that fails to build or run is recorded and the rest go on.
+# Takes about 15 minutes on 2 cores (6½ without the load scenarios; a
+# non-root user runs the rig's gateways and data tier without their nice).
+# Benchmarks measure; nothing here fails on a number. A benchmark that fails
+# to build or run, or a load scenario whose invariants break, is recorded and
+# the rest go on.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
