@@ -159,16 +159,25 @@ start_stack() { # scenario
 	# shares 2 cores with a dozen gateway and load processes, and a
 	# single-threaded Redis given 1/20 of a core answers in seconds. It runs
 	# at nice -DATA_NICE (backends PostgreSQL forks later inherit it); the
-	# gateways and the load tool share the rest equally. DATA_NICE=0: off.
+	# gateways run at -GATEWAY_NICE, the load tool at 0. DATA_NICE=0: off.
 	if [ "${DATA_NICE:-10}" != 0 ]; then
-		local rport=${REDIS_URL##*:} data_pids
+		local rport=${REDIS_URL##*:} data_pids pg_main
 		rport=${rport%%/*}
-		data_pids="${PIDS[0]} $(pgrep -f "redis-server 127.0.0.1:$rport" | tr '\n' ' ') $(pgrep -u postgres | tr '\n' ' ')"
+		# This run's postmaster and its children only: other PostgreSQL
+		# servers on the machine (a test suite's) are not ours, and one of
+		# their short-lived backends exiting while its threads were listed
+		# once ended this script at start (set -e). A process gone by then
+		# is skipped.
+		pg_main=$(head -n 1 "$dir/data/pg/postmaster.pid" 2>/dev/null || true)
+		data_pids="${PIDS[0]} $(pgrep -f "redis-server 127.0.0.1:$rport" | tr '\n' ' ' || true) $pg_main"
+		if [ -n "$pg_main" ]; then
+			data_pids="$data_pids $(pgrep -P "$pg_main" | tr '\n' ' ' || true)"
+		fi
 		# Nice is per thread on Linux: renice every thread of each process
 		# (the Go dev process runs the broker on threads made at start).
 		local p tids=""
 		for p in $data_pids; do
-			tids="$tids $(ls /proc/"$p"/task 2>/dev/null | tr '\n' ' ')"
+			tids="$tids $(ls /proc/"$p"/task 2>/dev/null | tr '\n' ' ' || true)"
 		done
 		# shellcheck disable=SC2086
 		renice -n "-${DATA_NICE:-10}" -p $tids >/dev/null && echo "data tier at nice -${DATA_NICE:-10}: pids $data_pids"
