@@ -30,7 +30,7 @@
 #   of the load processes, which stand in for shoppers' own machines but
 #   share the gateways' cores here; 0: equal turns (docs/benchmarks/load.md,
 #   sixth session: all orders in PostgreSQL within 2 s of the last
-#   reservation in 8 of 8 drops at 2, 4 of 10 at 0, same sell-out)]
+#   reservation in 11 of 12 drops at 2, 4 of 10 at 0, same sell-out)]
 #   DATA_NICE [10: redis-server, PostgreSQL and the dev process (Kafka,
 #   writer) run at nice -10, standing in for their own machines; 0: off]
 set -euo pipefail
