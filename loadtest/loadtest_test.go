@@ -301,6 +301,11 @@ func TestRunFakeWebSocket(t *testing.T) {
 	if got := r.Steps[StepJoin].Outcomes["PREQUEUE"]; got != 50 {
 		t.Errorf("joins in PREQUEUE = %d, want 50 (%v)", got, r.Steps[StepJoin].Outcomes)
 	}
+	for _, n := range r.Notes {
+		if strings.Contains(n, "refused at join") {
+			t.Errorf("note %q without a refused join", n)
+		}
+	}
 	aw := r.Steps[StepAdmittedWait].Outcomes
 	if aw["ADMITTED"]+aw["SOLD_OUT"] != 50 {
 		t.Errorf("admitted wait outcomes = %v, want 50 in all", aw)
@@ -540,5 +545,27 @@ func TestFirstItemIndependentOfGateway(t *testing.T) {
 	}
 	if a, b := s.firstItem(42, items), s.firstItem(42, items); a != b {
 		t.Errorf("firstItem(42) = %d then %d: not fixed by the seed", a, b)
+	}
+}
+
+// TestJoinRefusalNote: shoppers refused at the door with 429 (WebSocket
+// upgrade or polling join) get a note naming how many shoppers the run put
+// on each address of each gateway; none refused, no note.
+func TestJoinRefusalNote(t *testing.T) {
+	cfg := Config{Shoppers: 50_000, SourceAddrs: 60, BaseURL: "http://a", BaseURLs: []string{"http://b", "http://c"}}
+	join := StepReport{Count: 50_000, Outcomes: map[string]int64{"PREQUEUE": 35_000, "ws_429": 14_000, "429 RATE_LIMITED": 1_000}}
+	n := joinRefusalNote(cfg, join)
+	for _, want := range []string{"15000 of 50000 shoppers were refused", "about 278 shoppers on each source address of each gateway",
+		"50000 shoppers, 60 addresses, 3 gateways", "FLASHSALE_WS_MAX_CONNS_PER_ADDR", "--source-addrs"} {
+		if !strings.Contains(n, want) {
+			t.Errorf("note %q lacks %q", n, want)
+		}
+	}
+	if n := joinRefusalNote(cfg, StepReport{Count: 50_000, Outcomes: map[string]int64{"PREQUEUE": 50_000}}); n != "" {
+		t.Errorf("note %q with no refusal", n)
+	}
+	cfg.SourceAddrs, cfg.BaseURLs = 0, nil // every shopper on one address and gateway
+	if n := joinRefusalNote(cfg, join); !strings.Contains(n, "about 50000 shoppers") {
+		t.Errorf("unbound sockets: note %q", n)
 	}
 }

@@ -148,6 +148,30 @@ func (r *Report) Err() error {
 	return fmt.Errorf("loadtest: %w", errors.Join(errs...))
 }
 
+// joinRefusalNote explains shoppers refused at the door with 429 (empty:
+// none were). A gateway caps the room connections one client address holds
+// (FLASHSALE_WS_MAX_CONNS_PER_ADDR, 200 by default) and its bot defense
+// limits addresses too; a run puts about Shoppers / (SourceAddrs ×
+// gateways) shoppers on each address of each gateway, so a run with too few
+// source addresses measures the refusals rather than the sale.
+func joinRefusalNote(cfg Config, join StepReport) string {
+	var refused int64
+	for out, n := range join.Outcomes {
+		if strings.Contains(out, "429") {
+			refused += n
+		}
+	}
+	if refused == 0 {
+		return ""
+	}
+	spread := max(cfg.SourceAddrs, 1) * max(len(cfg.baseURLs()), 1)
+	return fmt.Sprintf("%d of %d shoppers were refused at join with 429: this run put about %d shoppers on each "+
+		"source address of each gateway (%d shoppers, %d addresses, %d gateways), and a gateway takes 200 room "+
+		"connections per address by default (FLASHSALE_WS_MAX_CONNS_PER_ADDR) besides its bot-defense limits; "+
+		"raise --source-addrs to measure the sale rather than the per-address limits",
+		refused, join.Count, (cfg.Shoppers+spread-1)/spread, cfg.Shoppers, max(cfg.SourceAddrs, 1), len(cfg.baseURLs()))
+}
+
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func stepReport(s *stepStats) StepReport {

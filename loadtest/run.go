@@ -169,6 +169,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// Quiet wait, then the invariants.
 	p := rec.result()
 	rep.fill(p)
+	if n := joinRefusalNote(cfg, rep.Steps[StepJoin]); n != "" {
+		rep.Notes = append(rep.Notes, n)
+	}
 	figs, quiet, qd := waitQuiet(ctx, adm, info.ID, cfg.QuietTimeout)
 	if figs != nil {
 		rep.setFigures(figs.Items)

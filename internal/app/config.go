@@ -50,6 +50,10 @@ type Config struct {
 	// statuses (waitroom.Config); 0: its defaults.
 	WaitingPushes int
 	StatusEvery   time.Duration
+	// WSMaxConnsPerAddr caps one client address's room connections on one
+	// gateway (waitroom.Config.MaxConnsPerIP). Raise it for shoppers behind
+	// carrier-grade NAT.
+	WSMaxConnsPerAddr int
 
 	LogFormat string // "json" or "text"
 	LogLevel  string
@@ -58,22 +62,23 @@ type Config struct {
 // Defaults returns the contract's defaults.
 func Defaults() Config {
 	return Config{
-		HTTPAddr:        "127.0.0.1:8080",
-		AdminAddr:       "127.0.0.1:9090",
-		PaymentWindow:   10 * time.Minute,
-		ExpiryInterval:  30 * time.Second,
-		AdmissionTTL:    5 * time.Minute,
-		DBMaxConns:      16,
-		DBMinConns:      8,
-		WriterBatchSize: 500,
-		WriterInFlight:  2,
-		WriterMaxConns:  4,
-		KafkaProducers:  kafka.DefaultProducers,
-		ReconcileAfter:  2 * time.Minute,
-		CapacityFactor:  2,
-		TokenCacheSize:  1 << 18,
-		LogFormat:       "json",
-		LogLevel:        "info",
+		HTTPAddr:          "127.0.0.1:8080",
+		AdminAddr:         "127.0.0.1:9090",
+		PaymentWindow:     10 * time.Minute,
+		ExpiryInterval:    30 * time.Second,
+		AdmissionTTL:      5 * time.Minute,
+		DBMaxConns:        16,
+		DBMinConns:        8,
+		WriterBatchSize:   500,
+		WriterInFlight:    2,
+		WriterMaxConns:    4,
+		KafkaProducers:    kafka.DefaultProducers,
+		ReconcileAfter:    2 * time.Minute,
+		CapacityFactor:    2,
+		TokenCacheSize:    1 << 18,
+		WSMaxConnsPerAddr: 200,
+		LogFormat:         "json",
+		LogLevel:          "info",
 	}
 }
 
@@ -162,6 +167,7 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 		c.WaitingPushes = n
 	}
 	dur("FLASHSALE_STATUS_EVERY", &c.StatusEvery)
+	integer("FLASHSALE_WS_MAX_CONNS_PER_ADDR", &c.WSMaxConnsPerAddr)
 	str("FLASHSALE_LOG_FORMAT", &c.LogFormat)
 	str("FLASHSALE_LOG_LEVEL", &c.LogLevel)
 	return errors.Join(errs...)

@@ -230,3 +230,29 @@ func TestBlockingClosesOpenWaitingRoomConnections(t *testing.T) {
 		t.Fatalf("after BLOCKED: %v, want close 1008", err)
 	}
 }
+
+// TestWSConnsPerAddrConfigured: FLASHSALE_WS_MAX_CONNS_PER_ADDR reaches the
+// gateway's waiting room: with a cap of 2, the third room connection from
+// one address is refused with 429 while the first two stay open.
+func TestWSConnsPerAddrConfigured(t *testing.T) {
+	s := startStack(t, func(c *app.Config) { c.WSMaxConnsPerAddr = 2 })
+	saleID, _ := s.createSale(10)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	url := strings.Replace(s.App.PublicURL, "http://", "ws://", 1) + fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID)
+	for i := range 2 {
+		c, _, err := websocket.Dial(ctx, url, nil)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i+1, err)
+		}
+		defer c.CloseNow()
+	}
+	c, hresp, err := websocket.Dial(ctx, url, nil)
+	if err == nil {
+		c.CloseNow()
+		t.Fatal("third connection from one address accepted with a cap of 2")
+	}
+	if hresp == nil || hresp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("third connection: %v (response %v), want 429", err, hresp)
+	}
+}

@@ -66,6 +66,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		WaitingPushes:  cfg.WaitingPushes,
 		StatusEvery:    cfg.StatusEvery,
 		MaxConns:       maxWebSockets(),
+		MaxConnsPerIP:  cfg.WSMaxConnsPerAddr,
 		OriginPatterns: originPatterns(cfg.CORSOrigins),
 	}, a.rdb, a.cache, a.stock, a.access, a.signer, guard, a.log, a.reg)
 	a.goRun("waitroom", func() error { return room.Run(runCtx) })
