@@ -569,3 +569,25 @@ func TestJoinRefusalNote(t *testing.T) {
 		t.Errorf("unbound sockets: note %q", n)
 	}
 }
+
+// TestCrowdedAddrWarning: a WebSocket run that puts more shoppers on an
+// address of a gateway than the default cap is warned before it starts;
+// one within the cap, or polling (no held connection), is not.
+func TestCrowdedAddrWarning(t *testing.T) {
+	cfg := Config{Transport: TransportWS, Shoppers: 25_000, SourceAddrs: 30, BaseURL: "http://a", BaseURLs: []string{"http://b"}}
+	w := crowdedAddrWarning(cfg)
+	for _, want := range []string{"about 417 shoppers on each source address of each gateway", "25000 shoppers, 30 addresses, 2 gateways",
+		"FLASHSALE_WS_MAX_CONNS_PER_ADDR"} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warning %q lacks %q", w, want)
+		}
+	}
+	cfg.SourceAddrs = 120 // 105 an address and gateway
+	if w := crowdedAddrWarning(cfg); w != "" {
+		t.Errorf("warning %q within the cap", w)
+	}
+	cfg.SourceAddrs, cfg.Transport = 30, TransportPolling
+	if w := crowdedAddrWarning(cfg); w != "" {
+		t.Errorf("warning %q for polling", w)
+	}
+}

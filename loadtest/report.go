@@ -148,12 +148,40 @@ func (r *Report) Err() error {
 	return fmt.Errorf("loadtest: %w", errors.Join(errs...))
 }
 
+// defaultConnsPerAddr is a gateway's default cap on the room connections
+// one client address holds (FLASHSALE_WS_MAX_CONNS_PER_ADDR).
+const defaultConnsPerAddr = 200
+
+// shoppersPerAddr is about how many shoppers a run puts on each source
+// address of each gateway: Shoppers / (SourceAddrs × gateways).
+func shoppersPerAddr(cfg Config) int {
+	spread := max(cfg.SourceAddrs, 1) * max(len(cfg.baseURLs()), 1)
+	return (cfg.Shoppers + spread - 1) / spread
+}
+
+// spreadString names the run's spread: shoppers, addresses, gateways.
+func spreadString(cfg Config) string {
+	return fmt.Sprintf("%d shoppers, %d addresses, %d gateways", cfg.Shoppers, max(cfg.SourceAddrs, 1), len(cfg.baseURLs()))
+}
+
+// crowdedAddrWarning warns, before a WebSocket run, that it puts more
+// shoppers on an address of a gateway than a gateway takes by default
+// (empty: it does not).
+func crowdedAddrWarning(cfg Config) string {
+	if cfg.Transport != TransportWS || shoppersPerAddr(cfg) <= defaultConnsPerAddr {
+		return ""
+	}
+	return fmt.Sprintf("warning: about %d shoppers on each source address of each gateway (%s), above the %d room "+
+		"connections per address a gateway takes by default: expect 429s at join unless the gateways set "+
+		"FLASHSALE_WS_MAX_CONNS_PER_ADDR higher; --source-addrs spreads them further",
+		shoppersPerAddr(cfg), spreadString(cfg), defaultConnsPerAddr)
+}
+
 // joinRefusalNote explains shoppers refused at the door with 429 (empty:
 // none were). A gateway caps the room connections one client address holds
-// (FLASHSALE_WS_MAX_CONNS_PER_ADDR, 200 by default) and its bot defense
-// limits addresses too; a run puts about Shoppers / (SourceAddrs ×
-// gateways) shoppers on each address of each gateway, so a run with too few
-// source addresses measures the refusals rather than the sale.
+// (FLASHSALE_WS_MAX_CONNS_PER_ADDR) and its bot defense limits addresses
+// too, so a run with too few source addresses measures the refusals rather
+// than the sale.
 func joinRefusalNote(cfg Config, join StepReport) string {
 	var refused int64
 	for out, n := range join.Outcomes {
@@ -164,12 +192,11 @@ func joinRefusalNote(cfg Config, join StepReport) string {
 	if refused == 0 {
 		return ""
 	}
-	spread := max(cfg.SourceAddrs, 1) * max(len(cfg.baseURLs()), 1)
 	return fmt.Sprintf("%d of %d shoppers were refused at join with 429: this run put about %d shoppers on each "+
-		"source address of each gateway (%d shoppers, %d addresses, %d gateways), and a gateway takes 200 room "+
-		"connections per address by default (FLASHSALE_WS_MAX_CONNS_PER_ADDR) besides its bot-defense limits; "+
-		"raise --source-addrs to measure the sale rather than the per-address limits",
-		refused, join.Count, (cfg.Shoppers+spread-1)/spread, cfg.Shoppers, max(cfg.SourceAddrs, 1), len(cfg.baseURLs()))
+		"source address of each gateway (%s), and a gateway takes %d room connections per address by default "+
+		"(FLASHSALE_WS_MAX_CONNS_PER_ADDR) besides its bot-defense limits; raise --source-addrs to measure the "+
+		"sale rather than the per-address limits",
+		refused, join.Count, shoppersPerAddr(cfg), spreadString(cfg), defaultConnsPerAddr)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -20,6 +20,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if w := crowdedAddrWarning(cfg); w != "" && cfg.Progress != nil {
+		fmt.Fprintln(cfg.Progress, w)
+	}
 	started := time.Now()
 	ctx, cancel := context.WithDeadline(ctx, started.Add(cfg.Duration))
 	defer cancel()
