@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/waitroom"
 )
 
 // Report is the result of a run. It encodes to JSON as is.
@@ -148,10 +149,6 @@ func (r *Report) Err() error {
 	return fmt.Errorf("loadtest: %w", errors.Join(errs...))
 }
 
-// defaultConnsPerAddr is a gateway's default cap on the room connections
-// one client address holds (FLASHSALE_WS_MAX_CONNS_PER_ADDR).
-const defaultConnsPerAddr = 200
-
 // shoppersPerAddr is about how many shoppers a run puts on each source
 // address of each gateway: Shoppers / (SourceAddrs × gateways).
 func shoppersPerAddr(cfg Config) int {
@@ -168,13 +165,13 @@ func spreadString(cfg Config) string {
 // shoppers on an address of a gateway than a gateway takes by default
 // (empty: it does not).
 func crowdedAddrWarning(cfg Config) string {
-	if cfg.Transport != TransportWS || shoppersPerAddr(cfg) <= defaultConnsPerAddr {
+	if cfg.Transport != TransportWS || shoppersPerAddr(cfg) <= waitroom.DefaultMaxConnsPerIP {
 		return ""
 	}
 	return fmt.Sprintf("warning: about %d shoppers on each source address of each gateway (%s), above the %d room "+
 		"connections per address a gateway takes by default: expect 429s at join unless the gateways set "+
 		"FLASHSALE_WS_MAX_CONNS_PER_ADDR higher; --source-addrs spreads them further",
-		shoppersPerAddr(cfg), spreadString(cfg), defaultConnsPerAddr)
+		shoppersPerAddr(cfg), spreadString(cfg), waitroom.DefaultMaxConnsPerIP)
 }
 
 // joinRefusalNote explains shoppers refused at the door with 429 (empty:
@@ -196,7 +193,7 @@ func joinRefusalNote(cfg Config, join StepReport) string {
 		"source address of each gateway (%s), and a gateway takes %d room connections per address by default "+
 		"(FLASHSALE_WS_MAX_CONNS_PER_ADDR) besides its bot-defense limits; raise --source-addrs to measure the "+
 		"sale rather than the per-address limits",
-		refused, join.Count, shoppersPerAddr(cfg), spreadString(cfg), defaultConnsPerAddr)
+		refused, join.Count, shoppersPerAddr(cfg), spreadString(cfg), waitroom.DefaultMaxConnsPerIP)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -81,7 +81,7 @@ type Config struct {
 	// no delay].
 	ResumeDelay     time.Duration
 	MaxMessageBytes int64 // largest client message [4096]
-	MaxConnsPerIP   int   // [200]
+	MaxConnsPerIP   int   // [DefaultMaxConnsPerIP]
 	// MaxConns caps this process's WebSocket connections (0: no cap). Set
 	// it below the open-file limit, so a crowd cannot starve the process of
 	// the descriptors its Redis, PostgreSQL and Kafka connections need.
@@ -123,6 +123,12 @@ type Config struct {
 	ClientIP func(*http.Request) netip.Addr
 }
 
+// DefaultMaxConnsPerIP is how many room connections one client address may
+// hold on one gateway unless Config.MaxConnsPerIP says otherwise
+// (FLASHSALE_WS_MAX_CONNS_PER_ADDR); the load harness warns a run that
+// would pass it.
+const DefaultMaxConnsPerIP = 200
+
 func (c *Config) defaults() {
 	setDur := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -143,7 +149,7 @@ func (c *Config) defaults() {
 		c.MaxMessageBytes = 4096
 	}
 	if c.MaxConnsPerIP <= 0 {
-		c.MaxConnsPerIP = 200
+		c.MaxConnsPerIP = DefaultMaxConnsPerIP
 	}
 	if c.MaxConnsPerUser <= 0 {
 		c.MaxConnsPerUser = 4

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/flashsale/flashsale/loadtest"
+	"github.com/flashsale/flashsale/waitroom"
 )
 
 type urlList []string
@@ -37,7 +38,7 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	flood := fs.Int("flood", -1, "hostile purchases without valid tokens")
 	early := fs.Int("early", -1, "hostile clicks before opening")
 	oneAddr := fs.Int("one-addr", -1, "shoppers sharing one source address")
-	sourceAddrs := fs.Int("source-addrs", -1, "spread client sockets over this many 127.0.0.x addresses (a gateway takes 200 room connections per address unless FLASHSALE_WS_MAX_CONNS_PER_ADDR says otherwise: keep shoppers / (addresses × gateways) below it)")
+	sourceAddrs := fs.Int("source-addrs", -1, fmt.Sprintf("spread client sockets over this many 127.0.0.x addresses (a gateway takes %d room connections per address unless FLASHSALE_WS_MAX_CONNS_PER_ADDR says otherwise: keep shoppers / (addresses × gateways) below it)", waitroom.DefaultMaxConnsPerIP))
 	procs := fs.Int("processes", -1, "worker processes (to pass the per-process open-file limit)")
 	duration := fs.Duration("duration", 0, "hard bound on the run")
 	quiet := fs.Duration("quiet-timeout", 0, "how long to wait for conservation after the shoppers (default: 15s, at most a fifth of the duration); cover the server's FLASHSALE_RECONCILE_AFTER when publishes may fail")

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/internal/kafka"
+	"github.com/flashsale/flashsale/waitroom"
 )
 
 // Config is the resolved configuration of every role.
@@ -76,7 +77,7 @@ func Defaults() Config {
 		ReconcileAfter:    2 * time.Minute,
 		CapacityFactor:    2,
 		TokenCacheSize:    1 << 18,
-		WSMaxConnsPerAddr: 200,
+		WSMaxConnsPerAddr: waitroom.DefaultMaxConnsPerIP,
 		LogFormat:         "json",
 		LogLevel:          "info",
 	}
