@@ -463,7 +463,7 @@ func (s *shard) runPolling(ctx context.Context, sh *shopper) {
 	}
 	s.joinedNow(sh, w, m.State)
 	interval := s.cfg.PollInterval
-	rng := rand.New(rand.NewPCG(s.cfg.Seed, uint64(sh.userID)))
+	rng := s.draw(sh.userID, 0)
 	for ctx.Err() == nil {
 		if m.OpensAtMs > 0 {
 			w.opensAtMs = m.OpensAtMs
@@ -622,6 +622,13 @@ func itemFromURL(u string) int64 {
 	return id
 }
 
+// draw is a shopper's own random stream for one purpose (salt): fixed by
+// the run's seed and the user id, so a run with the same seed repeats
+// every shopper's choices whichever process and gateway serve it.
+func (s *shard) draw(userID int64, salt uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(s.cfg.Seed^salt, uint64(userID)))
+}
+
 // firstItem draws, from the seed and the user id, the first of n items a
 // shopper tries. It was the user id modulo n, and a shopper's gateway is
 // its index modulo the gateways: with 10 items over 6 gateways the odd
@@ -630,7 +637,7 @@ func itemFromURL(u string) int64 {
 // drop of 2026-11-30: median reservation 0.82 s against 1.06 s after
 // opening by item parity).
 func (s *shard) firstItem(userID int64, n int) int {
-	return rand.New(rand.NewPCG(s.cfg.Seed^0xd1b54a32d192ed03, uint64(userID))).IntN(n)
+	return s.draw(userID, 0xd1b54a32d192ed03).IntN(n)
 }
 
 // pays draws, from the seed and the user id, whether this winner pays.
@@ -638,7 +645,7 @@ func (s *shard) pays(userID int64) bool {
 	if s.cfg.PayFraction >= 1 {
 		return true
 	}
-	return rand.New(rand.NewPCG(s.cfg.Seed^0x9e3779b97f4a7c15, uint64(userID))).Float64() < s.cfg.PayFraction
+	return s.draw(userID, 0x9e3779b97f4a7c15).Float64() < s.cfg.PayFraction
 }
 
 // payAfter draws, from the seed and the user id, this winner's think time
@@ -658,7 +665,7 @@ func (s *shard) around(d time.Duration, userID int64, salt uint64) time.Duration
 	if d <= 0 {
 		return 0
 	}
-	f := rand.New(rand.NewPCG(s.cfg.Seed^salt, uint64(userID))).Float64()
+	f := s.draw(userID, salt).Float64()
 	return time.Duration(float64(d) * (0.5 + f))
 }
 
