@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/flashsale/flashsale"
@@ -40,12 +41,18 @@ func (a *adminSale) info() saleInfo {
 	return s
 }
 
-// admin talks to the operator API.
+// admin talks to the operator API through the run's gateways: a read
+// that gets no answer, or a 5xx, is tried on the next one, so the run
+// still reads its figures when the gateway it used is gone.
 type admin struct {
-	hc   *httpClient
-	base string
-	tok  string
+	hc    *httpClient
+	bases []string
+	cur   atomic.Int64 // index of the gateway in use
+	tok   string
+	rec   *recorder // nil: answers not counted
 }
+
+func (a *admin) base() string { return a.bases[int(a.cur.Load())%len(a.bases)] }
 
 // createSale creates the run's sale: Quantity units split over Items items,
 // opening StartsIn from now.
@@ -73,7 +80,7 @@ func (a *admin) createSale(ctx context.Context, cfg Config, now time.Time) (*adm
 		"admissionRatePerSecond": cfg.AdmissionRate,
 		"items":                  items,
 	}
-	r, err := do(ctx, a.hc, http.MethodPost, a.base+"/api/admin/sales", bearer(a.tok), body)
+	r, err := do(ctx, a.hc, http.MethodPost, a.bases[0]+"/api/admin/sales", bearer(a.tok), body)
 	if err != nil {
 		return nil, fmt.Errorf("loadtest: create sale: %w", err)
 	}
@@ -91,7 +98,18 @@ func (a *admin) createSale(ctx context.Context, cfg Config, now time.Time) (*adm
 }
 
 func (a *admin) getSale(ctx context.Context, id int64) (*adminSale, error) {
-	r, err := do(ctx, a.hc, http.MethodGet, fmt.Sprintf("%s/api/admin/sales/%d", a.base, id), bearer(a.tok), nil)
+	var r apiResult
+	var err error
+	for range a.bases {
+		r, err = do(ctx, a.hc, http.MethodGet, fmt.Sprintf("%s/api/admin/sales/%d", a.base(), id), bearer(a.tok), nil)
+		if a.rec != nil {
+			a.rec.response(ctx, "admin", r, err)
+		}
+		if ctx.Err() != nil || (err == nil && r.Status < 500) {
+			break
+		}
+		a.cur.Add(1)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("loadtest: get sale %d: %w", id, err)
 	}

@@ -111,6 +111,12 @@ func (r *Report) checkPostgres(ctx context.Context, url string, saleID int64) {
 	defer rows.Close()
 	var bad []string
 	n := 0
+	var pgOver int64
+	defer func() {
+		if r.Summary != nil {
+			r.Summary.Oversold = max(r.Summary.Oversold, pgOver)
+		}
+	}()
 	for rows.Next() {
 		var id, q, sold, liveN int64
 		if err := rows.Scan(&id, &q, &sold, &liveN); err != nil {
@@ -118,6 +124,7 @@ func (r *Report) checkPostgres(ctx context.Context, url string, saleID int64) {
 			return
 		}
 		n++
+		pgOver += max(liveN-q, sold-q, 0)
 		if liveN > q || sold > q {
 			bad = append(bad, fmt.Sprintf("item %d: %d live orders, items.sold %d, quantity %d", id, liveN, sold, q))
 		} else if sold != liveN {

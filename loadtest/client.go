@@ -126,6 +126,9 @@ type apiResult struct {
 	Code       string // "error" field of an error body
 	Body       []byte
 	RetryAfter time.Duration
+	// HasRetryAfter says the answer carried a Retry-After header (a 503
+	// without one is a server fault, with one a documented refusal).
+	HasRetryAfter bool
 }
 
 // busy reports a 429 or 503: the server asks to come back later.
@@ -187,6 +190,7 @@ func do(ctx context.Context, c *httpClient, method, url string, hdr map[string]s
 		}
 	}
 	if ra := resp.Header.Peek("Retry-After"); len(ra) > 0 {
+		r.HasRetryAfter = true
 		if s, err := strconv.Atoi(string(ra)); err == nil && s >= 0 {
 			r.RetryAfter = time.Duration(s) * time.Second
 		}
@@ -214,6 +218,18 @@ func errOutcome(err error) string {
 	default:
 		return "conn_error"
 	}
+}
+
+// gatewayGone reports a transport error after which a shopper tries
+// another gateway: the connection was refused, reset or broken, or the
+// answer never came. Local shortages (files, ports) and cancellation are
+// not the gateway's doing.
+func gatewayGone(err error) bool {
+	switch errOutcome(err) {
+	case "conn_refused", "conn_reset", "conn_error", "timeout":
+		return true
+	}
+	return false
 }
 
 func isTimeout(err error) bool {

@@ -7,8 +7,49 @@
 // opening (counting Redis commands when RedisURL is given), shoppers who
 // join the waiting room (WebSocket or polling), wait for admission, buy,
 // wait for the order to become payable and pay with probability
-// PayFraction, then a wait until the system is quiet and the invariant
-// checks. Run returns an error when an invariant is broken.
+// PayFraction, then a wait until the system is quiet, the read-back of
+// every order and the invariant checks. Run returns an error when an
+// invariant is broken.
+//
+// Shoppers act as the shop page does when a part fails: a room
+// connection that drops or cannot be opened is tried again after a
+// jittered, capped backoff with the same access token; after a transport
+// error (refused, reset, broken, no answer) the shopper moves to the next
+// gateway of the run; a purchase whose answer was lost (a transport
+// error, a 5xx, a 503 naming an order) is looked up with GET
+// /api/flash-sales/sales/{id}/order before buying again, after the
+// Retry-After of a 429 or 503.
+//
+// The JSON report's fault-tolerance parts, whose names stay stable (the
+// fault suite reads them):
+//
+//   - "ledger": every order the run learnt of: orderId, userId, itemId,
+//     gateway (base URL of the answer), source (purchase_202,
+//     purchase_409, sale_order, purchase_503), acknowledged (a 202),
+//     atMs (since the opening) and atUnixMs, shopperStatus, apiStatus
+//     (GET of the order as its owner at the end: a status, NOT_FOUND or
+//     UNREAD <outcome>), dbStatus (its PostgreSQL row, ABSENT without one;
+//     DatabaseURL runs), final (the row's status, else the API's;
+//     MISSING, UNKNOWN).
+//   - "summary": oversold, acknowledged, acknowledgedLost,
+//     acknowledgedRejected, acknowledgedCancelled (not by its shopper),
+//     acknowledgedUnverified, acknowledgedInFlight, ordersBySource,
+//     unacknowledgedRejected, strandedUnits (remainingUnits when the run
+//     ended with the sale open and shoppers waiting: waitingAdmin from
+//     the admin API's queue.waiting, waitingRun from the run's own
+//     shoppers), saleState, http5xx (every 5xx but a 503 with
+//     Retry-After: {total, byRoute: {"purchase 500": n, "pay 503 without
+//     Retry-After": n}}), http503RetryAfter, networkErrors ({total,
+//     byRoute: {"purchase conn_refused": n}}), reconnects, gatewayMoves,
+//     placesLost, examples (up to 10 order ids per broken count).
+//   - "timeline": admissionsMs and reservationsMs, sorted ms since the
+//     opening of every admission token a shopper received and of every
+//     202: the recovery from a fault at T is the first of each after T.
+//
+// Invariants besides oversell, one order per user and conservation:
+// "acknowledged orders kept" (every 202 ends PENDING, PAID, EXPIRED or
+// CANCELLED by its shopper), "no stranded stock" and "no 5xx but 503
+// with Retry-After".
 package loadtest
 
 import (
@@ -94,9 +135,12 @@ type Config struct {
 
 	Hostile Hostile `json:"hostile"`
 
-	SourceAddrs int           `json:"sourceAddrs,omitempty"` // client sockets bind 127.0.0.2 … (0: no binding)
-	Processes   int           `json:"processes,omitempty"`   // worker processes for shoppers (≤1: in-process)
-	Duration    time.Duration `json:"duration"`              // hard bound on the whole run
+	SourceAddrs int `json:"sourceAddrs,omitempty"` // client sockets bind 127.0.0.2 … (0: no binding)
+	Processes   int `json:"processes,omitempty"`   // worker processes for shoppers (≤1: in-process)
+	// Duration bounds the shoppers and the quiet wait; the read-back of
+	// the orders and the database checks then get QuietTimeout (at least
+	// 5 s) more.
+	Duration time.Duration `json:"duration"`
 	// QuietTimeout bounds the wait for conservation after the shoppers end
 	// (0: 15s, at most a fifth of Duration).
 	QuietTimeout time.Duration `json:"quietTimeout,omitempty"`

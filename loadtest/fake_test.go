@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,9 +27,12 @@ const testSecret = "loadtest-secret"
 // order per user (unless broken), orders payable after a short delay.
 type fakeStack struct {
 	t      testing.TB
-	srv    *httptest.Server
+	srv    *httptest.Server   // the first gateway
+	srvs   []*httptest.Server // every gateway, sharing the state below
+	lns    []*killableListener
 	v      *auth.Verifier
 	broken bool // oversells by one unit
+	faults fakeFaults
 
 	mu       sync.Mutex
 	saleID   int64
@@ -48,6 +52,66 @@ type fakeStack struct {
 	soldOutStays []time.Duration
 	nextJoin     atomic.Int64
 	nextOrd      atomic.Int64
+	purchases    int // purchase requests that reached the stock
+	roomJoins    int // WebSocket joins
+}
+
+// fakeFaults are the server faults a fake stack plays, counted over its
+// purchases (the n-th purchase that reaches the stock, from 1).
+type fakeFaults struct {
+	rejectFirst int // the first n orders are REJECTED right after their 202 (unit back)
+	loseAfter   int // the order after the first n is forgotten right after its 202 (unit back)
+	fail500     int // the first n purchases answer 500 without reserving
+	dropAnswers int // the first n purchases reserve, then the connection closes unanswered
+	admitOnly   int // only the first n joiners are ever admitted (0: all)
+	roomBusy    int // the first n room joins are answered error UNAVAILABLE, closed 1013
+}
+
+// killableListener is a gateway's listener that can die as a process
+// does: the port refuses new connections and every open connection,
+// hijacked WebSockets included, is closed at once.
+type killableListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	dead  bool
+}
+
+func (l *killableListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dead {
+		c.Close()
+		return nil, net.ErrClosed
+	}
+	l.conns = append(l.conns, c)
+	return c, nil
+}
+
+func (l *killableListener) kill() {
+	l.mu.Lock()
+	l.dead = true
+	conns := l.conns
+	l.mu.Unlock()
+	l.Listener.Close()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// kill kills gateway i.
+func (f *fakeStack) kill(i int) { f.lns[i].kill() }
+
+func (f *fakeStack) urls() []string {
+	var out []string
+	for _, s := range f.srvs {
+		out = append(out, s.URL)
+	}
+	return out
 }
 
 type fakeItem struct {
@@ -64,7 +128,40 @@ type fakeOrder struct {
 }
 
 func newFakeStack(t testing.TB, broken bool) *fakeStack {
-	f := &fakeStack{t: t, v: auth.NewVerifier(testSecret), broken: broken,
+	return newFakeStackWith(t, broken, fakeFaults{}, 1)
+}
+
+// runFake runs the load test against a fake stack of one gateway that
+// plays faults, and fails the test unless the run passes.
+func runFake(t testing.TB, faults fakeFaults) *Report {
+	t.Helper()
+	f := newFakeStackWith(t, false, faults, 1)
+	r, err := Run(context.Background(), fakeConfig(f))
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return r
+}
+
+// runFakeBroken runs the load test with cfg and fails the test unless
+// the run fails with a report that breaks exactly the invariants want.
+// It returns the report and the run's error.
+func runFakeBroken(t testing.TB, cfg Config, want ...string) (*Report, error) {
+	t.Helper()
+	r, err := Run(context.Background(), cfg)
+	if err == nil || r == nil {
+		t.Fatalf("Run = %v: want an invariant error with a report", err)
+	}
+	if got := brokenInvariants(r); !slices.Equal(got, want) {
+		t.Errorf("broken = %q, want %q (%+v)", got, want, r.Invariants)
+	}
+	return r, err
+}
+
+// newFakeStackWith starts a fake stack of gateways gateways that plays
+// faults.
+func newFakeStackWith(t testing.TB, broken bool, faults fakeFaults, gateways int) *fakeStack {
+	f := &fakeStack{t: t, v: auth.NewVerifier(testSecret), broken: broken, faults: faults,
 		buyers: map[int64]string{}, orders: map[string]*fakeOrder{}, admitAt: map[int64]time.Time{},
 		soldOut: make(chan struct{}), ips: map[string]int{}}
 	mux := http.NewServeMux()
@@ -79,15 +176,24 @@ func newFakeStack(t testing.TB, broken bool) *fakeStack {
 	mux.HandleFunc("/api/flash-sales/sales/{id}/queue", f.queue)
 	mux.HandleFunc("POST /api/flash-sales/items/{id}/purchase", f.purchase)
 	mux.HandleFunc("GET /api/flash-sales/orders/{id}", f.getOrder)
+	mux.HandleFunc("GET /api/flash-sales/sales/{id}/order", f.saleOrder)
 	mux.HandleFunc("POST /api/flash-sales/orders/{id}/pay", f.pay)
-	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
 		f.mu.Lock()
 		f.ips[host]++
 		f.mu.Unlock()
 		mux.ServeHTTP(w, r)
-	}))
-	t.Cleanup(f.srv.Close)
+	})
+	for range max(gateways, 1) {
+		srv := httptest.NewUnstartedServer(h)
+		ln := &killableListener{Listener: srv.Listener}
+		srv.Listener = ln
+		srv.Start()
+		t.Cleanup(srv.Close)
+		f.srvs, f.lns = append(f.srvs, srv), append(f.lns, ln)
+	}
+	f.srv = f.srvs[0]
 	return f
 }
 
@@ -162,15 +268,28 @@ func (f *fakeStack) getSaleLocked(w http.ResponseWriter, status int) {
 		Sold      int64 `json:"sold"`
 		Paid      int64 `json:"paid"`
 	}
+	type queue struct {
+		Waiting int64 `json:"waiting"`
+	}
 	out := struct {
 		ID       int64     `json:"id"`
 		StartsAt time.Time `json:"startsAt"`
+		State    string    `json:"state"`
 		Items    []item    `json:"items"`
-	}{ID: f.saleID, StartsAt: f.opensAt}
+		Queue    queue     `json:"queue"`
+	}{ID: f.saleID, StartsAt: f.opensAt, State: "OPEN"}
+	if f.closedSO {
+		out.State = "SOLD_OUT"
+	}
+	for u, at := range f.admitAt {
+		if _, bought := f.buyers[u]; !bought && time.Now().Before(at) {
+			out.Queue.Waiting++
+		}
+	}
 	for _, it := range f.items {
 		x := item{ID: it.ID, Quantity: it.Quantity, Remaining: it.Remaining}
 		for _, o := range f.orders {
-			if o.Item == it.ID {
+			if o.Item == it.ID && o.Status != "REJECTED" {
 				x.Sold++
 				if o.Status == "PAID" {
 					x.Paid++
@@ -191,6 +310,9 @@ func (f *fakeStack) status(user int64) map[string]any {
 	if !ok {
 		n := f.nextJoin.Add(1)
 		at = f.opensAt.Add(time.Duration(n) * time.Second / time.Duration(f.rate))
+		if f.faults.admitOnly > 0 && n > int64(f.faults.admitOnly) {
+			at = f.opensAt.Add(time.Hour)
+		}
 		f.admitAt[user] = at
 	}
 	now := time.Now()
@@ -248,6 +370,15 @@ func (f *fakeStack) queue(w http.ResponseWriter, r *http.Request) {
 	if join.Type != "join" || err != nil {
 		wsSend(ctx, c, map[string]any{"type": "error", "error": "UNAUTHENTICATED"})
 		c.Close(websocket.StatusPolicyViolation, "")
+		return
+	}
+	f.mu.Lock()
+	f.roomJoins++
+	busy := f.roomJoins <= f.faults.roomBusy
+	f.mu.Unlock()
+	if busy {
+		wsSend(ctx, c, map[string]any{"type": "error", "error": "UNAVAILABLE", "message": "fake"})
+		c.Close(websocket.StatusTryAgainLater, "UNAVAILABLE")
 		return
 	}
 	ctx = c.CloseRead(ctx)
@@ -335,10 +466,28 @@ func (f *fakeStack) purchase(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, 410, "SOLD_OUT")
 		return
 	}
+	f.purchases++
+	if f.purchases <= f.faults.fail500 {
+		writeErr(w, 500, "INTERNAL")
+		return
+	}
 	it.Remaining--
-	id := fmt.Sprintf("00000000-0000-0000-0000-%012d", f.nextOrd.Add(1))
+	n := f.nextOrd.Add(1)
+	id := fmt.Sprintf("00000000-0000-0000-0000-%012d", n)
 	f.buyers[user] = id
 	f.orders[id] = &fakeOrder{ID: id, User: user, Item: item, Status: "PENDING", Created: time.Now()}
+	switch {
+	case n <= int64(f.faults.rejectFirst):
+		// The database refused it: the unit goes back.
+		f.orders[id].Status = "REJECTED"
+		delete(f.buyers, user)
+		it.Remaining++
+	case f.faults.loseAfter > 0 && n == int64(f.faults.loseAfter)+1:
+		// Forgotten, as a broker that lost it would.
+		delete(f.orders, id)
+		delete(f.buyers, user)
+		it.Remaining++
+	}
 	all := true
 	for _, x := range f.items {
 		if x.Remaining > floor {
@@ -349,7 +498,36 @@ func (f *fakeStack) purchase(w http.ResponseWriter, r *http.Request) {
 		f.closedSO = true
 		close(f.soldOut)
 	}
+	if f.purchases <= f.faults.fail500+f.faults.dropAnswers {
+		// Reserved, but the answer is lost with the connection, cut
+		// after its first bytes (a connection closed before any byte
+		// is one the client re-sends on its own).
+		if hj, ok := w.(http.Hijacker); ok {
+			if c, _, err := hj.Hijack(); err == nil {
+				c.Write([]byte("HTTP/1.1 202 Accepted\r\nContent-"))
+				c.Close()
+				return
+			}
+		}
+	}
 	writeJSONResp(w, 202, map[string]string{"orderId": id, "status": "PENDING"})
+}
+
+// saleOrder is GET /api/flash-sales/sales/{id}/order: the caller's order.
+func (f *fakeStack) saleOrder(w http.ResponseWriter, r *http.Request) {
+	user, _, ok := f.principal(r)
+	if !ok {
+		writeErr(w, 401, "UNAUTHENTICATED")
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	o := f.orders[f.buyers[user]]
+	if o == nil {
+		writeErr(w, 404, "NOT_FOUND")
+		return
+	}
+	writeJSONResp(w, 200, map[string]any{"orderId": o.ID, "itemId": o.Item, "status": o.Status})
 }
 
 func (f *fakeStack) order(r *http.Request) (*fakeOrder, bool) {
@@ -369,7 +547,7 @@ func (f *fakeStack) getOrder(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, 404, "NOT_FOUND")
 		return
 	}
-	writeJSONResp(w, 200, map[string]any{"orderId": o.ID, "status": o.Status, "payable": time.Since(o.Created) > 20*time.Millisecond})
+	writeJSONResp(w, 200, map[string]any{"orderId": o.ID, "itemId": o.Item, "status": o.Status, "payable": time.Since(o.Created) > 20*time.Millisecond})
 }
 
 func (f *fakeStack) pay(w http.ResponseWriter, r *http.Request) {

@@ -183,6 +183,10 @@ td,th{border:1px solid #ddd;padding:4px 8px;text-align:right;vertical-align:top}
 {{end}}</table>
 <h2>Orders</h2><table><tr><th>202s</th><th>users with an order</th><th>paid by run</th><th>quantity</th><th>remaining</th><th>sold</th><th>paid</th><th>expired</th><th>cancelled</th><th>rejected</th></tr>
 <tr><td>{{.R.Orders.Reserved}}</td><td>{{.R.Orders.Users}}</td><td>{{.R.Orders.PaidRun}}</td><td>{{.R.Orders.Quantity}}</td><td>{{.R.Orders.Remaining}}</td><td>{{.R.Orders.Sold}}</td><td>{{.R.Orders.Paid}}</td><td>{{.R.Orders.Expired}}</td><td>{{.R.Orders.Cancelled}}</td><td>{{.R.Orders.Rejected}}</td></tr></table>
+{{with .R.Summary}}<h2>Promises under faults</h2><table><tr><th>oversold</th><th>acknowledged</th><th>lost</th><th>rejected</th><th>cancelled (not by the shopper)</th><th>unverified</th><th>in flight</th><th>stranded units</th><th>5xx</th><th>network errors</th><th>reconnects</th><th>gateway moves</th><th>places lost</th></tr>
+<tr><td>{{.Oversold}}</td><td>{{.Acknowledged}}</td><td>{{.AcknowledgedLost}}</td><td>{{.AcknowledgedRejected}}</td><td>{{.AcknowledgedCancelled}}</td><td>{{.AcknowledgedUnverified}}</td><td>{{.AcknowledgedInFlight}}</td><td>{{.StrandedUnits}}</td><td>{{.HTTP5xx.Total}}</td><td>{{.NetworkErrors.Total}}</td><td>{{.Reconnects}}</td><td>{{.GatewayMoves}}</td><td>{{.PlacesLost}}</td></tr></table>
+{{if .HTTP5xx.ByRoute}}<p>5xx: {{range $k, $v := .HTTP5xx.ByRoute}}{{$k}} × {{$v}}; {{end}}</p>{{end}}
+{{if .NetworkErrors.ByRoute}}<p>Network errors: {{range $k, $v := .NetworkErrors.ByRoute}}{{$k}} × {{$v}}; {{end}}</p>{{end}}{{end}}
 {{with .R.Redis}}<h2>Redis commands around the hostile-only phase</h2><table>
 <tr><th>baseline window</th><th>baseline commands</th><th>hostile phase</th><th>before</th><th>after</th><th>hostile commands</th><th>hostile requests</th><th>excess commands / hostile request</th></tr>
 <tr><td>{{.BaselineMs}} ms</td><td>{{.BaselineCommands}}</td><td>{{.HostileMs}} ms</td><td>{{.Before}}</td><td>{{.After}}</td><td>{{.HostileCommands}}</td><td>{{.HostileRequests}}</td><td>{{printf "%.4f" .ExcessPerRequest}}</td></tr></table>{{if .Error}}<p class="bad">{{.Error}}</p>{{end}}{{end}}
@@ -226,7 +230,8 @@ func (r *Report) WriteHTML(w io.Writer) error {
 }
 
 func stepOrder(n string) string {
-	order := []string{StepPreconnect, StepJoin, StepPow, StepPoll, StepAdmittedWait, StepPurchase, StepOrderGet, StepPayable, StepPay, StepEarly, StepFlood}
+	order := []string{StepPreconnect, StepJoin, StepPow, StepPoll, StepReconnect, StepRejoin, StepAdmittedWait, StepPurchase, StepSaleOrder,
+		StepOrderGet, StepPayable, StepPay, StepEarly, StepFlood}
 	for i, s := range order {
 		if n == s {
 			return fmt.Sprintf("%02d", i)

@@ -233,7 +233,8 @@ func TestReportAggregation(t *testing.T) {
 func TestWriters(t *testing.T) {
 	r := &Report{Scenario: "smoke <b>", SaleID: 7, SellOutMs: 120, Transport: "ws",
 		Invariants: []InvariantResult{{Name: "conservation", OK: true}, {Name: "x", Detail: "<script>alert(1)</script>"}},
-		Redis:      &RedisReport{HostileRequests: 10}}
+		Redis:      &RedisReport{HostileRequests: 10},
+		Summary:    &Summary{AcknowledgedRejected: 3, HTTP5xx: Tally{Total: 1, ByRoute: map[string]int64{"purchase 500": 1}}}}
 	rec := newRecorder(time.Now())
 	for i := range 100 {
 		rec.observe(StepPurchase, "410 SOLD_OUT", time.Now(), time.Duration(i)*time.Millisecond, true)
@@ -258,7 +259,7 @@ func TestWriters(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := h.String()
-	for _, want := range []string{"<svg", "polyline", "latency histogram purchase", "BROKEN", "&lt;script&gt;"} {
+	for _, want := range []string{"<svg", "polyline", "latency histogram purchase", "BROKEN", "&lt;script&gt;", "Promises under faults", "purchase 500 × 1"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("HTML lacks %q", want)
 		}

@@ -2,15 +2,10 @@ package loadtest
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/flashsale/flashsale/auth"
 )
 
 // PersistReport is how fast reservations reached PostgreSQL: the order
@@ -183,76 +178,4 @@ func (p *orderPoller) stop(reserved, opensAtMs, lastReservationMs int64) *Persis
 		r.LagAfterLastReservationMs = r.AllPersistedMs - lastReservationMs
 	}
 	return r
-}
-
-// refreshPending re-reads the status of every order the run last saw
-// PENDING (a winner who did not pay leaves it so, and the server expires
-// it later), so the run's own "orders ≤ stock" check counts only orders
-// that are still live. A read answered 429 or 503 (a gateway still busy
-// after the crowd) is retried after a pause. Bounded by ctx and 60 s; an
-// order that cannot be read keeps its last status.
-func refreshPending(ctx context.Context, cfg Config, hc *httpClient, base string, orders map[int64][]orderRecord) int {
-	type job struct {
-		user int64
-		i    int
-	}
-	var jobs []job
-	for u, os := range orders {
-		for i, o := range os {
-			if o.Status == "" || o.Status == "PENDING" {
-				jobs = append(jobs, job{u, i})
-			}
-		}
-	}
-	if len(jobs) == 0 {
-		return 0
-	}
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	var mu sync.Mutex
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	refreshed := 0
-	for range min(32, len(jobs)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				k := int(next.Add(1) - 1)
-				if k >= len(jobs) {
-					return
-				}
-				j := jobs[k]
-				mu.Lock()
-				id := orders[j.user][j.i].OrderID
-				mu.Unlock()
-				tok, err := auth.Mint(cfg.JWTSecret, j.user, false, time.Hour, time.Now())
-				if err != nil {
-					continue
-				}
-				var r apiResult
-				for attempt := 0; ; attempt++ {
-					r, err = do(ctx, hc, http.MethodGet, base+"/api/flash-sales/orders/"+id, bearer(tok), nil)
-					busy := err == nil && r.busy()
-					if !busy || attempt == 5 || !sleepCtx(ctx, retryDelay(r)) {
-						break
-					}
-				}
-				if err != nil || r.Status != http.StatusOK {
-					continue
-				}
-				var b struct {
-					Status string `json:"status"`
-				}
-				if json.Unmarshal(r.Body, &b) == nil && b.Status != "" {
-					mu.Lock()
-					orders[j.user][j.i].Status = b.Status
-					refreshed++
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return refreshed
 }

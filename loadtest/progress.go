@@ -64,9 +64,9 @@ func (p *progress) run(ctx context.Context) {
 func (p *progress) line(c, prev Counters, dt time.Duration) string {
 	sec := max(dt.Seconds(), 1e-3)
 	rate := func(a, b int64) int64 { return int64(float64(a-b) / sec) }
-	return fmt.Sprintf("[%6.1fs] joined %d (%d/s) admitted %d (%d/s) reserved %d (%d/s) sold-out %d paid %d hostile %d errors %d (%d/s) req/s %d   ",
+	return fmt.Sprintf("[%6.1fs] joined %d (%d/s) admitted %d (%d/s) reserved %d (%d/s) sold-out %d paid %d hostile %d errors %d (%d/s) reconnects %d req/s %d   ",
 		time.Since(p.start).Seconds(),
 		c.Joined, rate(c.Joined, prev.Joined), c.Admitted, rate(c.Admitted, prev.Admitted),
 		c.Reserved, rate(c.Reserved, prev.Reserved), c.SoldOut, c.Paid, c.Hostile,
-		c.Errors, rate(c.Errors, prev.Errors), rate(c.Requests, prev.Requests))
+		c.Errors, rate(c.Errors, prev.Errors), c.Reconnects, rate(c.Requests, prev.Requests))
 }

@@ -46,8 +46,15 @@ type Report struct {
 	Queue    *flashsale.QueueFigures `json:"queue,omitempty"`
 
 	Invariants []InvariantResult `json:"invariants"`
-	Redis      *RedisReport      `json:"redis,omitempty"`
-	Persist    *PersistReport    `json:"persist,omitempty"` // order rows in PostgreSQL over time (DatabaseURL runs)
+	// Summary is the machine-readable verdict (oversold, acknowledged
+	// orders lost or rejected, stranded units, 5xx by route); Ledger
+	// every order the run learnt of and how it ended; Timeline the times
+	// of admissions and 202s. See the package doc.
+	Summary  *Summary       `json:"summary,omitempty"`
+	Ledger   []LedgerEntry  `json:"ledger"`
+	Timeline Timeline       `json:"timeline"`
+	Redis    *RedisReport   `json:"redis,omitempty"`
+	Persist  *PersistReport `json:"persist,omitempty"` // order rows in PostgreSQL over time (DatabaseURL runs)
 
 	Timeseries []Slot   `json:"timeseries"` // one per 100 ms from StartedAt
 	Errors     []string `json:"errors,omitempty"`
@@ -241,6 +248,7 @@ func (r *Report) fill(p *partial) {
 	}
 	r.Counters = p.Count
 	r.Errors = p.Errors
+	r.Timeline = Timeline{AdmissionsMs: relSorted(p.AdmitMs, r.OpensAt.UnixMilli()), ReservationsMs: relSorted(p.ReserveMs, r.OpensAt.UnixMilli())}
 	last := -1
 	for i := range p.Slots {
 		last = max(last, i)
@@ -285,6 +293,24 @@ func (r *Report) setFigures(items []ItemFigures) {
 }
 
 func live(status string) bool { return status == "" || status == "PENDING" || status == "PAID" }
+
+// applyFinal sets the orders' statuses to the ledger's final verdicts
+// (an order that could not be read keeps the status its shopper saw).
+func applyFinal(orders map[int64][]orderRecord, ledger []LedgerEntry) {
+	final := make(map[string]string, len(ledger))
+	for _, e := range ledger {
+		if e.Final != FinalUnknown && e.Final != "" {
+			final[e.OrderID] = e.Final
+		}
+	}
+	for _, os := range orders {
+		for i := range os {
+			if f, ok := final[os[i].OrderID]; ok {
+				os[i].Status = f
+			}
+		}
+	}
+}
 
 // checkRun adds the invariants that need only the run's own observations
 // and the admin figures (nil figures: not available).

@@ -24,6 +24,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		fmt.Fprintln(cfg.Progress, w)
 	}
 	started := time.Now()
+	parent := ctx
 	ctx, cancel := context.WithDeadline(ctx, started.Add(cfg.Duration))
 	defer cancel()
 
@@ -39,7 +40,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loadtest: %w", err)
 	}
-	adm := &admin{hc: ctl, base: bases[0], tok: opTok}
+	rec := newRecorder(started)
+	adm := &admin{hc: ctl, bases: bases, tok: opTok, rec: rec}
 	var sale *adminSale
 	if cfg.SaleID == 0 {
 		sale, err = adm.createSale(ctx, cfg, started)
@@ -63,7 +65,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Quantity += it.Quantity
 	}
 
-	rec := newRecorder(started)
 	cl := newClients(bases, cfg.SourceAddrs)
 	defer cl.close()
 	sh := newShard(cfg, info, rec, cl)
@@ -184,24 +185,47 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if figs != nil {
 		items = figs.Items
 	}
-	if rep.Orders.Reserved > int64(rep.Quantity) {
-		// More reservations than units: some expired or were cancelled.
-		// Orders the run left PENDING are re-read so the run's own
-		// "orders ≤ stock" check sees their final status.
-		n := refreshPending(ctx, cfg, ctl, bases[0], p.Orders)
-		rep.Notes = append(rep.Notes, fmt.Sprintf("re-read %d orders the run last saw PENDING", n))
+	// The ledger: every order the run learnt of, read back as its owner
+	// through the API and from PostgreSQL; the final statuses replace
+	// what the shoppers last saw for the checks that follow. The
+	// read-back and the database checks have a budget of their own past
+	// Duration (QuietTimeout, at least 5 s): a quiet wait that ran
+	// to its end must not leave them without time.
+	cctx, ccancel := context.WithTimeout(parent, max(cfg.QuietTimeout, 5*time.Second))
+	defer ccancel()
+	rep.Ledger = buildLedger(p.Orders, info.OpensAt.UnixMilli())
+	readBackAPI(cctx, cfg, ctl, bases, rec, rep.Ledger)
+	sm := &Summary{}
+	var db map[string]string
+	if cfg.DatabaseURL != "" {
+		var err error
+		if db, err = readBackDB(cctx, cfg.DatabaseURL, info.ID); err != nil {
+			sm.LedgerError = err.Error()
+		}
+	}
+	settle(rep.Ledger, db)
+	applyFinal(p.Orders, rep.Ledger)
+	rep.Summary = sm
+	sm.tallyLedger(rep.Ledger, db != nil)
+	sm.strand(figs, p.Count.WaitingAtEnd)
+	sm.Reconnects, sm.GatewayMoves, sm.PlacesLost = p.Count.Reconnects, p.Count.GatewayMoves, p.Count.PlacesLost
+	if items != nil {
+		sm.Oversold = max(oversoldAdmin(items), oversoldRun(p.Orders, items))
 	}
 	if poller != nil {
 		rep.Persist = poller.stop(rep.Orders.Reserved, info.OpensAt.UnixMilli(), rep.LastReservationMs)
 	}
 	rep.checkRun(p.Orders, items, quiet, qd)
 	if cfg.DatabaseURL != "" {
-		rep.checkPostgres(ctx, cfg.DatabaseURL, info.ID)
+		rep.checkPostgres(cctx, cfg.DatabaseURL, info.ID)
 	} else {
 		rep.Invariants = append(rep.Invariants,
 			InvariantResult{Name: "one order per user (PostgreSQL)", Skipped: true, Detail: "no DatabaseURL"},
 			InvariantResult{Name: "orders ≤ stock (PostgreSQL)", Skipped: true, Detail: "no DatabaseURL"})
 	}
+	// Every request of the run has been counted by now.
+	sm.tallyResponses(p.Server5xx, p.NetErrors)
+	rep.checkSummary()
 	rep.FinishedAt = time.Now()
 	rep.ElapsedMs = rep.FinishedAt.Sub(started).Milliseconds()
 	return rep, rep.Err()

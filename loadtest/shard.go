@@ -62,7 +62,7 @@ func (s *shard) runShoppers(ctx context.Context, spec workSpec) {
 				break
 			}
 			hc, base := s.cl.forUser(g)
-			sh := &shopper{idx: g, userID: s.cfg.UserBase + 1 + int64(g), hc: hc, base: base}
+			sh := &shopper{idx: g, userID: s.cfg.UserBase + 1 + int64(g), hc: hc, base: base, gw: g % len(s.cl.bases)}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -101,6 +101,7 @@ func (s *shard) preconnect(ctx context.Context) {
 					each.Go(func() {
 						t0 := time.Now()
 						r, err := do(ctx, p.hc, http.MethodGet, p.base+"/api/flash-sales/sales/"+strconv.FormatInt(s.sale.ID, 10), nil, nil)
+						s.rec.response(ctx, StepPreconnect, r, err)
 						out := r.outcome()
 						if err != nil {
 							out = errOutcome(err)
@@ -133,7 +134,7 @@ func (s *shard) runOneAddr(ctx context.Context, n int) {
 	for i := range n {
 		sh := &shopper{
 			idx: i, userID: s.cfg.UserBase + int64(s.cfg.Shoppers) + 1 + int64(i),
-			prefix: oneAddrPrefix, hc: s.cl.oneAddr, base: s.cl.bases[i%len(s.cl.bases)],
+			prefix: oneAddrPrefix, hc: s.cl.oneAddr, base: s.cl.bases[i%len(s.cl.bases)], gw: i % len(s.cl.bases),
 		}
 		wg.Add(1)
 		go func() {
@@ -207,6 +208,7 @@ func (s *shard) hostile(ctx context.Context, n int, early bool) int64 {
 				r, err := do(ctx, hc, http.MethodPost, base+purchasePath(it.ID), hdr, nil)
 				s.rec.live.hostile.Add(1)
 				sent.Add(1)
+				s.rec.response(ctx, step, r, err)
 				if err != nil {
 					s.rec.observe(step, errOutcome(err), t0, time.Since(t0), true)
 					continue

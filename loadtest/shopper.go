@@ -28,6 +28,10 @@ const (
 	StepPayable      = "order_payable" // from the 202 until the order is payable
 	StepPay          = "pay"           // each pay request
 	StepPreconnect   = "preconnect"    // Config.Preconnect: each warming GET of the sale view
+	StepReconnect    = "reconnect"     // a room connection lost ("drop …") or a dial that failed and is tried again
+	StepRejoin       = "rejoin"        // from losing the room to its first answer again (outcome: the state, "place_lost")
+	StepSaleOrder    = "sale_order"    // each GET of the sale's order (after a lost purchase answer)
+	StepWSConnect    = "ws_connect"    // route name of the WebSocket upgrade in the 5xx and network-error counts
 	StepFlood        = "hostile_flood" // purchases without valid tokens
 	StepEarly        = "hostile_early" // purchases before opening
 	oneAddrPrefix    = "hostile_oneaddr_"
@@ -70,7 +74,8 @@ type shopper struct {
 	userID int64
 	prefix string // step-name prefix ("" or oneAddrPrefix)
 	hc     *httpClient
-	base   string
+	base   string // the gateway in use
+	gw     int    // its index in the run's gateways
 	tok    string
 }
 
@@ -83,6 +88,7 @@ type roomMsg struct {
 	Error          string      `json:"error"`
 	OpensAtMs      int64       `json:"opensAtMs"`
 	AdmissionToken string      `json:"admissionToken"`
+	ExpiresAtMs    int64       `json:"expiresAtMs"`
 	Items          []roomItem  `json:"items"`
 	Position       json.Number `json:"position"`
 }
@@ -105,19 +111,32 @@ const (
 	buyFailed buyResult = iota
 	buySoldOut
 	buyBought
+	// buyNotAdmitted: the purchase was refused 403 NOT_ADMITTED (the
+	// admission expired or was lost): the shopper waits in the room for
+	// a new one.
+	buyNotAdmitted
 )
 
-// wait tracks one shopper's time in the room.
+// wait tracks one shopper's time in the room, across reconnections.
 type wait struct {
-	joined    bool
-	start     time.Time // join start
-	waitFrom  time.Time // max(join, opening)
-	soldOut   bool
-	counted   bool // in the sold-out counter
-	admitted  bool
-	lastAdm   *roomMsg
-	order     *orderRecord // bought: the order to follow up after leaving the room
-	opensAtMs int64
+	joined       bool
+	joinFail     string    // outcome of the last failed join attempt before the first answer
+	start        time.Time // join start
+	waitFrom     time.Time // max(join, opening)
+	soldOut      bool
+	counted      bool // in the sold-out counter
+	admitted     bool
+	waitObserved bool // the admitted-wait step is recorded
+	ended        bool // the room said ENDED or refused the shopper for good
+	lastAdm      *roomMsg
+	order        *orderRecord // bought: the order to follow up after leaving the room
+	opensAtMs    int64
+
+	lostAt    time.Time // when the room was lost (zero: connected)
+	lastState string    // last room state seen
+	lastPos   int64     // last WAITING position seen
+	admToken  string    // last admission token received
+	admExpMs  int64     // its expiry
 }
 
 func (s *shard) waitFrom(w *wait, now time.Time) time.Time {
@@ -149,9 +168,10 @@ func (s *shard) soldOutNow(sh *shopper, w *wait) {
 	}
 	now := time.Now()
 	w.soldOut = true
-	if !w.admitted {
+	if !w.admitted && !w.waitObserved {
 		// The wait ended in SOLD_OUT; an admitted shopper's wait already
 		// ended in ADMITTED (its 410 is in the purchase step).
+		w.waitObserved = true
 		s.rec.observe(s.step(sh, StepAdmittedWait), "SOLD_OUT", w.waitFrom, max(now.Sub(w.waitFrom), 0), false)
 	}
 	s.rec.mark(markFirstSoldOut, now)
@@ -161,15 +181,71 @@ func (s *shard) soldOutNow(sh *shopper, w *wait) {
 	}
 }
 
-func (s *shard) admittedNow(sh *shopper, w *wait) {
+func (s *shard) admittedNow(sh *shopper, w *wait, m *roomMsg) {
 	now := time.Now()
+	if m.AdmissionToken != "" && m.AdmissionToken != w.admToken {
+		// A new admission (the first, or a new turn after an expired
+		// one); the same token sent again on a rejoin is not one.
+		w.admToken, w.admExpMs = m.AdmissionToken, m.ExpiresAtMs
+		s.rec.admission(now)
+	}
 	if !w.admitted {
-		s.rec.observe(s.step(sh, StepAdmittedWait), "ADMITTED", w.waitFrom, max(now.Sub(w.waitFrom), 0), false)
 		s.rec.live.admitted.Add(1)
+	}
+	if !w.waitObserved {
+		w.waitObserved = true
+		s.rec.observe(s.step(sh, StepAdmittedWait), "ADMITTED", w.waitFrom, max(now.Sub(w.waitFrom), 0), false)
 	}
 	w.admitted = true
 	s.rec.mark(markFirstAdmitted, now)
 	s.rec.mark(markLastAdmitted, now)
+}
+
+// rejoined handles the first answer of the room after it was lost: the
+// rejoin step, and whether the shopper got its place back (a rejoin with
+// the same access token keeps the place: a WAITING position no larger
+// than the last one seen, or the admission while it has not expired).
+func (s *shard) rejoined(sh *shopper, w *wait, m *roomMsg) {
+	if w.lostAt.IsZero() {
+		return
+	}
+	state := m.State
+	if m.Type == "admitted" {
+		state = "ADMITTED"
+	}
+	lost := false
+	switch {
+	case w.lastState == "ADMITTED" && w.order == nil && time.Now().UnixMilli() < w.admExpMs:
+		lost = state == "WAITING" || state == "PREQUEUE"
+	case w.lastState == "WAITING" && state == "WAITING":
+		pos, err := m.Position.Int64()
+		lost = err == nil && pos > w.lastPos
+	}
+	out := state
+	if lost {
+		out += " place_lost"
+		s.rec.live.placesLost.Add(1)
+	}
+	s.rec.observe(s.step(sh, StepRejoin), out, w.lostAt, time.Since(w.lostAt), false)
+	w.lostAt = time.Time{}
+}
+
+// seen notes the room state of a message, for the place check of a
+// later rejoin.
+func (s *shard) seen(w *wait, m *roomMsg) {
+	switch {
+	case m.Type == "admitted":
+		w.lastState = "ADMITTED"
+	case m.Type == "status" && m.State != "":
+		w.lastState = m.State
+		if m.State == "WAITING" {
+			if pos, err := m.Position.Int64(); err == nil {
+				w.lastPos = pos
+			}
+			// Stock came back after a sold-out: the shopper waits again.
+			w.soldOut = false
+		}
+	}
 }
 
 // run is one shopper's whole life, bounded by ctx.
@@ -181,49 +257,114 @@ func (s *shard) run(ctx context.Context, sh *shopper) {
 		return
 	}
 	sh.tok = tok
+	w := &wait{start: time.Now()}
 	if s.cfg.Transport == TransportPolling {
-		s.runPolling(ctx, sh)
-		return
+		s.runPolling(ctx, sh, w)
+	} else {
+		s.runWS(ctx, sh, w)
 	}
-	s.runWS(ctx, sh)
+	s.endWait(ctx, sh, w)
 }
 
-func (s *shard) runWS(ctx context.Context, sh *shopper) {
-	w := &wait{start: time.Now()}
+// endWait records how a shopper's time in the room ended: a join that
+// never got an answer, and a shopper the run stopped while it still
+// waited for its turn (or was still trying to buy).
+func (s *shard) endWait(ctx context.Context, sh *shopper, w *wait) {
+	if !w.joined {
+		out := w.joinFail
+		if out == "" {
+			out = "canceled"
+		}
+		s.rec.observe(s.step(sh, StepJoin), out, w.start, time.Since(w.start), true)
+	}
+	if ctx.Err() == nil || w.order != nil || w.soldOut || w.ended {
+		return
+	}
+	s.rec.live.waitingAtEnd.Add(1)
+	if w.joined && !w.waitObserved {
+		w.waitObserved = true
+		s.rec.observe(s.step(sh, StepAdmittedWait), "canceled", w.waitFrom, max(time.Since(w.waitFrom), 0), false)
+	}
+}
+
+// runWS keeps the shopper in the WebSocket room as the shop page does:
+// a connection that drops or cannot be opened is tried again after a
+// backoff, on the next gateway after a transport error, with the same
+// access token, until the shopper is done or the run ends.
+func (s *shard) runWS(ctx context.Context, sh *shopper, w *wait) {
+	bo := s.newBackoff(sh.userID, 0x3c6ef372fe94f82b)
+	for s.roomSession(ctx, sh, w, bo) && ctx.Err() == nil {
+		s.rec.live.reconnects.Add(1)
+		if w.lostAt.IsZero() && w.joined {
+			w.lostAt = time.Now()
+		}
+		if !sleepCtx(ctx, bo.next()) {
+			return
+		}
+	}
+}
+
+// roomSession is one room connection; it reports whether to connect
+// again.
+func (s *shard) roomSession(ctx context.Context, sh *shopper, w *wait, bo *backoff) bool {
+	t0 := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	conn, resp, err := websocket.Dial(dctx, wsURL(sh.base)+queuePath(s.sale.ID), &websocket.DialOptions{HTTPClient: sh.hc.ws})
 	cancel()
 	if err != nil {
-		out := "ws_" + errOutcome(err)
+		if ctx.Err() != nil {
+			return false
+		}
+		out, status := "ws_"+errOutcome(err), 0
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-			out = fmt.Sprintf("ws_%d", resp.StatusCode)
+			status = resp.StatusCode
+			out = fmt.Sprintf("ws_%d", status)
+			s.rec.response(ctx, sh.prefix+StepWSConnect, apiResult{Status: status, HasRetryAfter: resp.Header.Get("Retry-After") != ""}, nil)
+		} else {
+			s.rec.response(ctx, sh.prefix+StepWSConnect, apiResult{}, err)
+			if gatewayGone(err) {
+				s.moveGateway(sh)
+			}
 		}
-		s.rec.observe(s.step(sh, StepJoin), out, w.start, time.Since(w.start), true)
-		if ctx.Err() == nil {
+		if !w.joined {
+			w.joinFail = out
+		}
+		// A 4xx at the first join (the per-address cap, a block) refuses
+		// the shopper; a gateway that failed or is gone, or a 429 on a
+		// rejoin (the shoppers of a dead gateway crowding the others),
+		// is tried again.
+		if status != 0 && status < 500 && !(status == http.StatusTooManyRequests && w.joined) {
+			w.ended = true
 			s.rec.errorf("ws dial: " + err.Error())
+			return false
 		}
-		return
+		s.rec.observe(s.step(sh, StepReconnect), out, t0, time.Since(t0), true)
+		return true
 	}
 	defer conn.CloseNow()
 	conn.SetReadLimit(1 << 16)
 	if err := writeJSON(ctx, conn, map[string]any{"type": "join", "accessToken": sh.tok}); err != nil {
-		s.rec.observe(s.step(sh, StepJoin), "ws_"+errOutcome(err), w.start, time.Since(w.start), true)
-		return
+		if ctx.Err() != nil {
+			return false
+		}
+		s.rec.observe(s.step(sh, StepReconnect), "ws_"+errOutcome(err), t0, time.Since(t0), true)
+		return true
 	}
 	for {
 		data, err := readMessage(ctx, conn)
 		if err != nil {
-			out := "ws_" + errOutcome(err)
+			if ctx.Err() != nil {
+				return false
+			}
+			out := "drop ws_" + errOutcome(err)
 			if cs := websocket.CloseStatus(err); cs != -1 {
-				out = fmt.Sprintf("ws_close_%d", cs)
+				out = fmt.Sprintf("drop ws_close_%d", cs)
 			}
-			switch {
-			case !w.joined:
-				s.rec.observe(s.step(sh, StepJoin), out, w.start, time.Since(w.start), true)
-			case !w.admitted && !w.soldOut:
-				s.rec.observe(s.step(sh, StepAdmittedWait), out, w.waitFrom, max(time.Since(w.waitFrom), 0), false)
+			s.rec.observe(s.step(sh, StepReconnect), out, t0, time.Since(t0), false)
+			if w.joined {
+				w.lostAt = time.Now()
 			}
-			return
+			return true
 		}
 		var m roomMsg
 		err = decodeRoomMsg(data.Bytes(), &m)
@@ -234,7 +375,8 @@ func (s *shard) runWS(ctx context.Context, sh *shopper) {
 		msgBufs.Put(data)
 		if err != nil {
 			s.rec.errorf("room message: " + err.Error())
-			return
+			w.ended = true
+			return false
 		}
 		if m.OpensAtMs > 0 {
 			w.opensAtMs = m.OpensAtMs
@@ -243,32 +385,56 @@ func (s *shard) runWS(ctx context.Context, sh *shopper) {
 		case "challenge":
 			pow, ok := s.solvePow(sh, challenge)
 			if !ok {
-				return
+				w.ended = true
+				return false
 			}
 			if err := writeJSON(ctx, conn, map[string]any{"type": "join", "accessToken": sh.tok, "pow": pow}); err != nil {
-				return
+				return ctx.Err() == nil
 			}
 		case "error":
+			switch m.Error {
+			case "RATE_LIMITED", "UNAVAILABLE", "INTERNAL":
+				// Closed with 1013 (try again later) or 1011: the page
+				// comes back after its backoff. An INTERNAL error is a
+				// server fault the shopper saw, counted with the 5xx.
+				if m.Error == "INTERNAL" {
+					s.rec.response(ctx, sh.prefix+"room_error", apiResult{Status: http.StatusInternalServerError}, nil)
+				}
+				if !w.joined {
+					w.joinFail = "error " + m.Error
+				}
+				s.rec.observe(s.step(sh, StepReconnect), "error "+m.Error, t0, time.Since(t0), false)
+				if w.joined {
+					w.lostAt = time.Now()
+				}
+				return true
+			}
 			if !w.joined {
 				s.joinedNow(sh, w, "error "+m.Error)
 			} else {
 				s.rec.observe(s.step(sh, StepAdmittedWait), "error "+m.Error, w.waitFrom, max(time.Since(w.waitFrom), 0), false)
 			}
-			return
+			w.ended = true
+			return false
 		case "status":
+			s.rejoined(sh, w, &m)
+			bo.reset()
 			s.joinedNow(sh, w, m.State)
+			s.seen(w, &m)
 			switch m.State {
 			case "SOLD_OUT":
 				s.soldOutNow(sh, w)
 				if !s.cfg.KeepWaiting {
 					s.linger(ctx, sh, conn)
-					return
+					return false
 				}
 			case "ENDED":
-				if !w.admitted && !w.soldOut {
+				if !w.waitObserved {
+					w.waitObserved = true
 					s.rec.observe(s.step(sh, StepAdmittedWait), "ENDED", w.waitFrom, max(time.Since(w.waitFrom), 0), false)
 				}
-				return
+				w.ended = true
+				return false
 			case "ADMITTED":
 				// Stock came back after a sold-out while this shopper
 				// still holds a valid admission: buy again.
@@ -276,16 +442,19 @@ func (s *shard) runWS(ctx context.Context, sh *shopper) {
 					w.soldOut = false
 					if done := s.admittedBuy(ctx, sh, w, w.lastAdm); done {
 						s.leave(ctx, sh, w, conn)
-						return
+						return false
 					}
 				}
 			}
 		case "admitted":
+			s.rejoined(sh, w, &m)
+			bo.reset()
 			s.joinedNow(sh, w, "ADMITTED")
+			s.seen(w, &m)
 			w.soldOut = false
 			if done := s.admittedBuy(ctx, sh, w, &m); done {
 				s.leave(ctx, sh, w, conn)
-				return
+				return false
 			}
 		}
 	}
@@ -315,9 +484,9 @@ func (s *shard) linger(ctx context.Context, sh *shopper, conn *websocket.Conn) {
 
 // admittedBuy buys after an admission; it reports whether the shopper is
 // done in the room (bought: w.order is set; failed; or sold out without
-// KeepWaiting).
+// KeepWaiting). A shopper refused NOT_ADMITTED stays for a new turn.
 func (s *shard) admittedBuy(ctx context.Context, sh *shopper, w *wait, m *roomMsg) bool {
-	s.admittedNow(sh, w)
+	s.admittedNow(sh, w, m)
 	w.lastAdm = m
 	res, o := s.buy(ctx, sh, m)
 	switch res {
@@ -327,7 +496,11 @@ func (s *shard) admittedBuy(ctx context.Context, sh *shopper, w *wait, m *roomMs
 	case buySoldOut:
 		s.soldOutNow(sh, w)
 		return !s.cfg.KeepWaiting
+	case buyNotAdmitted:
+		return false
 	default:
+		// Refused or given up; one the run stopped still waited.
+		w.ended = ctx.Err() == nil
 		return true
 	}
 }
@@ -347,12 +520,14 @@ func (s *shard) leave(ctx context.Context, sh *shopper, w *wait, conn *websocket
 // purchase): the room is read meanwhile (its pings answered, its statuses
 // dropped) and left when the follow-up ends, or at SOLD_OUT or ENDED unless
 // KeepWaiting. Leaving at once, as the tool did, put every winner's close
-// handshake into the busiest seconds of the sale.
+// handshake into the busiest seconds of the sale. A room lost meanwhile is
+// not reconnected: the follow-up needs only the API.
 func (s *shard) stayWhileFollowing(ctx context.Context, sh *shopper, o orderRecord, conn *websocket.Conn) {
 	done := make(chan struct{})
+	follower := *sh // its own gateway choice: the follow-up moves on its own
 	go func() {
 		defer close(done)
-		s.afterOrder(ctx, sh, o)
+		s.afterOrder(ctx, &follower, o)
 		conn.Close(websocket.StatusNormalClosure, "") // a no-op when already closed
 	}()
 	defer func() { <-done }()
@@ -419,16 +594,28 @@ func writeJSON(ctx context.Context, c *websocket.Conn, v any) error {
 	return c.Write(ctx, websocket.MessageText, b)
 }
 
-func (s *shard) runPolling(ctx context.Context, sh *shopper) {
-	w := &wait{start: time.Now()}
-	url := sh.base + queuePath(s.sale.ID)
+// runPolling is the polling transport: POST joins, GET reads the status
+// every PollInterval (jittered). A transport error or a 5xx is tried
+// again after a backoff, on the next gateway after a transport error.
+func (s *shard) runPolling(ctx context.Context, sh *shopper, w *wait) {
+	bo := s.newBackoff(sh.userID, 0x3c6ef372fe94f82b)
+	path := queuePath(s.sale.ID)
 	var body any
 	var m roomMsg
-	for attempt := 0; ; attempt++ {
-		r, err := do(ctx, sh.hc, http.MethodPost, url, bearer(sh.tok), body)
+	for challenges, busy := 0, 0; ; {
+		t0 := time.Now()
+		r, err := s.call(ctx, sh, StepJoin, http.MethodPost, path, bearer(sh.tok), body)
 		if err != nil {
-			s.rec.observe(s.step(sh, StepJoin), errOutcome(err), w.start, time.Since(w.start), true)
-			return
+			if ctx.Err() != nil {
+				return
+			}
+			w.joinFail = errOutcome(err)
+			s.rec.observe(s.step(sh, StepReconnect), errOutcome(err), t0, time.Since(t0), true)
+			s.rec.live.reconnects.Add(1)
+			if !sleepCtx(ctx, bo.next()) {
+				return
+			}
+			continue
 		}
 		var c struct {
 			Type string `json:"type"`
@@ -438,7 +625,8 @@ func (s *shard) runPolling(ctx context.Context, sh *shopper) {
 			// (defense/POW.md); the next POST carries the solution.
 			s.rec.observe(s.step(sh, StepPoll), "challenge", w.start, time.Since(w.start), true)
 			pow, ok := s.solvePow(sh, r.Body)
-			if !ok || attempt > 3 {
+			if challenges++; !ok || challenges > 4 {
+				w.ended = true
 				return
 			}
 			body = map[string]any{"pow": pow}
@@ -446,22 +634,32 @@ func (s *shard) runPolling(ctx context.Context, sh *shopper) {
 		}
 		if r.Status == http.StatusOK {
 			if json.Unmarshal(r.Body, &m) != nil {
-				s.rec.observe(s.step(sh, StepJoin), "bad_body", w.start, time.Since(w.start), true)
+				w.joinFail, w.ended = "bad_body", true
 				return
 			}
 			break
 		}
-		if r.busy() && attempt < 3 {
-			s.rec.observe(s.step(sh, StepPoll), r.outcome(), w.start, time.Since(w.start), true)
-			if !sleepCtx(ctx, retryDelay(r)) {
+		if r.Status >= 500 || (r.Status == http.StatusTooManyRequests && busy < 3) {
+			if r.Status == http.StatusTooManyRequests {
+				busy++
+			}
+			s.rec.observe(s.step(sh, StepPoll), r.outcome(), t0, time.Since(t0), true)
+			d := retryDelay(r)
+			if !r.HasRetryAfter {
+				d = bo.next()
+			}
+			if !sleepCtx(ctx, d) {
 				return
 			}
 			continue
 		}
 		s.joinedNow(sh, w, r.outcome())
+		w.ended = true
 		return
 	}
+	bo.reset()
 	s.joinedNow(sh, w, m.State)
+	s.seen(w, &m)
 	interval := s.cfg.PollInterval
 	rng := s.draw(sh.userID, 0)
 	for ctx.Err() == nil {
@@ -485,9 +683,11 @@ func (s *shard) runPolling(ctx context.Context, sh *shopper) {
 				return
 			}
 		case "ENDED":
-			if !w.admitted && !w.soldOut {
+			if !w.waitObserved {
+				w.waitObserved = true
 				s.rec.observe(s.step(sh, StepAdmittedWait), "ENDED", w.waitFrom, max(time.Since(w.waitFrom), 0), false)
 			}
+			w.ended = true
 			return
 		}
 		// ±20% jitter so pollers do not march in step.
@@ -499,13 +699,20 @@ func (s *shard) runPolling(ctx context.Context, sh *shopper) {
 			break
 		}
 		t0 := time.Now()
-		r, err := do(ctx, sh.hc, http.MethodGet, url, bearer(sh.tok), nil)
+		r, err := s.call(ctx, sh, StepPoll, http.MethodGet, path, bearer(sh.tok), nil)
 		if err != nil {
 			s.rec.observe(s.step(sh, StepPoll), errOutcome(err), t0, time.Since(t0), true)
-			if ctx.Err() == nil {
-				continue
+			if ctx.Err() != nil {
+				break
 			}
-			break
+			if w.lostAt.IsZero() {
+				w.lostAt = t0
+			}
+			s.rec.live.reconnects.Add(1)
+			if !sleepCtx(ctx, bo.next()) {
+				break
+			}
+			continue
 		}
 		s.rec.observe(s.step(sh, StepPoll), r.outcome(), t0, time.Since(t0), true)
 		if r.Status != http.StatusOK {
@@ -517,11 +724,12 @@ func (s *shard) runPolling(ctx context.Context, sh *shopper) {
 		m = roomMsg{}
 		if json.Unmarshal(r.Body, &m) != nil {
 			s.rec.errorf("poll: undecodable status")
+			w.ended = true
 			return
 		}
-	}
-	if !w.admitted && !w.soldOut {
-		s.rec.observe(s.step(sh, StepAdmittedWait), "canceled", w.waitFrom, max(time.Since(w.waitFrom), 0), false)
+		s.rejoined(sh, w, &m)
+		bo.reset()
+		s.seen(w, &m)
 	}
 }
 
@@ -545,73 +753,6 @@ func (s *shard) absURL(sh *shopper, path string) string {
 		return path
 	}
 	return sh.base + path
-}
-
-// buy tries the admitted items (starting at firstItem) until a
-// reservation, an error, or every item sold out.
-func (s *shard) buy(ctx context.Context, sh *shopper, m *roomMsg) (buyResult, orderRecord) {
-	n := len(m.Items)
-	if n == 0 {
-		s.rec.errorf("admitted without items")
-		return buyFailed, orderRecord{}
-	}
-	hdr := map[string]string{"Authorization": "Bearer " + sh.tok, "X-Admission-Token": m.AdmissionToken}
-	first := s.firstItem(sh.userID, n)
-	for k := range n {
-		it := m.Items[(first+k)%n]
-		if at, ok := s.soldOut.Load(it.PurchaseURL); ok && time.Since(time.Unix(0, at.(int64))) < soldOutFresh {
-			continue
-		}
-		for attempt := 0; ; attempt++ {
-			if ctx.Err() != nil {
-				return buyFailed, orderRecord{}
-			}
-			t0 := time.Now()
-			r, err := do(ctx, sh.hc, http.MethodPost, s.absURL(sh, it.PurchaseURL), hdr, nil)
-			if err != nil {
-				s.rec.observe(s.step(sh, StepPurchase), errOutcome(err), t0, time.Since(t0), true)
-				if ctx.Err() == nil {
-					s.rec.errorf("purchase: " + err.Error())
-				}
-				return buyFailed, orderRecord{}
-			}
-			s.rec.observe(s.step(sh, StepPurchase), r.outcome(), t0, time.Since(t0), true)
-			switch {
-			case r.Status == http.StatusAccepted || (r.Status == http.StatusConflict && r.Code == "ALREADY_PURCHASED"):
-				var b struct {
-					OrderID string `json:"orderId"`
-				}
-				if json.Unmarshal(r.Body, &b) != nil || b.OrderID == "" {
-					s.rec.errorf(fmt.Sprintf("purchase %d without orderId", r.Status))
-					return buyFailed, orderRecord{}
-				}
-				o := orderRecord{OrderID: b.OrderID, ItemID: it.ID, Status: "PENDING", Via: r.Status}
-				if it.ID == 0 {
-					o.ItemID = itemFromURL(it.PurchaseURL)
-				}
-				s.rec.order(sh.userID, o)
-				if r.Status == http.StatusAccepted {
-					now := time.Now()
-					s.rec.live.reserved.Add(1)
-					s.rec.mark(markFirstReserved, now)
-					s.rec.mark(markLastReserved, now)
-				}
-				return buyBought, o
-			case r.Status == http.StatusGone:
-				// this item is sold out: try the next
-				s.soldOut.Store(it.PurchaseURL, time.Now().UnixNano())
-			case r.busy() && attempt < 3:
-				if !sleepCtx(ctx, retryDelay(r)) {
-					return buyFailed, orderRecord{}
-				}
-				continue
-			default:
-				return buyFailed, orderRecord{}
-			}
-			break
-		}
-	}
-	return buySoldOut, orderRecord{}
 }
 
 func itemFromURL(u string) int64 {
@@ -667,117 +808,4 @@ func (s *shard) around(d time.Duration, userID int64, salt uint64) time.Duration
 	}
 	f := s.draw(userID, salt).Float64()
 	return time.Duration(float64(d) * (0.5 + f))
-}
-
-// Order polling as the shopper page does it (static/site/assets/app.js,
-// showOrder and pollOrder): orderPollEvery after a 202 (at once after a 409,
-// which names an older order), then every orderPollEvery until payable;
-// after a 429 or 503, the Retry-After or orderPollBusy.
-const (
-	orderPollEvery = time.Second
-	orderPollBusy  = 3 * time.Second
-)
-
-// afterOrder waits for the order to become payable, then pays (or not).
-func (s *shard) afterOrder(ctx context.Context, sh *shopper, o orderRecord) {
-	t0 := time.Now()
-	url := sh.base + "/api/flash-sales/orders/" + o.OrderID
-	deadline := t0.Add(requestTimeout)
-	payable := false
-	if o.Via == http.StatusAccepted && !sleepCtx(ctx, orderPollEvery) {
-		s.rec.observe(s.step(sh, StepPayable), "canceled", t0, time.Since(t0), false)
-		return
-	}
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		t := time.Now()
-		r, err := do(ctx, sh.hc, http.MethodGet, url, bearer(sh.tok), nil)
-		if err != nil {
-			s.rec.observe(s.step(sh, StepOrderGet), errOutcome(err), t, time.Since(t), true)
-			break
-		}
-		s.rec.observe(s.step(sh, StepOrderGet), r.outcome(), t, time.Since(t), true)
-		delay := orderPollEvery
-		if r.busy() {
-			delay = orderPollBusy
-			if r.RetryAfter > 0 {
-				delay = r.RetryAfter
-			}
-		}
-		if r.Status == http.StatusOK {
-			var b struct {
-				Status  string `json:"status"`
-				Payable bool   `json:"payable"`
-				ItemID  int64  `json:"itemId"`
-			}
-			if json.Unmarshal(r.Body, &b) == nil {
-				if b.ItemID != 0 && b.ItemID != o.ItemID {
-					// A 409 ALREADY_PURCHASED names the order, not its
-					// item: the user may hold it on another item (a
-					// reservation whose 202 was lost, then a retry on the
-					// next item). Record the order's real item.
-					o.ItemID = b.ItemID
-					s.rec.order(sh.userID, o)
-				}
-				if b.Status != "" && b.Status != "PENDING" {
-					o.Status = b.Status
-					s.rec.order(sh.userID, o)
-					s.rec.observe(s.step(sh, StepPayable), "status "+b.Status, t0, time.Since(t0), false)
-					return
-				}
-				if b.Payable {
-					payable = true
-					break
-				}
-			}
-		}
-		if !sleepCtx(ctx, delay) {
-			break
-		}
-	}
-	if !payable {
-		out := "timeout"
-		if ctx.Err() != nil {
-			out = "canceled"
-		}
-		s.rec.observe(s.step(sh, StepPayable), out, t0, time.Since(t0), false)
-		return
-	}
-	s.rec.observe(s.step(sh, StepPayable), "payable", t0, time.Since(t0), false)
-	if !s.pays(sh.userID) {
-		return
-	}
-	if d := s.payAfter(sh.userID); d > 0 && !sleepCtx(ctx, d) {
-		return
-	}
-	payURL := url + "/pay"
-	for attempt := 0; attempt < 10 && ctx.Err() == nil; attempt++ {
-		t := time.Now()
-		r, err := do(ctx, sh.hc, http.MethodPost, payURL, bearer(sh.tok), map[string]string{"paymentToken": "loadtest"})
-		if err != nil {
-			s.rec.observe(s.step(sh, StepPay), errOutcome(err), t, time.Since(t), true)
-			return
-		}
-		s.rec.observe(s.step(sh, StepPay), r.outcome(), t, time.Since(t), true)
-		switch {
-		case r.Status == http.StatusOK:
-			o.Status = "PAID"
-			s.rec.order(sh.userID, o)
-			s.rec.live.paid.Add(1)
-			return
-		case r.Code == "ORDER_EXPIRED":
-			o.Status = "EXPIRED"
-			s.rec.order(sh.userID, o)
-			return
-		case r.Code == "ORDER_CANCELLED":
-			o.Status = "CANCELLED"
-			s.rec.order(sh.userID, o)
-			return
-		case r.Code == "NOT_PAYABLE_YET" || r.busy():
-			if !sleepCtx(ctx, max(retryDelay(r), 200*time.Millisecond)) {
-				return
-			}
-		default:
-			return
-		}
-	}
 }

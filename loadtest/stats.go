@@ -1,8 +1,11 @@
 package loadtest
 
 import (
+	"context"
+	"errors"
 	"math"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,14 +120,35 @@ type slot struct {
 	Outcomes map[string]int64 `json:"outcomes"` // "step outcome" → count
 }
 
-// orderRecord is one order the run obtained (a 202, or a 409 naming the
-// user's order).
+// orderRecord is one order the run obtained: a 202, or an order the
+// shopper learnt of otherwise (a 409 naming it, the sale's order lookup
+// after a lost answer, a 503 carrying its id).
 type orderRecord struct {
 	OrderID string `json:"orderId"`
 	ItemID  int64  `json:"itemId"`
 	Status  string `json:"status,omitempty"` // last status seen by the shopper
-	Via     int    `json:"via"`              // HTTP status that revealed it: 202 or 409
+	// Via is the HTTP status that revealed it: 202 (acknowledged), 409,
+	// 200 (GET of the sale's order) or 503. A later 202 naming the same
+	// order upgrades it to 202.
+	Via int `json:"via"`
+	// Source, Gateway and AtUnixMs say how, from which gateway (base URL)
+	// and when the order was first learnt of (for a 202: the 202).
+	Source    string `json:"source,omitempty"`
+	Gateway   string `json:"gateway,omitempty"`
+	AtUnixMs  int64  `json:"atUnixMs,omitempty"`
+	Cancelled bool   `json:"cancelled,omitempty"` // the shopper cancelled it itself
 }
+
+// Sources of an order in the ledger.
+const (
+	SourcePurchase202 = "purchase_202" // the purchase's 202: an acknowledged order
+	SourcePurchase409 = "purchase_409" // a purchase answered 409 ALREADY_PURCHASED naming it
+	SourceSaleOrder   = "sale_order"   // GET /api/flash-sales/sales/{id}/order after a lost answer
+	SourcePurchase503 = "purchase_503" // a 503 carrying its id (the reservation may still land)
+)
+
+// acked reports a 202 for the order.
+func (o orderRecord) acked() bool { return o.Via == 202 }
 
 // partial is what one process measured; partials merge into a Report.
 type partial struct {
@@ -134,6 +158,15 @@ type partial struct {
 	Marks  map[string]int64        `json:"marks"`  // first/last Unix ms of events
 	Count  Counters                `json:"counters"`
 	Errors []string                `json:"errors,omitempty"`
+	// Server5xx counts 5xx answers by "route status" (a 503 as "route 503
+	// with Retry-After" or "route 503 without Retry-After"); NetErrors
+	// counts transport errors by "route outcome" (conn_refused, …).
+	Server5xx map[string]int64 `json:"server5xx,omitempty"`
+	NetErrors map[string]int64 `json:"netErrors,omitempty"`
+	// AdmitMs and ReserveMs are the Unix ms of every admission token a
+	// shopper received and of every 202.
+	AdmitMs   []int64 `json:"admitMs,omitempty"`
+	ReserveMs []int64 `json:"reserveMs,omitempty"`
 }
 
 func newPartial() *partial {
@@ -142,6 +175,9 @@ func newPartial() *partial {
 		Slots:  make(map[int]*slot),
 		Orders: make(map[int64][]orderRecord),
 		Marks:  make(map[string]int64),
+
+		Server5xx: make(map[string]int64),
+		NetErrors: make(map[string]int64),
 	}
 }
 
@@ -197,6 +233,14 @@ func (p *partial) merge(o *partial) {
 	for k, v := range o.Marks {
 		p.mark(k, v)
 	}
+	for k, v := range o.Server5xx {
+		p.Server5xx[k] += v
+	}
+	for k, v := range o.NetErrors {
+		p.NetErrors[k] += v
+	}
+	p.AdmitMs = append(p.AdmitMs, o.AdmitMs...)
+	p.ReserveMs = append(p.ReserveMs, o.ReserveMs...)
 	p.Count.add(o.Count)
 	for _, e := range o.Errors {
 		if len(p.Errors) < maxErrorSamples {
@@ -218,6 +262,16 @@ type Counters struct {
 	Errors   int64 `json:"errors"`
 	Requests int64 `json:"requests"`
 	Done     int64 `json:"done"` // shoppers finished
+	// WaitingAtEnd: shoppers still waiting for a turn (or still trying
+	// to buy) when the run stopped them, without an order and not told
+	// SOLD_OUT or ENDED.
+	WaitingAtEnd int64 `json:"waitingAtEnd"`
+	Reconnects   int64 `json:"reconnects"`   // room connections lost or refused and tried again
+	GatewayMoves int64 `json:"gatewayMoves"` // a shopper moved to another gateway after a transport error
+	// PlacesLost: rejoins that found the shopper further back than
+	// before (a larger position, or WAITING after an admission that had
+	// not expired).
+	PlacesLost int64 `json:"placesLost"`
 }
 
 func (c *Counters) add(o Counters) {
@@ -230,10 +284,15 @@ func (c *Counters) add(o Counters) {
 	c.Errors += o.Errors
 	c.Requests += o.Requests
 	c.Done += o.Done
+	c.WaitingAtEnd += o.WaitingAtEnd
+	c.Reconnects += o.Reconnects
+	c.GatewayMoves += o.GatewayMoves
+	c.PlacesLost += o.PlacesLost
 }
 
 type liveCounters struct {
 	joined, admitted, reserved, soldOut, paid, hostile, errors, requests, done atomic.Int64
+	waitingAtEnd, reconnects, gatewayMoves, placesLost                         atomic.Int64
 }
 
 func (l *liveCounters) snapshot() Counters {
@@ -241,6 +300,8 @@ func (l *liveCounters) snapshot() Counters {
 		Joined: l.joined.Load(), Admitted: l.admitted.Load(), Reserved: l.reserved.Load(),
 		SoldOut: l.soldOut.Load(), Paid: l.paid.Load(), Hostile: l.hostile.Load(),
 		Errors: l.errors.Load(), Requests: l.requests.Load(), Done: l.done.Load(),
+		WaitingAtEnd: l.waitingAtEnd.Load(), Reconnects: l.reconnects.Load(),
+		GatewayMoves: l.gatewayMoves.Load(), PlacesLost: l.placesLost.Load(),
 	}
 }
 
@@ -311,18 +372,65 @@ func (r *recorder) order(userID int64, o orderRecord) {
 	defer r.mu.Unlock()
 	for i, have := range r.p.Orders[userID] {
 		if have.OrderID == o.OrderID {
+			h := &r.p.Orders[userID][i]
 			if o.Status != "" {
-				r.p.Orders[userID][i].Status = o.Status
+				h.Status = o.Status
 			}
 			if o.ItemID != 0 {
 				// The order's own item (from GET order) wins over the
 				// item a 409 ALREADY_PURCHASED answered for.
-				r.p.Orders[userID][i].ItemID = o.ItemID
+				h.ItemID = o.ItemID
 			}
+			if o.acked() && !h.acked() {
+				h.Via, h.Source, h.Gateway, h.AtUnixMs = o.Via, o.Source, o.Gateway, o.AtUnixMs
+			}
+			h.Cancelled = h.Cancelled || o.Cancelled
 			return
 		}
 	}
 	r.p.Orders[userID] = append(r.p.Orders[userID], o)
+}
+
+// response counts a 5xx answer or a transport error of route; errors
+// of a request cut short by the run's own end (ctx) are not the server's.
+func (r *recorder) response(ctx context.Context, route string, res apiResult, err error) {
+	var key string
+	var m func() map[string]int64
+	switch {
+	case err != nil:
+		if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+			return
+		}
+		key, m = route+" "+errOutcome(err), func() map[string]int64 { return r.p.NetErrors }
+	case res.Status >= 500:
+		key, m = route+" "+strconv.Itoa(res.Status), func() map[string]int64 { return r.p.Server5xx }
+		if res.Status == 503 {
+			if res.HasRetryAfter {
+				key += " with Retry-After"
+			} else {
+				key += " without Retry-After"
+			}
+		}
+	default:
+		return
+	}
+	r.mu.Lock()
+	m()[key]++
+	r.mu.Unlock()
+}
+
+// admission and reservation record the time of an admission token a
+// shopper received and of a 202, for the report's timeline.
+func (r *recorder) admission(t time.Time) {
+	r.mu.Lock()
+	r.p.AdmitMs = append(r.p.AdmitMs, t.UnixMilli())
+	r.mu.Unlock()
+}
+
+func (r *recorder) reservation(t time.Time) {
+	r.mu.Lock()
+	r.p.ReserveMs = append(r.p.ReserveMs, t.UnixMilli())
+	r.mu.Unlock()
 }
 
 func (r *recorder) errorf(s string) {

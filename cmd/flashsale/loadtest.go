@@ -44,7 +44,12 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	quiet := fs.Duration("quiet-timeout", 0, "how long to wait for conservation after the shoppers (default: 15s, at most a fifth of the duration); cover the server's FLASHSALE_RECONCILE_AFTER when publishes may fail")
 	dbURL := fs.String("database-url", os.Getenv("FLASHSALE_DATABASE_URL"), "PostgreSQL URL for the invariant checks (optional)")
 	redisURL := fs.String("redis-url", os.Getenv("FLASHSALE_REDIS_URL"), "Redis URL for the command counter (optional)")
-	jsonOut := fs.String("json", "loadtest-report.json", "JSON report file (empty: none)")
+	keepWaiting := fs.Bool("keep-waiting", false, "shoppers who saw SOLD_OUT stay in the room until the run ends, so stock that comes back sells again (default: the scenario's)")
+	untilPaid := fs.Bool("until-paid", false, "end the shopper phase once paid = quantity (default: the scenario's)")
+	joinSpread := fs.Duration("join-spread", 0, "spread the shoppers' joins over this long (default: 80% of the time before opening)")
+	pollInterval := fs.Duration("poll-interval", 0, "polling transport: time between status reads (default 1s)")
+	seed := fs.Uint64("seed", 0, "seed of the shoppers' draws (who pays, item choice, think times, backoff); default 1")
+	jsonOut := fs.String("json", "loadtest-report.json", "JSON report file (empty: none); its \"summary\" (oversold, acknowledgedLost, acknowledgedRejected, strandedUnits, http5xx, networkErrors), \"ledger\" (every order and how it ended) and \"timeline\" (admissionsMs, reservationsMs) are described in the loadtest package doc")
 	htmlOut := fs.String("html", "loadtest-report.html", "HTML report file (empty: none)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -95,6 +100,17 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if *quiet > 0 {
 		cfg.QuietTimeout = *quiet
+	}
+	cfg.KeepWaiting = cfg.KeepWaiting || *keepWaiting
+	cfg.UntilPaid = cfg.UntilPaid || *untilPaid
+	if *joinSpread > 0 {
+		cfg.JoinSpread = *joinSpread
+	}
+	if *pollInterval > 0 {
+		cfg.PollInterval = *pollInterval
+	}
+	if *seed > 0 {
+		cfg.Seed = *seed
 	}
 	if cfg.JWTSecret == "" {
 		return errors.New("no JWT secret: set FLASHSALE_JWT_SECRET or --secret")

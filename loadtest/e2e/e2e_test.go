@@ -8,6 +8,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"testing"
@@ -66,6 +67,9 @@ var mustHold = []string{
 	"payments persisted",
 	"one order per user (PostgreSQL)",
 	"orders ≤ stock (PostgreSQL)",
+	"acknowledged orders kept",
+	"no stranded stock",
+	"no 5xx but 503 with Retry-After",
 }
 
 func TestSmokeAgainstStack(t *testing.T) {
@@ -134,6 +138,14 @@ func TestSmokeAgainstStack(t *testing.T) {
 			if r.Stopped != "done" {
 				t.Errorf("stopped = %q, want done", r.Stopped)
 			}
+			if sm := r.Summary; sm == nil || sm.Acknowledged != o.Reserved || len(r.Ledger) != int(o.Reserved) || len(r.Timeline.ReservationsMs) != int(o.Reserved) {
+				t.Errorf("summary %+v, %d ledger entries, timeline %+v: want every 202 in each", sm, len(r.Ledger), r.Timeline)
+			}
+			for _, e := range r.Ledger {
+				if e.DBStatus != "PAID" || e.APIStatus != "PAID" || e.Final != "PAID" {
+					t.Errorf("ledger entry %+v: want PAID through the API and in PostgreSQL", e)
+				}
+			}
 			if r.Redis == nil || r.Redis.HostileRequests == 0 || r.Redis.Error != "" {
 				t.Errorf("redis report = %+v", r.Redis)
 			} else if r.Redis.ExcessPerRequest > 0.5 {
@@ -145,4 +157,91 @@ func TestSmokeAgainstStack(t *testing.T) {
 				transport, o.Reserved, o.Sold, o.Paid, r.SellOutMs, r.Redis.HostileRequests, r.Redis.HostileCommands, r.Redis.BaselineCommands, r.Redis.BaselineMs)
 		})
 	}
+}
+
+// TestGatewayLostAgainstStack: of two gateways on the same Redis,
+// PostgreSQL and broker, the second shuts down right after the opening
+// (its listeners close, its WebSockets get "going away"): its shoppers
+// reconnect to the first with the same token, keep their place and buy,
+// and the run's invariants hold, the new ones included (every 202 kept,
+// nothing stranded, no 5xx).
+func TestGatewayLostAgainstStack(t *testing.T) {
+	st := startApp(t)
+	cfg := app.Defaults()
+	cfg.HTTPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.RedisURL, cfg.DatabaseURL = st.redisURL, st.databaseURL
+	cfg.KafkaBrokers = st.app.KafkaBrokers
+	cfg.JWTSecret = secret
+	second, err := app.Start(context.Background(), cfg, app.Roles{Gateway: true}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatalf("app.Start (second gateway): %v", err)
+	}
+	closed := false
+	closeSecond := func() {
+		if closed {
+			return
+		}
+		closed = true
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		second.Close(ctx)
+	}
+	t.Cleanup(closeSecond)
+
+	// 30 shoppers a gateway for 40 units: the sale sells out only if the
+	// second gateway's shoppers buy through the first.
+	lc := loadtest.Config{
+		BaseURL: st.app.PublicURL, BaseURLs: []string{second.PublicURL}, AdminURL: st.app.AdminURL, JWTSecret: secret,
+		DatabaseURL: st.databaseURL, UserBase: 2_000_000,
+		Shoppers: 60, Quantity: 40, Items: 2, AdmissionRate: 40, StartsIn: 3 * time.Second,
+		PayFraction: 1, SourceAddrs: 4, Duration: 60 * time.Second, QuietTimeout: 10 * time.Second,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	killed := make(chan struct{})
+	started := time.Now()
+	go func() {
+		defer close(killed)
+		// A quarter of the way into the sale's admissions.
+		if d := lc.StartsIn + 250*time.Millisecond; d > 0 {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		closeSecond()
+	}()
+	r, err := loadtest.Run(ctx, lc)
+	cancel()
+	<-killed
+	if r == nil {
+		t.Fatalf("Run: %v", err)
+	}
+	var b bytes.Buffer
+	r.WriteJSON(&b)
+	if err != nil {
+		t.Fatalf("Run: %v\nsummary: %s", err, summaryJSON(r))
+	}
+	sm := r.Summary
+	if sm.GatewayMoves == 0 || sm.Reconnects == 0 {
+		t.Errorf("%d gateway moves, %d reconnects: want the second gateway's shoppers moved (closed %v after the start)",
+			sm.GatewayMoves, sm.Reconnects, time.Since(started))
+	}
+	if r.Orders.Sold != 40 || sm.Acknowledged != r.Orders.Reserved || sm.Oversold != 0 {
+		t.Errorf("sold %d of 40, %d acknowledged of %d 202s, oversold %d", r.Orders.Sold, sm.Acknowledged, r.Orders.Reserved, sm.Oversold)
+	}
+	for _, e := range r.Ledger {
+		if e.Acknowledged && (e.DBStatus != "PAID" || e.Final != "PAID") {
+			t.Errorf("ledger entry %+v: want paid, in PostgreSQL", e)
+		}
+	}
+	t.Logf("summary: %s", summaryJSON(r))
+}
+
+func summaryJSON(r *loadtest.Report) string {
+	b, _ := json.Marshal(r.Summary)
+	return string(b)
 }
