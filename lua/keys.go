@@ -60,6 +60,12 @@ func PendingKey(saleID int64) string { return "fs:" + Tag(saleID) + ":pending" }
 // have bought, whatever came back to stock meanwhile.
 func ReservedKey(saleID int64) string { return "fs:" + Tag(saleID) + ":reserved" }
 
+// PlacedKey is a HASH orderId → "partition:offset": where Kafka acknowledged
+// the order's record, kept beside the pending member until the writer
+// confirms the order, so the reconciler can tell a record the writer has not
+// reached yet (never lost) from one that never reached the broker.
+func PlacedKey(saleID int64) string { return "fs:" + Tag(saleID) + ":placed" }
+
 // PendingMember is the member of PendingKey for one reservation.
 func PendingMember(orderID string, userID, itemID int64) string {
 	return orderID + "|" + strconv.FormatInt(userID, 10) + "|" + strconv.FormatInt(itemID, 10)

@@ -34,6 +34,14 @@ type Publisher interface {
 	Publish(ctx context.Context, o flashsale.OrderPlaced) error
 }
 
+// placingPublisher is a Publisher that also reports where Kafka acknowledged
+// the record (*kafka.Producer). The Service keeps that position with the
+// pending reservation, so the Reconciler knows the order is in Kafka and
+// never declares it lost, however long the writer takes to reach it.
+type placingPublisher interface {
+	PublishAt(ctx context.Context, o flashsale.OrderPlaced) (partition int32, offset int64, err error)
+}
+
 // Config configures a Service. Zero fields take the defaults.
 type Config struct {
 	Now func() time.Time // nil: time.Now
@@ -65,11 +73,22 @@ const (
 	OutcomeRedisError       = "redis_error"
 	OutcomePublishFailed    = "publish_failed"    // given back at once
 	OutcomePublishUncertain = "publish_uncertain" // left to the writer or the reconciler
+	OutcomeStockMissing     = "stock_missing"     // Redis lost the stock record; answered 503 until the rebuild
 )
+
+// placedQueue is how many acknowledged positions may wait for Run to write
+// them into Redis; beyond it a position is dropped, and the Reconciler
+// falls back on the writer group having consumed everything (slower, never
+// wrong).
+const placedQueue = 8192
 
 var (
 	errUnavailable = &flashsale.Error{Code: flashsale.CodeUnavailable, Message: "the shop is busy; nothing was reserved, try again shortly"}
-	errNoOrderID   = errors.New("no order id")
+	// errStockMissing answers a reservation for an item of a known sale
+	// whose stock record Redis lost: the Reconciler rebuilds it within
+	// seconds, so the sale is delayed, never sold out.
+	errStockMissing = &flashsale.Error{Code: flashsale.CodeUnavailable, Message: "the shop is recovering; nothing was reserved, try again shortly"}
+	errNoOrderID    = errors.New("no order id")
 )
 
 // Service reserves stock and publishes orders. It is safe for concurrent use.
@@ -86,6 +105,11 @@ type Service struct {
 	// replaced whole on change (rare), read without locks (often).
 	flags   atomic.Pointer[map[int64]int64]
 	flagsMu sync.Mutex
+
+	// placed carries the Kafka positions of acknowledged orders to Run,
+	// which writes them beside the pending reservations.
+	placed        chan stock.Placement
+	placedDropped prometheus.Counter
 
 	outcomes   map[string]prometheus.Counter
 	publishDur prometheus.Observer
@@ -111,6 +135,7 @@ func New(cfg Config, st *stock.Store, pub Publisher, logger *slog.Logger, reg pr
 	s := &Service{
 		now: cfg.Now, recheck: cfg.SoldOutRecheck, publishTimeout: cfg.PublishTimeout, redisTimeout: cfg.RedisTimeout,
 		st: st, pub: pub, log: logger.With("component", "purchase"),
+		placed: make(chan stock.Placement, placedQueue),
 	}
 	empty := map[int64]int64{}
 	s.flags.Store(&empty)
@@ -120,13 +145,17 @@ func New(cfg Config, st *stock.Store, pub Publisher, logger *slog.Logger, reg pr
 	}, []string{"outcome"}))
 	s.outcomes = map[string]prometheus.Counter{}
 	for _, o := range []string{OutcomeReserved, OutcomeSoldOutFlag, OutcomeSoldOut, OutcomeAlreadyPurchased,
-		OutcomeNotFound, OutcomeRedisError, OutcomePublishFailed, OutcomePublishUncertain} {
+		OutcomeNotFound, OutcomeRedisError, OutcomePublishFailed, OutcomePublishUncertain, OutcomeStockMissing} {
 		s.outcomes[o] = reservations.WithLabelValues(o)
 	}
 	s.publishDur = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "flashsale_purchase_publish_seconds",
 		Help:    "Time from a reservation to its Kafka acknowledgement (or failure).",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+	}))
+	s.placedDropped = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "flashsale_purchase_placements_dropped_total",
+		Help: "Kafka positions of acknowledged orders not kept in Redis (queue full or Redis error).",
 	}))
 	return s
 }
@@ -193,7 +222,9 @@ func (s *Service) clearSoldOut(itemIDs []int64) {
 //   - SOLD_OUT: no stock (answered by the local flag without Redis once the
 //     item was seen sold out);
 //   - ALREADY_PURCHASED with OrderID: the user holds an order in this sale;
-//   - NOT_FOUND: Redis has no stock record for the item;
+//   - UNAVAILABLE: Redis has no stock record for the item (Redis lost its
+//     data; the Reconciler rebuilds it), nothing reserved, and the sold-out
+//     flag is left alone;
 //   - UNAVAILABLE: Redis or Kafka failed. The reservation was given back,
 //     except when the publish outcome is unknown: then the error's OrderID
 //     names the order, which either reaches the database or is returned by
@@ -229,6 +260,12 @@ func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashs
 				s.outcomes[OutcomeSoldOut].Inc()
 			case flashsale.CodeAlreadyPurchased:
 				s.outcomes[OutcomeAlreadyPurchased].Inc()
+			case flashsale.CodeNotFound:
+				// The item belongs to the sale (the caller found it there),
+				// so a missing stock record is lost data, not a bad id.
+				s.outcomes[OutcomeStockMissing].Inc()
+				// One domain error in the chain: the edge answers 503.
+				return "", fmt.Errorf("purchase.Reserve: %w: no stock record for item %d", errStockMissing, item.ID)
 			default:
 				s.outcomes[OutcomeNotFound].Inc()
 			}
@@ -248,7 +285,7 @@ func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashs
 	}
 	pctx, cancel := context.WithTimeout(work, s.publishTimeout)
 	start := time.Now()
-	err = s.pub.Publish(pctx, msg)
+	err = s.publish(pctx, msg)
 	s.publishDur.Observe(time.Since(start).Seconds())
 	cancel()
 	if err == nil {
@@ -268,6 +305,25 @@ func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashs
 	return "", fmt.Errorf("purchase.Reserve: %w: %w", errUnavailable, err)
 }
 
+// publish sends msg and, when the publisher reports the record's position,
+// queues it for Run to keep beside the pending reservation.
+func (s *Service) publish(ctx context.Context, msg flashsale.OrderPlaced) error {
+	pp, ok := s.pub.(placingPublisher)
+	if !ok {
+		return s.pub.Publish(ctx, msg)
+	}
+	part, off, err := pp.PublishAt(ctx, msg)
+	if err != nil {
+		return err
+	}
+	select {
+	case s.placed <- stock.Placement{SaleID: msg.SaleID, OrderID: msg.OrderID, Partition: part, Offset: off}:
+	default:
+		s.placedDropped.Inc()
+	}
+	return nil
+}
+
 // release gives back a reservation that will not go further. A failure is
 // logged and left to the Reconciler (the reservation stays pending).
 func (s *Service) release(ctx context.Context, saleID, userID, itemID int64, orderID string) {
@@ -284,9 +340,13 @@ func uncertain(err error) bool {
 }
 
 // Run clears sold-out flags of items whose stock came back (expiry, cancel,
-// rejection), checking every SoldOutRecheck with one HMGET per sale, until
-// ctx ends. It returns nil on cancellation.
+// rejection), checking every SoldOutRecheck with one HMGET per sale, and
+// writes the Kafka positions of acknowledged orders into Redis, until ctx
+// ends. It returns nil on cancellation.
 func (s *Service) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { s.keepPlacements(ctx) })
 	t := time.NewTicker(s.recheck)
 	defer t.Stop()
 	for {
@@ -297,6 +357,36 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		if err := s.recheckSoldOut(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("sold-out recheck failed", "err", err)
+		}
+	}
+}
+
+// keepPlacements writes queued positions in pipelines of what is waiting,
+// until ctx ends.
+func (s *Service) keepPlacements(ctx context.Context) {
+	batch := make([]stock.Placement, 0, 256)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-s.placed:
+			batch = append(batch[:0], p)
+		}
+	more:
+		for len(batch) < cap(batch) {
+			select {
+			case p := <-s.placed:
+				batch = append(batch, p)
+			default:
+				break more
+			}
+		}
+		rctx, cancel := context.WithTimeout(ctx, s.redisTimeout)
+		err := s.st.RecordPlaced(rctx, batch)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.placedDropped.Add(float64(len(batch)))
+			s.log.Warn("could not keep Kafka positions of acknowledged orders", "orders", len(batch), "err", err)
 		}
 	}
 }

@@ -536,3 +536,33 @@ func BenchmarkServiceReserveInStock(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }
+
+// Redis lost the sale's stock record (data loss, not yet rebuilt): a
+// purchase is answered UNAVAILABLE with nothing reserved, never SOLD_OUT,
+// and the local sold-out flag stays clear.
+func TestReserveWithStockRecordLostIsUnavailable(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 3)
+	ctx := context.Background()
+	rec := &recorder{}
+	s := New(Config{}, e.st, rec, nil, nil)
+	item := e.item(0)
+	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		_, err := s.Reserve(ctx, e.sale, item, 5)
+		if got := codeOf(err); got != flashsale.CodeUnavailable {
+			t.Fatalf("Reserve with the stock record lost: %v, want UNAVAILABLE", err)
+		}
+	}
+	if s.SoldOut(item.ID) {
+		t.Error("sold-out flag set by a lost stock record")
+	}
+	if _, ok := e.buyer(t, 5); ok {
+		t.Error("a buyer record was written")
+	}
+	if n := len(rec.got); n != 0 {
+		t.Errorf("%d orders published, want 0", n)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,14 +22,39 @@ type SaleLister interface {
 	Sales() []*flashsale.Sale
 }
 
+// OrderLog is what the Reconciler asks Kafka (*kafka.OrderLog): how far the
+// writer's consumer group got in the orders topic, and the orders it has not
+// consumed yet.
+type OrderLog interface {
+	// Progress returns per partition the group's committed offset (the
+	// next record the writer reads) and the end offset, the end read
+	// first.
+	Progress(ctx context.Context) (committed, end map[int32]int64, err error)
+	// Unconsumed returns the orders of the records from committed to end.
+	Unconsumed(ctx context.Context, committed, end map[int32]int64) ([]flashsale.OrderPlaced, error)
+}
+
 // ReconcilerConfig configures a Reconciler. Zero fields take the defaults.
 type ReconcilerConfig struct {
 	// After is the age past which a reservation still pending in Redis
-	// (neither confirmed by the writer nor given back) is taken as lost
-	// (default 2m). It must exceed the usual Kafka-to-database delay:
-	// a reservation older than this that the writer has not stored yet is
-	// rejected, and the writer's late insert then finds the tombstone.
+	// (neither confirmed by the writer nor given back) is looked at
+	// (default 2m). It is declared lost only when Kafka proves its record
+	// never reached the broker (see Reconciler); otherwise it waits for the
+	// writer, however long that takes.
 	After time.Duration
+	// Orders is the orders topic as the writer's group sees it. Nil means
+	// no Kafka to ask: a stale reservation without a row is declared lost
+	// (for tests of the database rules only; every role wires it).
+	Orders OrderLog
+	// PublishTimeout is the purchase service's publish bound (default
+	// DefaultPublishTimeout). A record acknowledged at all was so within
+	// DefaultRedisTimeout + PublishTimeout of its reservation, and a
+	// reservation taken before Redis lost its data was published within
+	// PublishTimeout of the loss being seen.
+	PublishTimeout time.Duration
+	// LossCheck is how often Run looks for sales whose stock record Redis
+	// lost (default 1s), apart from the slower reconcile pass.
+	LossCheck time.Duration
 	// Interval between runs (default 10s).
 	Interval time.Duration
 	// PaymentWindow sets expires_at of the tombstone rows (default 10m).
@@ -44,41 +70,66 @@ const (
 	DefaultReconcileAfter    = 2 * time.Minute
 	DefaultReconcileInterval = 10 * time.Second
 	DefaultPaymentWindow     = 10 * time.Minute
+	DefaultLossCheck         = time.Second
 )
 
 // RejectLost is the reject_reason of a tombstone row.
 const RejectLost = "never reached the database"
 
 // Reconciler returns reservations that were taken in Redis but never reached
-// the database (invariant 3), and rebuilds a sale's Redis stock from the
-// database when Redis lost it.
+// Kafka (invariant 3), never one whose record Kafka holds (invariant 7), and
+// rebuilds a sale's Redis stock when Redis lost it.
 //
-// For each pending reservation older than After, in one transaction, it
-// inserts a REJECTED tombstone order row with the reservation's order id
-// (ON CONFLICT (id) DO NOTHING) and, when the insert took, a stock_returns
-// outbox row; after the commit it gives the unit back in Redis and deletes
-// the outbox row. If the order row existed already (the writer stored the
-// order but stopped before confirming it in Redis), it only confirms. Several
-// reconcilers may run at once: the primary key makes the tombstone once, and
-// the release script gives a unit back once per order.
+// A pending reservation older than After whose order row exists is
+// confirmed (the writer stored it and stopped before confirming). One
+// without a row is declared lost only when Kafka proves its record never
+// reached the broker, read once per pass from the writer group's committed
+// offsets (Config.Orders):
 //
-// Redis data loss: when a sale's stock record is missing in Redis, it is
-// rebuilt from PostgreSQL (remaining = quantity − live orders, and a buyer
-// record per live order), writing only fields that are missing. Reservations
-// that existed only in Redis or Kafka at the moment of the loss are not in
-// that count: their units are sold again, and when such an order reaches the
-// writer later, the database (CHECK sold <= quantity, one live order per user
-// per sale) rejects any that would oversell or duplicate a buyer.
+//   - with a recorded position (the publish was acknowledged: a 202), only
+//     when the group has committed past it, so the writer has handled it
+//     (a writer that is down or behind leaves it pending);
+//   - without one (an uncertain publish, answered 503, or a position that
+//     could not be kept), only when the group had consumed every partition
+//     up to its end, read after the reservation's publish bound had passed;
+//   - with Kafka unreachable, never.
+//
+// Declaring lost, in one transaction, inserts a REJECTED tombstone order row
+// with the reservation's order id (ON CONFLICT (id) DO NOTHING) and, when
+// the insert took, a stock_returns outbox row; after the commit the unit
+// goes back in Redis and the outbox row is deleted. Several reconcilers may
+// run at once: the primary key makes the tombstone once, and the release
+// script gives a unit back once per order.
+//
+// Redis data loss: when a sale's stock record is missing in Redis (looked
+// for every LossCheck), reservations of the sale answer 503 and, once the
+// publishes in flight at the loss have had their bound, the stock is rebuilt:
+// remaining = quantity − live orders in PostgreSQL − orders still in flight
+// in Kafka (past the writer group's committed offsets, without a row yet),
+// with a buyer record for each, writing only fields that are missing. So no
+// order acknowledged before the loss is refused by the database later. A
+// Redis that serves another dataset than before (restarted, or a replica
+// promoted that may have missed the last writes, seen by its replication
+// ID) keeps stale counts rather than none: every sale's stock and buyer
+// records are then dropped and rebuilt the same way.
 type Reconciler struct {
 	after, interval, window time.Duration
+	publish, lossCheck      time.Duration
 	batch                   int64
 	now                     func() time.Time
 	pool                    *pgxpool.Pool
 	st                      *stock.Store
 	sales                   SaleLister
+	orders                  OrderLog
 	log                     *slog.Logger
 
-	returned, confirmed, rebuilt, failures prometheus.Counter
+	// lost holds when each sale's missing stock record was first seen;
+	// incarnation is the Redis dataset last seen (stock.Incarnation).
+	lostMu      sync.Mutex
+	lost        map[int64]time.Time
+	incarnation string
+
+	returned, confirmed, rebuilt, failures, held prometheus.Counter
 }
 
 // NewReconciler returns a Reconciler. reg may be nil.
@@ -98,6 +149,12 @@ func NewReconciler(cfg ReconcilerConfig, pool *pgxpool.Pool, st *stock.Store, sa
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.PublishTimeout <= 0 {
+		cfg.PublishTimeout = DefaultPublishTimeout
+	}
+	if cfg.LossCheck <= 0 {
+		cfg.LossCheck = DefaultLossCheck
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -106,16 +163,23 @@ func NewReconciler(cfg ReconcilerConfig, pool *pgxpool.Pool, st *stock.Store, sa
 	}
 	return &Reconciler{
 		after: cfg.After, interval: cfg.Interval, window: cfg.PaymentWindow, batch: cfg.Batch, now: cfg.Now,
-		pool: pool, st: st, sales: sales, log: logger.With("component", "reconciler"),
+		publish: cfg.PublishTimeout, lossCheck: cfg.LossCheck,
+		pool: pool, st: st, sales: sales, orders: cfg.Orders, log: logger.With("component", "reconciler"),
+		lost:      map[int64]time.Time{},
 		returned:  counter("returned_total", "Lost reservations whose unit went back to stock."),
 		confirmed: counter("confirmed_total", "Stale reservations found stored in the database and confirmed."),
 		rebuilt:   counter("rebuilt_items_total", "Item stock records rebuilt from the database after Redis lost them."),
 		failures:  counter("errors_total", "Reconciler runs that ended with an error."),
+		held:      counter("held_total", "Stale reservations without an order row left pending because Kafka may still hold their record."),
 	}
 }
 
-// Run reconciles every Interval until ctx ends; it returns nil then.
+// Run reconciles every Interval, and looks for lost stock records every
+// LossCheck, until ctx ends; it returns nil then.
 func (r *Reconciler) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { r.watchLoss(ctx) })
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
 	for {
@@ -135,17 +199,101 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	}
 }
 
+// watchLoss rebuilds lost stock records every LossCheck until ctx ends.
+func (r *Reconciler) watchLoss(ctx context.Context) {
+	t := time.NewTicker(r.lossCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := r.checkIncarnation(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("Redis incarnation check failed", "err", err)
+		}
+		for _, sale := range r.sales.Sales() {
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err := r.rebuildIfLost(rctx, sale)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				r.failures.Inc()
+				r.log.Warn("stock rebuild failed; retrying", "sale", sale.ID, "err", err)
+			}
+		}
+	}
+}
+
+// kafkaTimeout bounds one question to Kafka, so that a broker that is away
+// delays neither the reconcile pass nor the loss check for long.
+const kafkaTimeout = 5 * time.Second
+
+// kafkaView is one reading of the writer group's progress.
+type kafkaView struct {
+	ok             bool // Kafka answered (or there is no Kafka to ask)
+	none           bool // no OrderLog configured
+	at             time.Time
+	committed, end map[int32]int64
+}
+
+// caughtUp reports whether the group had consumed every partition to its
+// end: every record acknowledged before the reading is in the database.
+func (v kafkaView) caughtUp() bool {
+	for p, e := range v.end {
+		if v.committed[p] < e {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *Reconciler) readKafka(ctx context.Context) kafkaView {
+	if r.orders == nil {
+		return kafkaView{ok: true, none: true}
+	}
+	at := r.now()
+	kctx, cancel := context.WithTimeout(ctx, kafkaTimeout)
+	defer cancel()
+	committed, end, err := r.orders.Progress(kctx)
+	if err != nil {
+		r.log.Warn("Kafka progress unknown; no reservation is declared lost this round", "err", err)
+		return kafkaView{}
+	}
+	return kafkaView{ok: true, at: at, committed: committed, end: end}
+}
+
+// mayDeclareLost reports whether Kafka proves that p's record never reached
+// the broker (or that the writer has handled it), so that p without an order
+// row is lost.
+func (r *Reconciler) mayDeclareLost(p stock.Pending, v kafkaView) bool {
+	switch {
+	case v.none:
+		return true
+	case !v.ok:
+		return false
+	case p.Placed:
+		c, ok := v.committed[p.Partition]
+		return ok && c > p.Offset
+	default:
+		return v.caughtUp() && p.ReservedAt.Add(DefaultRedisTimeout+r.publish).Before(v.at)
+	}
+}
+
 // RunOnce reconciles every sale once and reports how many units went back to
 // stock.
 func (r *Reconciler) RunOnce(ctx context.Context) (returned int, err error) {
 	cutoff := r.now().Add(-r.after)
+	view := r.readKafka(ctx)
 	var errs []error
+	if err := r.checkIncarnation(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	for _, sale := range r.sales.Sales() {
 		if err := r.rebuildIfLost(ctx, sale); err != nil {
 			errs = append(errs, fmt.Errorf("sale %d: %w", sale.ID, err))
 			continue
 		}
-		n, err := r.reconcileSale(ctx, sale, cutoff)
+		n, err := r.reconcileSale(ctx, sale, cutoff, view)
 		returned += n
 		if err != nil {
 			errs = append(errs, fmt.Errorf("sale %d: %w", sale.ID, err))
@@ -161,39 +309,77 @@ func (r *Reconciler) RunOnce(ctx context.Context) (returned int, err error) {
 	return returned, nil
 }
 
-func (r *Reconciler) reconcileSale(ctx context.Context, sale *flashsale.Sale, cutoff time.Time) (int, error) {
+func (r *Reconciler) reconcileSale(ctx context.Context, sale *flashsale.Sale, cutoff time.Time, view kafkaView) (int, error) {
 	returned := 0
+	var skip int64 // reservations left pending so far, oldest first
 	for {
-		ps, err := r.st.PendingBefore(ctx, sale.ID, cutoff, r.batch)
+		ps, err := r.st.PendingBeforeFrom(ctx, sale.ID, cutoff, skip, r.batch)
 		if err != nil {
 			return returned, err
 		}
 		var errs []error
+		kept := 0
 		for _, p := range ps {
-			ok, err := r.settle(ctx, sale, p)
+			ok, stays, err := r.settle(ctx, sale, p, view)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("order %s: %w", p.OrderID, err))
 				continue
+			}
+			if stays {
+				kept++
 			}
 			if ok {
 				returned++
 			}
 		}
-		// Every settled reservation left the pending set; on errors, stop
-		// here rather than read the same failing ones again.
+		// Every settled reservation left the pending set; the ones left
+		// pending (the writer is behind) are skipped in the next read. On
+		// errors, stop here rather than read the same failing ones again.
 		if len(errs) > 0 || int64(len(ps)) < r.batch {
 			return returned, errors.Join(errs...)
 		}
+		skip += int64(kept)
 	}
 }
 
 // settle decides one stale reservation; it reports whether its unit went
-// back to stock.
-func (r *Reconciler) settle(ctx context.Context, sale *flashsale.Sale, p stock.Pending) (bool, error) {
+// back to stock, and whether it stays pending (Kafka may hold its record).
+func (r *Reconciler) settle(ctx context.Context, sale *flashsale.Sale, p stock.Pending, view kafkaView) (returned, stays bool, err error) {
 	if _, err := uuid.Parse(p.OrderID); err != nil {
 		// No order row can carry this id, so none exists: give it back.
-		return r.st.Release(ctx, sale.ID, p.UserID, p.ItemID, p.OrderID)
+		ok, err := r.st.Release(ctx, sale.ID, p.UserID, p.ItemID, p.OrderID)
+		return ok, false, err
 	}
+	if !r.mayDeclareLost(p, view) {
+		var exists, owed bool
+		if err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM orders WHERE id = $1),
+			EXISTS (SELECT 1 FROM stock_returns WHERE order_id = $1)`, p.OrderID).Scan(&exists, &owed); err != nil {
+			return false, false, fmt.Errorf("order row: %w", err)
+		}
+		switch {
+		case !exists:
+			// The writer has not reached it yet: never lost.
+			r.held.Inc()
+			return false, true, nil
+		case !owed:
+			if err := r.st.Confirm(ctx, []stock.Pending{p}); err != nil {
+				return false, false, err
+			}
+			r.confirmed.Inc()
+			return false, false, nil
+		}
+		// The row exists and its unit is owed: finish the return below.
+		ok, err := r.giveBack(ctx, sale, p)
+		return ok, false, err
+	}
+	ok, err := r.declareLost(ctx, sale, p)
+	return ok, false, err
+}
+
+// declareLost tombstones a reservation Kafka proved lost and gives its unit
+// back; if its order row exists, it confirms instead (or finishes a return
+// an outbox row still owes).
+func (r *Reconciler) declareLost(ctx context.Context, sale *flashsale.Sale, p stock.Pending) (bool, error) {
 	var price int64
 	if it, ok := sale.Item(p.ItemID); ok {
 		price = it.PriceCents
@@ -236,10 +422,21 @@ func (r *Reconciler) settle(ctx context.Context, sale *flashsale.Sale, p stock.P
 			return false, nil
 		}
 	}
+	return r.giveBack(ctx, sale, p)
+}
+
+// giveBack releases the unit of an order whose outbox row is committed,
+// then deletes the outbox row.
+func (r *Reconciler) giveBack(ctx context.Context, sale *flashsale.Sale, p stock.Pending) (bool, error) {
 	// Redis only after the commit; the outbox row covers a crash here.
 	ok, err := r.st.Release(ctx, sale.ID, p.UserID, p.ItemID, p.OrderID)
 	if err != nil {
 		return false, err
+	}
+	if p.Placed {
+		if err := r.st.Confirm(ctx, []stock.Pending{p}); err != nil { // drops the kept position
+			return ok, err
+		}
 	}
 	if _, err := r.pool.Exec(ctx, `DELETE FROM stock_returns WHERE order_id = $1`, p.OrderID); err != nil {
 		return ok, fmt.Errorf("outbox delete: %w", err)
@@ -250,8 +447,46 @@ func (r *Reconciler) settle(ctx context.Context, sale *flashsale.Sale, p stock.P
 	return ok, nil
 }
 
-// rebuildIfLost rebuilds the sale's Redis stock and buyer records from the
-// database when Redis has no stock record for some of its items.
+// checkIncarnation drops every sale's stock and buyer records when Redis
+// serves another dataset than last seen (restarted, or a replica promoted
+// that may have missed the last writes), so that rebuildIfLost rebuilds
+// them from PostgreSQL and Kafka: a stale count would sell again units
+// already acknowledged.
+func (r *Reconciler) checkIncarnation(ctx context.Context) error {
+	id, ok, err := r.st.Incarnation(ctx)
+	if err != nil || !ok {
+		return err
+	}
+	r.lostMu.Lock()
+	prev := r.incarnation
+	r.incarnation = id
+	r.lostMu.Unlock()
+	if prev == "" || prev == id {
+		return nil
+	}
+	r.log.Warn("Redis serves another dataset (restarted or failed over); rebuilding every sale's stock", "was", prev, "now", id)
+	var errs []error
+	for _, sale := range r.sales.Sales() {
+		if err := r.st.Drop(ctx, sale.ID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		// Look again next time.
+		r.lostMu.Lock()
+		r.incarnation = prev
+		r.lostMu.Unlock()
+		return fmt.Errorf("purchase.Reconciler: drop after a Redis failover: %w", err)
+	}
+	return nil
+}
+
+// rebuildIfLost rebuilds the sale's Redis stock and buyer records when
+// Redis has no stock record for some of its items, from PostgreSQL's live
+// orders and the orders still in flight in Kafka. It waits PublishTimeout
+// after the loss was first seen, so that the records of reservations taken
+// before the loss are in Kafka when it reads; until then, and while Kafka
+// cannot be read, the sale's reservations answer 503.
 func (r *Reconciler) rebuildIfLost(ctx context.Context, sale *flashsale.Sale) error {
 	if len(sale.Items) == 0 {
 		return nil
@@ -270,13 +505,68 @@ func (r *Reconciler) rebuildIfLost(ctx context.Context, sale *flashsale.Sale) er
 			missing[ids[i]] = true
 		}
 	}
+	now := r.now()
+	r.lostMu.Lock()
 	if len(missing) == 0 {
+		delete(r.lost, sale.ID)
+		r.lostMu.Unlock()
 		return nil
 	}
+	seen, ok := r.lost[sale.ID]
+	if !ok {
+		seen = now
+		r.lost[sale.ID] = now
+	}
+	r.lostMu.Unlock()
+	if !ok {
+		r.log.Warn("Redis lost the sale's stock; rebuilding once publishes in flight have settled", "sale", sale.ID, "items", len(missing), "wait", r.publish)
+	}
+	if now.Before(seen.Add(r.publish)) {
+		return nil
+	}
+
+	// Kafka before PostgreSQL: an order the writer stores between the two
+	// reads is then found in the database, never missed by both.
+	var inflight []flashsale.OrderPlaced
+	if r.orders != nil {
+		kctx, cancel := context.WithTimeout(ctx, kafkaTimeout)
+		committed, end, err := r.orders.Progress(kctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("rebuild: %w", err)
+		}
+		// Reading the backlog may take longer than one question.
+		all, err := r.orders.Unconsumed(ctx, committed, end)
+		if err != nil {
+			return fmt.Errorf("rebuild: %w", err)
+		}
+		seenID := map[string]bool{}
+		for _, o := range all {
+			if o.SaleID != sale.ID || seenID[o.OrderID] {
+				continue
+			}
+			if _, err := uuid.Parse(o.OrderID); err != nil {
+				continue // the writer dead-letters it
+			}
+			if _, ok := sale.Item(o.ItemID); !ok {
+				continue
+			}
+			seenID[o.OrderID] = true
+			inflight = append(inflight, o)
+		}
+	}
+	inflightIDs := make([]string, len(inflight))
+	for i, o := range inflight {
+		inflightIDs[i] = o.OrderID
+	}
+
 	quantity := map[int64]int64{}
 	live := map[int64]int64{}
 	buyers := map[int64]stock.Buyer{}
-	// One snapshot of items and live orders.
+	stored := map[string]bool{}
+	// One snapshot of items, live orders and which in-flight orders have
+	// a row already (live or not: a REJECTED, EXPIRED or CANCELLED one
+	// holds no unit).
 	err = pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT id, quantity FROM items WHERE sale_id = $1`, sale.ID)
 		if err != nil {
@@ -306,10 +596,41 @@ func (r *Reconciler) rebuildIfLost(ctx context.Context, sale *flashsale.Sale) er
 			live[b.ItemID]++
 			buyers[user] = b
 		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(inflightIDs) == 0 {
+			return nil
+		}
+		rows, err = tx.Query(ctx, `SELECT id::text FROM orders WHERE id = ANY($1::uuid[])`, inflightIDs)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			stored[id] = true
+		}
 		return rows.Err()
 	})
 	if err != nil {
 		return fmt.Errorf("rebuild: read database: %w", err)
+	}
+	fromKafka := 0
+	for _, o := range inflight {
+		if stored[o.OrderID] {
+			continue
+		}
+		if _, ok := buyers[o.UserID]; ok {
+			// The user holds another live order: the database refuses
+			// this one (one live order per user per sale).
+			continue
+		}
+		live[o.ItemID]++
+		buyers[o.UserID] = stock.Buyer{OrderID: o.OrderID, ItemID: o.ItemID, CreatedAt: time.UnixMilli(o.CreatedAtMs)}
+		fromKafka++
 	}
 	remaining := make(map[int64]int64, len(missing))
 	for id := range missing {
@@ -325,7 +646,7 @@ func (r *Reconciler) rebuildIfLost(ctx context.Context, sale *flashsale.Sale) er
 	}
 	if n > 0 {
 		r.rebuilt.Add(float64(n))
-		r.log.Warn("rebuilt stock from the database after Redis lost it", "sale", sale.ID, "items", n, "liveOrders", len(buyers))
+		r.log.Warn("rebuilt stock after Redis lost it", "sale", sale.ID, "items", n, "liveOrders", len(buyers), "inFlightInKafka", fromKafka)
 	}
 	return nil
 }

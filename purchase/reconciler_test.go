@@ -8,8 +8,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/kafka"
+	"github.com/flashsale/flashsale/internal/stock"
+	"github.com/flashsale/flashsale/internal/testenv"
 )
 
 // insertOrder stores an order row the way the writer does (live orders count
@@ -243,7 +248,16 @@ func TestReconcilerRebuildsAfterRedisLoss(t *testing.T) {
 	if err := e.st.Reserve(ctx, e.sale.ID, a.ID, 9, uuid.NewString(), t0); flashsale.ErrorCode(err) != flashsale.CodeNotFound {
 		t.Fatalf("Reserve with the stock lost: %v, want NOT_FOUND", err)
 	}
-	r := NewReconciler(ReconcilerConfig{Now: newClock(t0).now}, e.pool, e.st, e, nil, nil)
+	clk := newClock(t0)
+	r := NewReconciler(ReconcilerConfig{Now: clk.now}, e.pool, e.st, e, nil, nil)
+	if _, err := r.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Publishes in flight at the loss get their bound first.
+	if got, _ := e.st.ItemsRemaining(ctx, e.sale.ID, []int64{a.ID}); got[0] != -1 {
+		t.Fatalf("stock rebuilt before the publish bound: %d", got[0])
+	}
+	clk.add(DefaultPublishTimeout)
 	if _, err := r.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -289,5 +303,70 @@ func TestReconcilerRunStops(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v, want nil on cancellation", err)
+	}
+}
+
+// Reservations left pending because Kafka holds their records do not hide
+// the ones behind them: the reconciler pages past them and declares lost
+// (after the writer handled it without a row) the newest one.
+func TestReconcilerPagesPastHeldReservations(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 10)
+	k := testenv.NewKafka(t)
+	p := newProducer(t, k, 3*time.Second)
+	ctx := context.Background()
+	item := e.item(0)
+	type res struct {
+		id   string
+		user int64
+		at   time.Time
+	}
+	// The newest reservation's record is the first in the partition, the
+	// only one the group has consumed.
+	rs := []res{{uuid.NewString(), 1, t0.Add(5 * time.Second)}}
+	for u := int64(2); u <= 5; u++ {
+		rs = append(rs, res{uuid.NewString(), u, t0.Add(time.Duration(u-1) * time.Second)})
+	}
+	var part int32
+	var places []stock.Placement
+	for _, r := range rs {
+		if err := e.st.Reserve(ctx, e.sale.ID, item.ID, r.user, r.id, r.at); err != nil {
+			t.Fatal(err)
+		}
+		pt, off, err := p.PublishAt(ctx, flashsale.OrderPlaced{OrderID: r.id, SaleID: e.sale.ID, ItemID: item.ID, UserID: r.user, CreatedAtMs: r.at.UnixMilli()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		part = pt
+		places = append(places, stock.Placement{SaleID: e.sale.ID, OrderID: r.id, Partition: pt, Offset: off})
+	}
+	if err := e.st.RecordPlaced(ctx, places); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var offs kadm.Offsets
+	offs.Add(kadm.Offset{Topic: flashsale.TopicOrders, Partition: part, At: places[0].Offset + 1, LeaderEpoch: -1})
+	if err := kadm.NewClient(cl).CommitAllOffsets(ctx, kafka.DefaultWriterGroup, offs); err != nil {
+		t.Fatal(err)
+	}
+	orders, err := kafka.NewOrderLog(k.Brokers, "", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orders.Close()
+	r := NewReconciler(ReconcilerConfig{Now: newClock(t0.Add(time.Hour)).now, Batch: 2, Orders: orders}, e.pool, e.st, e, nil, nil)
+	if n, err := r.RunOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("RunOnce = %d, %v; want 1 (the consumed reservation without a row)", n, err)
+	}
+	assertOrder(t, e.pool, rs[0].id, flashsale.OrderRejected)
+	if n := countRows(t, e.pool, `SELECT count(*) FROM orders`); n != 1 {
+		t.Errorf("%d order rows, want only the one tombstone", n)
+	}
+	if n := e.pending(t); n != 4 {
+		t.Errorf("%d pending, want the 4 held", n)
 	}
 }

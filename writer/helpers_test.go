@@ -25,9 +25,15 @@ import (
 	"github.com/flashsale/flashsale/internal/stock"
 	"github.com/flashsale/flashsale/internal/testenv"
 	"github.com/flashsale/flashsale/lua"
+	"github.com/flashsale/flashsale/purchase"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(writerHelperEnv) != "" {
+		os.Exit(runWriterHelper())
+	}
+	testenv.Main(m)
+}
 
 // env is one test's world: its own database, Redis database and Kafka.
 type env struct {
@@ -264,11 +270,60 @@ func countRows(t testing.TB, pool *pgxpool.Pool, query string, args ...any) int 
 
 func pendingCount(t testing.TB, rdb *redis.Client, saleID int64) int64 {
 	t.Helper()
-	n, err := rdb.ZCard(context.Background(), lua.PendingKey(saleID)).Result()
+	return intResult(t, rdb.ZCard(context.Background(), lua.PendingKey(saleID)))
+}
+
+// intResult is the count a Redis command answered, failing the test on
+// an error.
+func intResult(t testing.TB, cmd *redis.IntCmd) int64 {
+	t.Helper()
+	n, err := cmd.Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// rebuildPastPublishTimeout checks that user's purchase is refused while
+// the stock record is missing, then runs the reconciler with every
+// publish past its timeout, so that it rebuilds the record.
+func rebuildPastPublishTimeout(t testing.TB, svc *purchase.Service, sale *flashsale.Sale, item flashsale.Item, user int64, clk *offsetClock, rec *purchase.Reconciler) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := svc.Reserve(ctx, sale, item, user); flashsale.ErrorCode(err) != flashsale.CodeUnavailable {
+		t.Fatalf("purchase before the rebuild: %v, want UNAVAILABLE", err)
+	}
+	clk.ahead = purchase.DefaultPublishTimeout
+	if _, err := rec.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sellRestAndSettle sells the last 4 of the sale's 10 units to users 7…10
+// and checks an 11th purchase is sold out; then it starts a writer and
+// checks every acknowledged order reaches the database as PENDING and
+// none is REJECTED.
+func sellRestAndSettle(t testing.TB, e *env, svc *purchase.Service, sale *flashsale.Sale, item flashsale.Item, acked map[string]bool) {
+	t.Helper()
+	for u := int64(7); u <= 10; u++ {
+		acked[buy(t, svc, sale, item, u)] = true
+	}
+	if _, err := svc.Reserve(context.Background(), sale, item, 11); flashsale.ErrorCode(err) != flashsale.CodeSoldOut {
+		t.Errorf("purchase past the stock: %v, want SOLD_OUT", err)
+	}
+	e.start(t, Config{})
+	waitFor(t, "every acknowledged order in the database", func() bool {
+		return countRows(t, e.pool, `SELECT count(*) FROM orders WHERE sale_id = $1`, sale.ID) >= len(acked)
+	})
+	rows := orderRows(t, e.pool, sale.ID)
+	for id := range acked {
+		if rows[id].status != string(flashsale.OrderPending) {
+			t.Errorf("acknowledged order %s is %q (%s), want PENDING", id, rows[id].status, rows[id].reason)
+		}
+	}
+	if n := statusCount(t, e.pool, sale.ID, string(flashsale.OrderRejected)); n != 0 {
+		t.Errorf("%d orders REJECTED, want 0", n)
+	}
 }
 
 // deadLetters reads n records of the dead-letter topic.
@@ -299,17 +354,24 @@ func deadLetters(t testing.TB, brokers []string, n int) []*kgo.Record {
 	return out
 }
 
-// committed is the sum of the group's committed offsets on the orders topic.
-func committed(t testing.TB, brokers []string, group string) int64 {
+// adminClient is an admin client of brokers and a context of 10 s for
+// its requests; done cancels the context and closes the client.
+func adminClient(t testing.TB, brokers []string) (ctx context.Context, adm *kadm.Client, done func()) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, group)
+	return ctx, kadm.NewClient(cl), func() { cancel(); cl.Close() }
+}
+
+// committed is the sum of the group's committed offsets on the orders topic.
+func committed(t testing.TB, brokers []string, group string) int64 {
+	t.Helper()
+	ctx, adm, done := adminClient(t, brokers)
+	defer done()
+	offs, err := adm.FetchOffsets(ctx, group)
 	if err != nil {
 		t.Fatal(err)
 	}

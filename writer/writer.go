@@ -29,6 +29,13 @@
 // and the batch size is configurable. What follows a commit (Redis confirm,
 // dead letters, offsets) goes batch by batch in poll order, so the committed
 // offsets never pass a batch that is not in the database.
+//
+// Faults: a writer killed without leaving the group holds its partitions for
+// Config.SessionTimeout (or gives them back at once to a writer restarted
+// with the same Config.InstanceID); one that is stopped leaves the group in
+// Close. A broker re-created empty on the same address (new topic IDs) is
+// followed: the writer purges the orders topic from its client and consumes
+// it again.
 package writer
 
 import (
@@ -45,6 +52,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/flashsale/flashsale"
@@ -87,6 +95,18 @@ type Config struct {
 	// TxTimeout bounds each database transaction, including the wait for a
 	// pooled connection (pgx waits forever without one). Default 10s.
 	TxTimeout time.Duration
+	// SessionTimeout is the group session timeout (default 6s, the least
+	// a Kafka broker accepts by default, group.min.session.timeout.ms): a
+	// writer killed without leaving the group holds its partitions that
+	// long before the group gives them to a restarted or another writer.
+	// The heartbeat goes at a third of it.
+	SessionTimeout time.Duration
+	// InstanceID, when set, makes the writer a static member of the group
+	// (KIP-345): a writer restarted with the same id takes its partitions
+	// back at once, without waiting for the session timeout. Give each
+	// writer process its own, stable id; leave it empty for dynamic
+	// membership.
+	InstanceID string
 	// Now is the clock (nil: time.Now); used for orders whose message has
 	// no createdAtMs.
 	Now func() time.Time
@@ -139,11 +159,17 @@ func (c *Config) defaults() error {
 	if c.TxTimeout <= 0 {
 		c.TxTimeout = 10 * time.Second
 	}
+	if c.SessionTimeout <= 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
 	return nil
 }
+
+// DefaultSessionTimeout is Config.SessionTimeout's default.
+const DefaultSessionTimeout = 6 * time.Second
 
 // Writer is the Kafka → PostgreSQL order writer.
 type Writer struct {
@@ -159,6 +185,8 @@ type Writer struct {
 	// rebalance go on (BlockRebalanceOnPoll): Run stops polling until the
 	// batches in hand are finished.
 	rebalance atomic.Bool
+	// lastReadopt spaces readopt calls (Run's goroutine only).
+	lastReadopt time.Time
 }
 
 type topicPartition struct {
@@ -254,9 +282,11 @@ func New(cfg Config, pool *pgxpool.Pool, st *stock.Store, logger *slog.Logger, r
 		m:     m,
 		lag:   map[topicPartition]int64{},
 	}
-	cl, err := kgo.NewClient(
+	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ConsumerGroup(cfg.Group),
+		kgo.SessionTimeout(cfg.SessionTimeout),
+		kgo.HeartbeatInterval(max(cfg.SessionTimeout/3, 100*time.Millisecond)),
 		kgo.ConsumeTopics(cfg.Topic),
 		kgo.DisableAutoCommit(),
 		// No rebalance between a poll and the commit of its offsets, so
@@ -265,8 +295,16 @@ func New(cfg Config, pool *pgxpool.Pool, st *stock.Store, logger *slog.Logger, r
 		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { w.rebalance.Store(true) }),
 		kgo.FetchMaxWait(cfg.FetchWait),
 		kgo.FetchMinBytes(int32(min(cfg.BatchSize*128, 1<<20))),
-		kgo.RecordDeliveryTimeout(30*time.Second), // bound dead-letter produces
-	)
+		kgo.RecordDeliveryTimeout(30 * time.Second), // bound dead-letter produces
+		kgo.WithLogger(kgoLogger{w.log}),
+		// A re-created topic (UNKNOWN_TOPIC_ID) reaches Run at its first
+		// fetch, not after franz-go's retries, so readopt runs at once.
+		kgo.KeepRetryableFetchErrors(),
+	}
+	if cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("writer.New: %w", err)
 	}
@@ -274,8 +312,9 @@ func New(cfg Config, pool *pgxpool.Pool, st *stock.Store, logger *slog.Logger, r
 	return w, nil
 }
 
-// Close closes the Kafka client (leaving the group without committing).
-// Call it after Run returned.
+// Close closes the Kafka client, leaving the group (a dynamic member sends
+// LeaveGroup, so its partitions go to another writer at once) without
+// committing more. Call it after Run returned.
 func (w *Writer) Close() error {
 	w.close.Do(w.cl.CloseAllowingRebalance)
 	return nil
@@ -363,12 +402,24 @@ func (w *Writer) Run(ctx context.Context) error {
 			}
 			return nil
 		}
+		recreated := false
 		fs.EachError(func(topic string, p int32, err error) {
 			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 				return
 			}
+			if errors.Is(err, kerr.UnknownTopicID) {
+				recreated = true
+			} else if kerr.IsRetriable(err) {
+				// franz-go retries these itself (a moved leader, a broker
+				// briefly away).
+				w.log.Debug("kafka fetch error, retried", "topic", topic, "partition", p, "err", err)
+				return
+			}
 			w.log.Warn("kafka fetch error", "topic", topic, "partition", p, "err", err)
 		})
+		if recreated {
+			w.readopt()
+		}
 		recs := fs.Records()
 		w.updateLag(fs, len(recs) == 0 && len(inFlight) == 0)
 		if len(recs) > 0 {
@@ -381,6 +432,23 @@ func (w *Writer) Run(ctx context.Context) error {
 			})
 		}
 	}
+}
+
+// readopt makes the client forget the orders topic and consume it again. A
+// broker re-created empty on the same address (the embedded broker without
+// its data directory) gives its topics new IDs; franz-go keeps the first ID
+// it saw and answers UNKNOWN_TOPIC_ID until the topic is purged and added
+// back. The group then rebalances; offsets of batches in hand may fail to
+// commit, and those batches are delivered again (harmless).
+func (w *Writer) readopt() {
+	now := time.Now()
+	if now.Sub(w.lastReadopt) < time.Second {
+		return
+	}
+	w.lastReadopt = now
+	w.log.Warn("the orders topic was re-created (new topic ID); consuming it again", "topic", w.cfg.Topic)
+	w.cl.PurgeTopicsFromClient(w.cfg.Topic)
+	w.cl.AddConsumeTopics(w.cfg.Topic)
 }
 
 func (w *Writer) updateLag(fs kgo.Fetches, idle bool) {
@@ -555,5 +623,25 @@ func (w *Writer) publishDead(ctx context.Context, dead []deadLetter) {
 	defer cancel()
 	if err := w.cl.ProduceSync(pctx, recs...).FirstErr(); err != nil {
 		w.log.Error("publishing dead letters failed", "records", len(recs), "err", err)
+		if errors.Is(err, kerr.UnknownTopicID) {
+			// Re-created under a new ID: the next produce finds it again.
+			w.cl.PurgeTopicsFromClient(w.cfg.DeadLetterTopic)
+		}
+	}
+}
+
+// kgoLogger sends franz-go's warnings and errors to slog.
+type kgoLogger struct{ l *slog.Logger }
+
+func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+
+func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	switch level {
+	case kgo.LogLevelError:
+		k.l.Error(msg, keyvals...)
+	case kgo.LogLevelWarn:
+		k.l.Warn(msg, keyvals...)
+	default:
+		k.l.Debug(msg, keyvals...)
 	}
 }

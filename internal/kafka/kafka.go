@@ -20,11 +20,22 @@
 // whose Uncertain method reports true (see IsUncertain). The caller must keep
 // the reservation as it is: if the record lands, the writer stores the order
 // and confirms the reservation; if it never lands, the reconciler finds the
-// reservation still pending after its bound, writes a REJECTED tombstone row
-// with the order id and gives the unit back, and a record arriving after that
-// hits the tombstone (ON CONFLICT (id) DO NOTHING in the writer) and is not
-// counted. Releasing an uncertain reservation at once instead would let a
-// late record create an order whose unit Redis has already given away.
+// reservation still pending after its bound and, once OrderLog shows the
+// writer group has consumed everything the broker held past the publish
+// bound, writes a REJECTED tombstone row with the order id and gives the
+// unit back; a record arriving after that hits the tombstone (ON CONFLICT
+// (id) DO NOTHING in the writer) and is not counted. Releasing an uncertain
+// reservation at once instead would let a late record create an order whose
+// unit Redis has already given away.
+//
+// # Broker restarts
+//
+// The clients reconnect by themselves. A broker re-created empty on the same
+// address gives its topics new IDs, which franz-go refuses to adopt: records
+// fail with UNKNOWN_TOPIC_ID (a definite failure) and the producer then
+// purges the topic from its clients, which find it again at the next
+// produce. A record failed while a purge runs may have been on the wire: it
+// is reported uncertain.
 package kafka
 
 import (
@@ -97,13 +108,20 @@ const DefaultProducers = 4
 
 // Producer publishes orders to Kafka. It is safe for concurrent use.
 type Producer struct {
-	cls     []*kgo.Client // ProducerConfig.Producers; Publish takes them in turn
-	next    atomic.Uint64
-	topic   string
-	dlq     string
-	timeout time.Duration
-	closeTO time.Duration
-	log     *slog.Logger
+	cls  []*kgo.Client // ProducerConfig.Producers; Publish takes them in turn
+	next atomic.Uint64
+	// purges counts topic purges (recreated topics, see purge): it goes up
+	// before and after each, so a record failed across a purge sees it
+	// change. purging is set while one runs; lastPurge (Unix ns) spaces
+	// them.
+	purges    atomic.Uint64
+	purging   atomic.Bool
+	lastPurge atomic.Int64
+	topic     string
+	dlq       string
+	timeout   time.Duration
+	closeTO   time.Duration
+	log       *slog.Logger
 }
 
 // NewProducer returns a producer with acks=all and idempotence, keyed by
@@ -197,11 +215,22 @@ func IsUncertain(err error) bool {
 // when it is uncertain, the record may still land (see the package
 // documentation).
 func (p *Producer) Publish(ctx context.Context, o flashsale.OrderPlaced) error {
+	_, _, err := p.PublishAt(ctx, o)
+	return err
+}
+
+// PublishAt is Publish that also reports where the record landed: its
+// partition and offset in the orders topic (valid when err is nil).
+func (p *Producer) PublishAt(ctx context.Context, o flashsale.OrderPlaced) (partition int32, offset int64, err error) {
 	v, err := json.Marshal(o)
 	if err != nil {
-		return &PublishError{err: err}
+		return 0, 0, &PublishError{err: err}
 	}
-	return p.produce(ctx, p.topic, o.ItemID, v)
+	rec, err := p.produce(ctx, p.topic, o.ItemID, v)
+	if err != nil {
+		return 0, 0, err
+	}
+	return rec.Partition, rec.Offset, nil
 }
 
 // deadLetter is the value on the dead-letter topic: the order plus why it
@@ -218,12 +247,15 @@ func (p *Producer) PublishDeadLetter(ctx context.Context, o flashsale.OrderPlace
 	if err != nil {
 		return &PublishError{err: err}
 	}
-	return p.produce(ctx, p.dlq, o.ItemID, v)
+	_, err = p.produce(ctx, p.dlq, o.ItemID, v)
+	return err
 }
 
-func (p *Producer) produce(ctx context.Context, topic string, itemID int64, value []byte) error {
+// produce sends one record and returns it as acknowledged (partition and
+// offset set) or a *PublishError.
+func (p *Producer) produce(ctx context.Context, topic string, itemID int64, value []byte) (*kgo.Record, error) {
 	if err := ctx.Err(); err != nil {
-		return &PublishError{err: err} // never handed to the client
+		return nil, &PublishError{err: err} // never handed to the client
 	}
 	// The record's own context is not the caller's: a caller giving up
 	// must not cancel a record that may already be on the wire. franz-go
@@ -241,6 +273,7 @@ func (p *Producer) produce(ctx context.Context, topic string, itemID int64, valu
 	rec := &kgo.Record{Topic: topic, Key: strconv.AppendInt(nil, itemID, 10), Value: value}
 	// TryProduce never blocks: with the buffer full it fails at once.
 	cl := p.cls[p.next.Add(1)%uint64(len(p.cls))]
+	gen := p.purges.Load()
 	cl.TryProduce(rctx, rec, func(_ *kgo.Record, err error) {
 		cancel()
 		done <- err
@@ -249,25 +282,56 @@ func (p *Producer) produce(ctx context.Context, topic string, itemID int64, valu
 	defer t.Stop()
 	select {
 	case err := <-done:
-		if err == nil {
-			return nil
-		}
-		// A closing client fails records whose request may have been
-		// written; everything else franz-go fails only when it is safe.
-		return &PublishError{uncertain: errors.Is(err, kgo.ErrClientClosed), err: err}
+		return p.result(rec, gen, err)
 	case <-t.C:
 	case <-ctx.Done():
 	}
 	// The promise may have just arrived.
 	select {
 	case err := <-done:
-		if err == nil {
-			return nil
-		}
-		return &PublishError{uncertain: errors.Is(err, kgo.ErrClientClosed), err: err}
+		return p.result(rec, gen, err)
 	default:
 	}
-	return &PublishError{uncertain: true, err: ErrTimeout}
+	return nil, &PublishError{uncertain: true, err: ErrTimeout}
+}
+
+// result turns a record's outcome into produce's answer. A closing client
+// fails records whose request may have been written, and so does a purge;
+// everything else franz-go fails only when it is safe.
+func (p *Producer) result(rec *kgo.Record, gen uint64, err error) (*kgo.Record, error) {
+	if err == nil {
+		return rec, nil
+	}
+	uncertain := errors.Is(err, kgo.ErrClientClosed) || p.purges.Load() != gen || p.purging.Load()
+	if errors.Is(err, kerr.UnknownTopicID) {
+		p.purge(rec.Topic)
+	}
+	return nil, &PublishError{uncertain: uncertain, err: err}
+}
+
+// purgeEvery spaces the purges of a recreated topic.
+const purgeEvery = time.Second
+
+// purge makes every producer forget topic, so that it adopts the topic's new ID. A
+// broker re-created empty on the same address (the embedded broker without
+// its data directory) gives its topics new IDs; franz-go keeps the first ID
+// it saw and fails every record with UNKNOWN_TOPIC_ID until the topic is
+// purged, and then finds the topic again at the next produce.
+func (p *Producer) purge(topic string) {
+	now := time.Now().UnixNano()
+	if last := p.lastPurge.Load(); now-last < int64(purgeEvery) || !p.lastPurge.CompareAndSwap(last, now) {
+		return
+	}
+	if !p.purging.CompareAndSwap(false, true) {
+		return
+	}
+	p.purges.Add(1)
+	p.log.Warn("the topic was re-created (new topic ID); purging it from the producer", "topic", topic)
+	for _, c := range p.cls {
+		c.PurgeTopicsFromClient(topic)
+	}
+	p.purges.Add(1)
+	p.purging.Store(false)
 }
 
 // Ping checks that a broker answers (for /readyz).

@@ -65,14 +65,21 @@ func (s *Store) Load(ctx context.Context, saleID int64, remaining map[int64]int6
 // where it is missing (HSETNX, all in one MULTI), so two restorers racing,
 // or a restore racing the sale's first Load, never overwrite a count that
 // reservations have already moved. It reports how many stock fields it set.
+//
+// Each buyer record it writes also counts in the sale's reservation counter
+// (lua.ReservedKey), as the reserve script would have counted it: the
+// waiting room's capacity cap takes an admitted shopper who holds a buyer
+// record as a used admission, and a restored admission whose reservation the
+// lost counter no longer held would otherwise look unused for the whole
+// admission lifetime and keep the queue from moving.
 func (s *Store) Restore(ctx context.Context, saleID int64, remaining map[int64]int64, buyers map[int64]Buyer) (int, error) {
-	var stockCmds []*redis.BoolCmd
+	var stockCmds, buyerCmds []*redis.BoolCmd
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for id, n := range remaining {
 			stockCmds = append(stockCmds, p.HSetNX(ctx, lua.StockKey(saleID), strconv.FormatInt(id, 10), n))
 		}
 		for user, b := range buyers {
-			p.HSetNX(ctx, lua.BuyersKey(saleID), strconv.FormatInt(user, 10), lua.BuyerValue(b.OrderID, b.ItemID, b.CreatedAt.UnixMilli()))
+			buyerCmds = append(buyerCmds, p.HSetNX(ctx, lua.BuyersKey(saleID), strconv.FormatInt(user, 10), lua.BuyerValue(b.OrderID, b.ItemID, b.CreatedAt.UnixMilli())))
 		}
 		return nil
 	})
@@ -83,6 +90,17 @@ func (s *Store) Restore(ctx context.Context, saleID int64, remaining map[int64]i
 	for _, c := range stockCmds {
 		if c.Val() {
 			set++
+		}
+	}
+	var written int64
+	for _, c := range buyerCmds {
+		if c.Val() {
+			written++
+		}
+	}
+	if written > 0 {
+		if err := s.rdb.IncrBy(ctx, lua.ReservedKey(saleID), written).Err(); err != nil {
+			return set, fmt.Errorf("stock.Restore: reservation counter: %w", err)
 		}
 	}
 	return set, nil
@@ -238,10 +256,41 @@ type Pending struct {
 	UserID     int64
 	ItemID     int64
 	ReservedAt time.Time
+	// Placed reports that Kafka acknowledged the order's record at
+	// Partition and Offset of the orders topic (RecordPlaced).
+	Placed    bool
+	Partition int32
+	Offset    int64
 }
 
-// Confirm removes the pending members of orders now committed in the
-// database (one pipeline).
+// Placement is where Kafka acknowledged an order's record.
+type Placement struct {
+	SaleID    int64
+	OrderID   string
+	Partition int32
+	Offset    int64
+}
+
+// RecordPlaced keeps the Kafka position of acknowledged orders beside their
+// pending members (one pipeline), until Confirm removes both.
+func (s *Store) RecordPlaced(ctx context.Context, ps []Placement) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, o := range ps {
+			p.HSet(ctx, lua.PlacedKey(o.SaleID), o.OrderID, strconv.FormatInt(int64(o.Partition), 10)+":"+strconv.FormatInt(o.Offset, 10))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("stock.RecordPlaced: %w", err)
+	}
+	return nil
+}
+
+// Confirm removes the pending members (and Kafka positions) of orders now
+// committed in the database, or settled otherwise (one pipeline).
 func (s *Store) Confirm(ctx context.Context, orders []Pending) error {
 	if len(orders) == 0 {
 		return nil
@@ -249,6 +298,7 @@ func (s *Store) Confirm(ctx context.Context, orders []Pending) error {
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, o := range orders {
 			p.ZRem(ctx, lua.PendingKey(o.SaleID), lua.PendingMember(o.OrderID, o.UserID, o.ItemID))
+			p.HDel(ctx, lua.PlacedKey(o.SaleID), o.OrderID)
 		}
 		return nil
 	})
@@ -261,8 +311,14 @@ func (s *Store) Confirm(ctx context.Context, orders []Pending) error {
 // PendingBefore returns up to limit reservations of a sale made before t and
 // still unconfirmed, oldest first.
 func (s *Store) PendingBefore(ctx context.Context, saleID int64, t time.Time, limit int64) ([]Pending, error) {
+	return s.PendingBeforeFrom(ctx, saleID, t, 0, limit)
+}
+
+// PendingBeforeFrom is PendingBefore after skipping the skip oldest ones
+// (those a caller leaves pending on purpose).
+func (s *Store) PendingBeforeFrom(ctx context.Context, saleID int64, t time.Time, skip, limit int64) ([]Pending, error) {
 	zs, err := s.rdb.ZRangeByScoreWithScores(ctx, lua.PendingKey(saleID), &redis.ZRangeBy{
-		Min: "-inf", Max: "(" + strconv.FormatInt(t.UnixMilli(), 10), Count: limit,
+		Min: "-inf", Max: "(" + strconv.FormatInt(t.UnixMilli(), 10), Offset: skip, Count: limit,
 	}).Result()
 	if err != nil {
 		return nil, fmt.Errorf("stock.PendingBefore: %w", err)
@@ -281,7 +337,62 @@ func (s *Store) PendingBefore(ctx context.Context, saleID int64, t time.Time, li
 		}
 		out = append(out, Pending{SaleID: saleID, OrderID: parts[0], UserID: u, ItemID: it, ReservedAt: time.UnixMilli(int64(z.Score))})
 	}
+	if len(out) == 0 {
+		return out, nil
+	}
+	ids := make([]string, len(out))
+	for i, p := range out {
+		ids[i] = p.OrderID
+	}
+	placed, err := s.rdb.HMGet(ctx, lua.PlacedKey(saleID), ids...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("stock.PendingBefore: %w", err)
+	}
+	for i, v := range placed {
+		str, _ := v.(string)
+		part, off, ok := strings.Cut(str, ":")
+		if !ok {
+			continue
+		}
+		pn, err1 := strconv.ParseInt(part, 10, 32)
+		on, err2 := strconv.ParseInt(off, 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		out[i].Placed, out[i].Partition, out[i].Offset = true, int32(pn), on
+	}
 	return out, nil
+}
+
+// Incarnation identifies the dataset Redis serves: the master's replication
+// ID (INFO replication master_replid). It changes when Redis restarts
+// without its data or a replica is promoted, the two ways Redis loses
+// writes it acknowledged. ok is false for a Redis Cluster client, whose
+// nodes each have their own.
+func (s *Store) Incarnation(ctx context.Context) (id string, ok bool, err error) {
+	if _, cluster := s.rdb.(*redis.ClusterClient); cluster {
+		return "", false, nil
+	}
+	info, err := s.rdb.Info(ctx, "replication").Result()
+	if err != nil {
+		return "", false, fmt.Errorf("stock.Incarnation: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, found := strings.CutPrefix(strings.TrimSpace(line), "master_replid:"); found {
+			return v, true, nil
+		}
+	}
+	return "", false, errors.New("stock.Incarnation: master_replid not in INFO")
+}
+
+// Drop deletes a sale's stock and buyer records, so that reservations of
+// the sale answer "no stock record" until they are rebuilt (after Redis may
+// have lost writes: a stale stock count would sell units again).
+func (s *Store) Drop(ctx context.Context, saleID int64) error {
+	if err := s.rdb.Del(ctx, lua.StockKey(saleID), lua.BuyersKey(saleID)).Err(); err != nil {
+		return fmt.Errorf("stock.Drop: %w", err)
+	}
+	return nil
 }
 
 // Commands returns Redis's total count of processed commands (INFO stats),

@@ -401,10 +401,18 @@ func TestItemsRemainingAndRestore(t *testing.T) {
 	if err := st.Reserve(ctx, sale, 1001, 6, "o6", t0); err != nil {
 		t.Fatal(err)
 	}
+	// The restored buyer counts as a reservation (the waiting room's cap
+	// takes its admission as used), as does the reservation after it.
+	if got, err := rdb.Get(ctx, lua.ReservedKey(sale)).Int64(); err != nil || got != 2 {
+		t.Errorf("reservation counter = %d, %v after a restored buyer and a reservation; want 2", got, err)
+	}
 	// A second restorer with the same (now stale) figures changes nothing.
 	n, err = st.Restore(ctx, sale, map[int64]int64{1001: 3, 1002: 0}, buyers)
 	if err != nil || n != 0 {
 		t.Fatalf("second Restore = %d, %v; want 0 fields set", n, err)
+	}
+	if got, err := rdb.Get(ctx, lua.ReservedKey(sale)).Int64(); err != nil || got != 2 {
+		t.Errorf("reservation counter = %d, %v after a second restore; want 2 (a buyer already there is not counted again)", got, err)
 	}
 	if r := remaining(t, st, sale, 1001); r != 2 {
 		t.Errorf("remaining %d, want 2", r)
