@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -316,5 +317,16 @@ func (g *gateway) waitTicks(t testing.TB, n uint64) {
 		g.room.mu.Lock()
 		defer g.room.mu.Unlock()
 		return g.room.tickCount >= target
+	})
+}
+
+// waitCheckpoint waits until the sale's saved queue state holds seq
+// tickets issued, n in the queue and the cursor at serving.
+func waitCheckpoint(t testing.TB, pool *pgxpool.Pool, saleID, seq, n, serving int64) {
+	t.Helper()
+	eventually(t, "checkpoint", 10*time.Second, func() bool {
+		var gotSeq, gotN, gotServing int64
+		err := pool.QueryRow(context.Background(), `SELECT seq, n, serving FROM queue_state WHERE sale_id = $1`, saleID).Scan(&gotSeq, &gotN, &gotServing)
+		return err == nil && gotSeq == seq && gotN == n && gotServing == serving
 	})
 }

@@ -12,6 +12,16 @@
 // memory and pushes a status to those whose view changed. Places before the
 // opening are ordered by a published draw (draw.go, docs/DRAW.md).
 //
+// Faults: an admitted shopper whom no gateway has held a connection of for
+// Config.AdmittedGrace no longer counts against the capacity cap (each
+// gateway marks its admitted shoppers present; the leader counts those
+// whose mark lapsed as gone), so a gateway that dies does not freeze
+// admission. A queue that Redis lost, or holds only in part, is restored
+// from the checkpoint in PostgreSQL (Config.Durable) and the gateways'
+// connections before any join or tick goes on (restore.go). The leader
+// lease is short (Config.LeaseTTL), so another gateway leads within
+// seconds of the leader's death.
+//
 // Blocking rules: Join and Status block for at most one join batch and a few
 // Redis round trips (bounded by ctx). ServeHTTP blocks for the life of its
 // WebSocket. Writes to WebSockets are done by a small pool of writers with a
@@ -34,6 +44,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -116,6 +127,22 @@ type Config struct {
 	// seconds the CPU goes to the purchases, and the positions and pings
 	// catch up once they calm down.
 	Competing func() int64
+	// AdmittedGrace is how long an admitted shopper may be away before its
+	// place stops counting against the capacity cap: no gateway holds a
+	// connection of it (or answered a poll of it) for this long. Gateways
+	// mark their admitted shoppers present every AdmittedGrace/4, so a
+	// gateway that dies (even by kill -9, which runs no close handler)
+	// lets its shoppers lapse; a shopper back on any gateway within its
+	// token's life counts again. The token stays valid: the stock in Redis
+	// is what guards against overselling, the cap only paces admission
+	// [20s; negative: an admitted place counts until its token expires].
+	AdmittedGrace time.Duration
+	// Durable keeps the queue's tickets, draw and cursor across a Redis
+	// loss (the sale's leader checkpoints them every CheckpointEvery) [nil:
+	// a lost queue is rebuilt from the gateways' connections alone].
+	Durable Durable
+	// CheckpointEvery is the leader's checkpoint period [1s].
+	CheckpointEvery time.Duration
 	// Now is the clock [time.Now].
 	Now func() time.Time
 	// ClientIP returns the client address of a WebSocket request [the
@@ -128,6 +155,14 @@ type Config struct {
 // (FLASHSALE_WS_MAX_CONNS_PER_ADDR); the load harness warns a run that
 // would pass it.
 const DefaultMaxConnsPerIP = 200
+
+// DefaultAdmittedGrace is Config.AdmittedGrace's default
+// (FLASHSALE_ADMITTED_GRACE).
+const DefaultAdmittedGrace = 20 * time.Second
+
+// beatEvery is how often a gateway marks its admitted shoppers present: a
+// quarter of the grace, so a live shopper is never taken for gone.
+func (c *Config) beatEvery() time.Duration { return max(c.Tick, c.AdmittedGrace/4) }
 
 func (c *Config) defaults() {
 	setDur := func(d *time.Duration, v time.Duration) {
@@ -164,6 +199,10 @@ func (c *Config) defaults() {
 		c.Writers = 8 * runtime.GOMAXPROCS(0)
 	}
 	setDur(&c.StatusEvery, 2*time.Second)
+	if c.AdmittedGrace == 0 {
+		c.AdmittedGrace = DefaultAdmittedGrace
+	}
+	setDur(&c.CheckpointEvery, time.Second)
 	if c.WaitingPushes == 0 {
 		c.WaitingPushes = 1000
 	}
@@ -197,6 +236,8 @@ type metrics struct {
 	broadcast prometheus.Histogram
 	deferred  prometheus.Counter
 	pings     *prometheus.CounterVec
+	restores  prometheus.Counter
+	saves     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -217,9 +258,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		pings: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashsale_waitroom_pings_total",
 			Help: "Keep-alive pings by outcome: sent, or waited (a ping slot skipped for the sale's requests, Config.Competing)."},
 			[]string{"outcome"}),
+		restores: prometheus.NewCounter(prometheus.CounterOpts{Name: "flashsale_waitroom_restores_total",
+			Help: "Queues this gateway rebuilt in Redis (lost, or behind what it knew) from the checkpoint and its connections."}),
+		saves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashsale_waitroom_checkpoints_total",
+			Help: "Queue checkpoints to the durable store by this gateway as a sale's leader, by outcome (ok, error)."},
+			[]string{"outcome"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.joined, m.waiting, m.admitted, m.conns, m.broadcast, m.deferred, m.pings} {
+		for _, c := range []prometheus.Collector{m.joined, m.waiting, m.admitted, m.conns, m.broadcast, m.deferred, m.pings, m.restores, m.saves} {
 			if err := reg.Register(c); err != nil {
 				return m, err
 			}
@@ -240,8 +286,13 @@ type Room struct {
 	log    *slog.Logger
 	m      *metrics
 	id     string // leader lease owner id
+	// restores numbers this gateway's restores (their epochs).
+	restores atomic.Int64
 
 	joins chan *joinReq
+	// drawn wakes the checkpoint loop when this gateway, leading, sees a
+	// sale's draw: the pre-queue's membership goes to Durable at once.
+	drawn chan struct{}
 
 	mu        sync.Mutex
 	rooms     map[int64]*saleRoom
@@ -284,6 +335,7 @@ func New(cfg Config, rdb redis.UniversalClient, sales SaleSource, stock StockSou
 		cfg: cfg, rdb: rdb, sales: sales, stock: stock, access: access, signer: signer, guard: guard,
 		log: logger, m: m, id: hex.EncodeToString(idb[:]),
 		joins:   make(chan *joinReq, 4*cfg.MaxJoinBatch),
+		drawn:   make(chan struct{}, 1),
 		rooms:   map[int64]*saleRoom{},
 		perIP:   map[netip.Addr]int{},
 		perUser: map[int64]int{},
@@ -308,6 +360,7 @@ func (r *Room) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { r.batcher(ctx) })
 	wg.Go(func() { r.advanceLoop(ctx) })
+	wg.Go(func() { r.checkpointLoop(ctx) })
 	t := time.NewTicker(r.cfg.Tick)
 	defer t.Stop()
 	// A sale opening before the next tick gets a tick of its own right
@@ -353,12 +406,7 @@ func (r *Room) advanceLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		rooms = rooms[:0]
-		r.mu.Lock()
-		for _, sr := range r.rooms {
-			rooms = append(rooms, sr)
-		}
-		r.mu.Unlock()
+		rooms = r.appendRooms(rooms[:0])
 		for _, sr := range rooms {
 			sr.mu.Lock()
 			leading := sr.leadAt >= 0
@@ -371,6 +419,17 @@ func (r *Room) advanceLoop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// appendRooms appends this gateway's sale rooms to dst, so a loop can
+// work through them without holding r.mu.
+func (r *Room) appendRooms(dst []*saleRoom) []*saleRoom {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, sr := range r.rooms {
+		dst = append(dst, sr)
+	}
+	return dst
 }
 
 // saleRoom is one sale's local view: its connections and the last queue
@@ -396,8 +455,43 @@ type saleRoom struct {
 	touched        time.Time   // last polling use
 	samples        [rateSamples]struct{ ms, serving int64 }
 	nsample        int
-	leadAt         int64 // serving when this gateway last led (-1: not leading)
-	waiting        int   // local connections waiting, last tick
+	leadAt         int64     // serving when this gateway last led (-1: not leading)
+	lastBeat       time.Time // last presence mark of the admitted connections
+
+	// What Durable holds, as far as this gateway knows: checked once
+	// (pgChecked), then kept up by its own checkpoints. savedSeq is the
+	// number of tickets saved (-1: unknown); savedN and savedServing what
+	// the last checkpoint wrote (a checkpoint with nothing new is skipped).
+	pgChecked            bool
+	pgAsked              bool       // the first tick's check ran
+	askMu                sync.Mutex // held by the first check (firstCheck)
+	pgHas                bool
+	pgSt                 queueState
+	savedSeq             int64
+	savedN, savedServing int64
+
+	restoreMu sync.Mutex // one restore of the sale at a time on this gateway
+	// The queue's restore epoch as last seen (see restoreScript).
+	epoch     string
+	epochSeen bool
+}
+
+// known is what this gateway knows of the queue, for the scripts' guard.
+// Called with sr.mu held.
+func (sr *saleRoom) known() known {
+	st := sr.st
+	st.Seq = max(st.Seq, sr.pgSt.Seq)
+	st.Serving = max(st.Serving, sr.pgSt.Serving)
+	if st.N < 0 {
+		st.N = sr.pgSt.N
+	}
+	return known{st: st, guard: sr.pgHas || st.Seq > 0 || st.N >= 0 || st.Serving > 0}
+}
+
+func (sr *saleRoom) knownNow() known {
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	return sr.known()
 }
 
 func (r *Room) saleRoom(id int64, create bool) *saleRoom {
@@ -405,7 +499,8 @@ func (r *Room) saleRoom(id int64, create bool) *saleRoom {
 	defer r.mu.Unlock()
 	sr := r.rooms[id]
 	if sr == nil && create {
-		sr = &saleRoom{id: id, conns: map[*conn]struct{}{}, leadAt: -1, st: queueState{N: -1}}
+		sr = &saleRoom{id: id, conns: map[*conn]struct{}{}, leadAt: -1, st: queueState{N: -1},
+			pgSt: queueState{N: -1}, savedSeq: -1, savedN: -1}
 		r.rooms[id] = sr
 	}
 	return sr
@@ -500,33 +595,65 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 	if !ok {
 		return nil, nil
 	}
+	// The stock is known only when every item of the sale has a record: a
+	// Redis that just lost the stock (the reconciler rebuilds it) says
+	// nothing about it. Unknown stock admits nobody and changes no
+	// sold-out state; it is not zero.
 	rem, err := r.stock.Remaining(ctx, id)
-	total, soldOut, known := int64(0), false, err == nil && len(rem) > 0
 	if err != nil {
 		r.log.Warn("read stock", "sale", id, "err", err)
 	}
-	if known {
-		soldOut = true
-		for _, v := range rem {
-			if v > 0 {
-				total += v
-				soldOut = false
-			}
+	total, soldOut, stockKnown := int64(0), true, err == nil && len(sale.Items) > 0
+	for _, it := range sale.Items {
+		v, ok := rem[it.ID]
+		if !ok {
+			stockKnown = false
+			break
+		}
+		if v > 0 {
+			total += v
+			soldOut = false
 		}
 	}
 	capLimit := int64(-1)
 	ended := !sale.EndsAt.IsZero() && !now.Before(sale.EndsAt)
-	if known && !ended {
+	if stockKnown && !ended {
 		capLimit = int64(math.Floor(r.cfg.CapacityFactor * float64(total)))
 	}
-	leader, st, err := tickSale(ctx, r.rdb, sale, tickArgs{
-		me: r.id, nowMs: now.UnixMilli(), leaseMs: r.cfg.LeaseTTL.Milliseconds(), rate: sale.AdmissionRatePerSecond,
-		capLimit: capLimit, ttlMs: r.cfg.AdmissionTTL.Milliseconds(), bucketMs: bucketMs,
-	})
-	if err != nil {
-		return nil, err
-	}
 	sr := r.saleRoom(id, true)
+	r.firstCheck(ctx, sr)
+	grace := r.cfg.AdmittedGrace.Milliseconds()
+	if grace < 0 {
+		grace = 0
+	}
+	var rep tickReply
+	for attempt := 0; ; attempt++ {
+		rep, err = tickSale(ctx, r.rdb, sale, tickArgs{
+			me: r.id, nowMs: now.UnixMilli(), leaseMs: r.cfg.LeaseTTL.Milliseconds(), rate: sale.AdmissionRatePerSecond,
+			capLimit: capLimit, ttlMs: r.cfg.AdmissionTTL.Milliseconds(), bucketMs: bucketMs, graceMs: grace,
+			known: sr.knownNow(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		// A new epoch: another gateway restored the queue after a loss;
+		// this one brings its connections in too.
+		sr.mu.Lock()
+		moved := sr.epochSeen && rep.epoch != sr.epoch
+		if !rep.stale && !moved {
+			sr.epoch, sr.epochSeen = rep.epoch, true
+		}
+		sr.mu.Unlock()
+		if !rep.stale && !moved {
+			break
+		}
+		if attempt > 0 {
+			return nil, fmt.Errorf("waitroom.refresh: sale %d: %w", id, errStale)
+		}
+		if err := r.restore(ctx, sr, now); err != nil {
+			return nil, err
+		}
+	}
 	sr.mu.Lock()
 	defer sr.mu.Unlock()
 	if sr.sale == nil || sr.sale != sale {
@@ -534,10 +661,18 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 		sr.itemsJS, _ = json.Marshal(sr.items)
 	}
 	sr.sale = sale
+	leader, st := rep.leader, rep.st
+	drawnBefore := sr.st.N >= 0
 	sr.observe(st)
 	sr.loaded = true
-	if known {
+	if stockKnown {
 		sr.soldOut = r.resumeHeld(sr, soldOut, now)
+	}
+	if leader && !drawnBefore && sr.st.N >= 0 {
+		select {
+		case r.drawn <- struct{}{}:
+		default:
+		}
 	}
 	// The tick loop and advanceLoop both refresh: keep the samples in time
 	// order and count each admitted place once.
@@ -554,6 +689,34 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 		sr.leadAt = -1
 	}
 	return sr, nil
+}
+
+// firstCheck asks Durable, once, whether the sale's queue existed. A
+// gateway that has just started knows nothing of the queue; its first
+// tick or join must not take an empty Redis for a new queue when the
+// checkpoint says otherwise. Asked once (the checkpoint loop asks again
+// until it knows), so a PostgreSQL outage costs one bounded wait, not one
+// per tick.
+func (r *Room) firstCheck(ctx context.Context, sr *saleRoom) {
+	if r.cfg.Durable == nil {
+		return
+	}
+	// Concurrent first looks (a poll, the tick loop) wait for the one
+	// check: none may tick before it is answered.
+	sr.askMu.Lock()
+	defer sr.askMu.Unlock()
+	sr.mu.Lock()
+	first := !sr.pgChecked && !sr.pgAsked
+	sr.pgAsked = true
+	sr.mu.Unlock()
+	if !first {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, firstCheckTimeout)
+	defer cancel()
+	if err := r.checkSaved(cctx, sr); err != nil && ctx.Err() == nil {
+		r.log.Warn("read the queue checkpoint", "sale", sr.id, "err", err)
+	}
 }
 
 // openingSlack is how long after a sale's opening instant its own tick
@@ -663,6 +826,7 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 	start := time.Now()
 	defer func() { r.m.broadcast.Observe(time.Since(start).Seconds()) }()
 	var admit, expired []*conn
+	var present []heldConn
 	ttlMs := r.cfg.AdmissionTTL.Milliseconds()
 	waiting := 0
 	pingSlots := uint64(max(1, r.cfg.IdleTimeout/2/r.cfg.Tick))
@@ -676,6 +840,12 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 	blocker, _ := r.guard.(Blocker)
 	sr.mu.Lock()
 	opens := sr.sale.StartsAt.UnixMilli()
+	// Presence: every beatEvery, the admitted shoppers connected here are
+	// marked present, so that the leader does not count them gone.
+	beat := regular && r.cfg.AdmittedGrace > 0 && now.Sub(sr.lastBeat) >= r.cfg.beatEvery()
+	if beat {
+		sr.lastBeat = now
+	}
 	// WAITING statuses due: shoppers entering WAITING, then position
 	// updates; sent after the loop, front of the queue first, within the
 	// tick's budget.
@@ -698,6 +868,9 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 			if p, ok := sr.place(c.ticket); ok {
 				c.place = p
 			}
+		}
+		if beat && c.admittedAt != 0 && !c.bought && now.UnixMilli() < c.admittedAt+ttlMs {
+			present = append(present, heldConn{user: c.user, place: c.place})
 		}
 		v := sr.viewOf(c.place, now)
 		if v.state == StateAdmitted && c.admittedAt == 0 {
@@ -778,6 +951,9 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 	if len(expired) > 0 {
 		r.requeueConns(ctx, sr, expired, now)
 	}
+	if len(present) > 0 {
+		r.markPresent(ctx, sr.id, present, now)
+	}
 	if len(admit) == 0 {
 		return waiting
 	}
@@ -804,6 +980,27 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 	}
 	return waiting
 }
+
+// markPresent marks admitted connections present (admitScript, which
+// writes no record for them: they have one), in calls of at most
+// maxPresentPerCall users.
+func (r *Room) markPresent(ctx context.Context, saleID int64, conns []heldConn, now time.Time) {
+	for len(conns) > 0 {
+		part := conns[:min(len(conns), maxPresentPerCall)]
+		conns = conns[len(part):]
+		users := make([]int64, len(part))
+		places := make([]int64, len(part))
+		for i, c := range part {
+			users[i], places[i] = c.user, c.place
+		}
+		if _, err := admitUsers(ctx, r.rdb, saleID, now.UnixMilli(), users, places); err != nil {
+			r.log.Warn("mark admitted shoppers present", "sale", saleID, "err", err)
+			return
+		}
+	}
+}
+
+const maxPresentPerCall = 1000
 
 // maxRequeuePerTick bounds the expired admissions one broadcast sends to
 // the back of the queue (the rest wait for the next tick).
@@ -839,7 +1036,7 @@ func (r *Room) requeue(ctx context.Context, sr *saleRoom, users []int64, now tim
 	sr.mu.Lock()
 	sale := sr.sale
 	sr.mu.Unlock()
-	_, ts, err := registerJoins(ctx, r.rdb, sale, now.UnixMilli(), r.cfg.AdmissionTTL.Milliseconds(), again)
+	_, ts, err := registerJoins(ctx, r.rdb, sale, now.UnixMilli(), r.cfg.AdmissionTTL.Milliseconds(), sr.knownNow(), again)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -1017,7 +1214,16 @@ func (r *Room) flushJoins(ctx context.Context, batch []*joinReq) {
 		for i, q := range qs {
 			users[i] = q.user
 		}
-		st, tickets, err := registerJoins(ctx, r.rdb, qs[0].sale, now.UnixMilli(), r.cfg.AdmissionTTL.Milliseconds(), users)
+		sr := r.saleRoom(id, true)
+		r.firstCheck(ctx, sr)
+		st, tickets, err := registerJoins(ctx, r.rdb, qs[0].sale, now.UnixMilli(), r.cfg.AdmissionTTL.Milliseconds(), sr.knownNow(), users)
+		if errors.Is(err, errStale) {
+			// Redis lost the queue (or holds an older one): rebuild it,
+			// then register the batch in the rebuilt queue.
+			if err = r.restoreSale(ctx, id); err == nil {
+				st, tickets, err = registerJoins(ctx, r.rdb, qs[0].sale, now.UnixMilli(), r.cfg.AdmissionTTL.Milliseconds(), sr.knownNow(), users)
+			}
+		}
 		for i, q := range qs {
 			if err != nil {
 				q.done <- joinRes{err: err}
@@ -1119,16 +1325,18 @@ func (r *Room) Status(ctx context.Context, p flashsale.Principal, saleID int64) 
 	if _, ok := r.sales.Sale(saleID); !ok {
 		return Status{}, notFound()
 	}
+	// Loaded first: a gateway's first look at a sale may find the queue
+	// lost from Redis and restore it (refresh), and the ticket with it.
+	sr := r.saleRoom(saleID, true)
+	if err := r.ensureLoaded(ctx, sr, queueState{N: -1}); err != nil {
+		return Status{}, err
+	}
 	ticket, err := r.rdb.HGet(ctx, lua.QueueKey(saleID, keyTickets), strconv.FormatInt(p.UserID, 10)).Int64()
 	if errors.Is(err, redis.Nil) {
 		return Status{}, flashsale.Errorf(flashsale.CodeNotFound, "not in this sale's queue; join first")
 	}
 	if err != nil {
 		return Status{}, fmt.Errorf("waitroom.Status: %w", err)
-	}
-	sr := r.saleRoom(saleID, true)
-	if err := r.ensureLoaded(ctx, sr, queueState{N: -1}); err != nil {
-		return Status{}, err
 	}
 	return r.pollStatus(ctx, sr, p.UserID, ticket)
 }

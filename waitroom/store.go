@@ -18,25 +18,50 @@ import (
 //	wr:{sN}:state     HASH seq (tickets handed out), n (pre-queue size, set
 //	                  once at the draw), serving (places admitted: the "now
 //	                  serving" cursor), last (ms up to which the rate's
-//	                  credit has been spent)
+//	                  credit has been spent), live (set when this Redis
+//	                  holds the queue: created fresh, or restored), epoch
+//	                  (changed by a restore that found Redis behind:
+//	                  every gateway that sees it change brings its own
+//	                  connections in too)
 //	wr:{sN}:tickets   HASH userId → ticket (0-based, in join order)
 //	wr:{sN}:order     LIST userId, index = ticket (so LRANGE 0 n-1 is the
-//	                  pre-queue in ticket order)
+//	                  pre-queue in ticket order); "0" marks a ticket whose
+//	                  holder a restore could not learn (nobody is there)
 //	wr:{sN}:admitted  HASH userId → "place|admittedAtMs", written once
 //	wr:{sN}:buckets   HASH "a<bucket>" → admissions in that time bucket,
 //	                  "r<bucket>" → the sale's reservation counter
-//	                  (lua.ReservedKey) when the bucket began (for the
-//	                  capacity cap)
+//	                  (lua.ReservedKey) when the bucket began, "g<bucket>"
+//	                  → admitted shoppers of that bucket found gone (for
+//	                  the capacity cap)
+//	wr:{sN}:presence  ZSET userId → last time a gateway held a connection
+//	                  (or answered a poll) of this admitted shopper, ms
+//	wr:{sN}:gone      HASH userId → bucket of an admitted shopper counted
+//	                  gone (in that bucket's "g" field) until it is back
+//	wr:{sN}:holes     ZSET ticket → ticket, the "0" tickets of the order
+//	                  list: a place nobody holds, which the cursor passes
+//	                  and the capacity cap counts as gone at once
 //	wr:{sN}:lease     STRING the leader gateway's id (SET NX PX)
 //
 // and one untagged key, activeKey, the SET of sale ids with a queue, so that
 // every gateway ticks (and may lead) sales whose shoppers are elsewhere.
+//
+// Every script that may create the queue takes a guard: when the calling
+// gateway knows the queue existed (it saw tickets, the draw or the cursor,
+// or PostgreSQL holds a checkpoint, see Durable) and this Redis holds no
+// such state, or an older one (an empty restart, a failover to a replica
+// that missed the last writes), the script changes nothing and says so;
+// the gateway then restores the queue (restoreScript) before anything
+// else. Without the guard the first join or tick after a loss would freeze
+// an empty draw and hand out tickets that connected shoppers already hold.
 const (
 	keyState    = "state"
 	keyTickets  = "tickets"
 	keyOrder    = "order"
 	keyAdmitted = "admitted"
 	keyBuckets  = "buckets"
+	keyPresence = "presence"
+	keyGone     = "gone"
+	keyHoles    = "holes"
 	keyLease    = "lease"
 
 	fieldSeq     = "seq"
@@ -48,14 +73,37 @@ const (
 	activeKey = "wr:active"
 )
 
+// staleCheck is the Lua prelude of the guarded scripts: stale is true when
+// this Redis does not hold the queue the caller knows (ARGV at base:
+// knownSeq, knownN, knownServing, guard 0/1). A guard of 1 with no live
+// marker means the queue existed and is gone; otherwise the caller only
+// knows figures this Redis has not reached.
+const staleCheck = `
+local function stale(st, base)
+  local live = redis.call('HGET', st, 'live')
+  if not live then
+    return ARGV[base + 3] == '1'
+  end
+  local v = redis.call('HMGET', st, 'seq', 'n', 'serving')
+  if tonumber(v[1] or '0') < tonumber(ARGV[base]) then return true end
+  if not v[2] and tonumber(ARGV[base + 1]) >= 0 then return true end
+  if tonumber(v[3] or '0') < tonumber(ARGV[base + 2]) then return true end
+  return false
+end
+`
+
 // joinScript registers a batch of users and returns their tickets. Existing
 // users keep their ticket, except a user whose admission expired, who goes
 // to the back. It freezes the pre-queue (the draw) once now >= opensAt.
 //
-//	KEYS: state, tickets, order, admitted
-//	ARGV: nowMs, opensAtMs, admissionTtlMs, userId...
-//	returns {n or -1, serving, {ticket...}}
-var joinScript = redis.NewScript(`
+//	KEYS: state, tickets, order, admitted, presence, gone
+//	ARGV: nowMs, opensAtMs, admissionTtlMs, knownSeq, knownN, knownServing,
+//	      guard, userId...
+//	returns {n or -1, serving, {ticket...}}, or {-2} when the queue must be
+//	restored first (see staleCheck)
+var joinScript = redis.NewScript(staleCheck + `
+if stale(KEYS[1], 4) then return {-2} end
+redis.call('HSET', KEYS[1], 'live', '1')
 local now = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[3])
 local n = redis.call('HGET', KEYS[1], 'n')
@@ -64,7 +112,7 @@ if not n and now >= tonumber(ARGV[2]) then
   redis.call('HSET', KEYS[1], 'n', n)
 end
 local out = {}
-for i = 4, #ARGV do
+for i = 8, #ARGV do
   local uid = ARGV[i]
   local t = redis.call('HGET', KEYS[2], uid)
   if t then
@@ -73,6 +121,8 @@ for i = 4, #ARGV do
       local at = tonumber(string.match(a, '|(%d+)$'))
       if at and at + ttl <= now then
         redis.call('HDEL', KEYS[4], uid)
+        redis.call('ZREM', KEYS[5], uid)
+        redis.call('HDEL', KEYS[6], uid)
         t = false
       end
     end
@@ -90,14 +140,18 @@ return {n and tonumber(n) or -1, serving, out}
 
 // tickScript is run by every gateway for every active sale once per tick.
 // It takes or renews the leader lease (SET NX PX); the leader freezes the
-// pre-queue at opening and advances the cursor by the rate, within the
-// capacity cap. Everyone gets the queue state back.
+// pre-queue at opening, counts admitted shoppers whose presence lapsed as
+// gone, and advances the cursor by the rate, within the capacity cap.
+// Everyone gets the queue state back. On a stale Redis (staleCheck) it
+// changes nothing but the lease.
 //
-//	KEYS: state, lease, buckets, reserved (lua.ReservedKey)
+//	KEYS: state, lease, buckets, reserved (lua.ReservedKey), presence,
+//	      gone, admitted, buyers (lua.BuyersKey), holes
 //	ARGV: me, nowMs, opensAtMs, leaseMs, rate, capLimit (-1: do not
-//	      admit), ttlMs, bucketMs
-//	returns {leader 0/1, seq, n or -1, serving}
-var tickScript = redis.NewScript(`
+//	      admit), ttlMs, bucketMs, graceMs (0: nobody is counted gone),
+//	      knownSeq, knownN, knownServing, guard
+//	returns {leader 0/1, seq, n or -1, serving, stale 0/1, epoch}
+var tickScript = redis.NewScript(staleCheck + `
 local me = ARGV[1]
 local now = tonumber(ARGV[2])
 local leader = 0
@@ -107,18 +161,45 @@ elseif redis.call('GET', KEYS[2]) == me then
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
   leader = 1
 end
+if stale(KEYS[1], 10) then
+  local st = redis.call('HMGET', KEYS[1], 'seq', 'n', 'serving', 'epoch')
+  return {leader, tonumber(st[1] or '0'), tonumber(st[2] or '-1'), tonumber(st[3] or '0'), 1, st[4] or ''}
+end
 if leader == 1 then
+  redis.call('HSET', KEYS[1], 'live', '1')
   local n = redis.call('HGET', KEYS[1], 'n')
   if not n and now >= tonumber(ARGV[3]) then
     n = redis.call('HGET', KEYS[1], 'seq') or '0'
     redis.call('HSET', KEYS[1], 'n', n)
   end
+  local ttl = tonumber(ARGV[7])
+  local bms = tonumber(ARGV[8])
+  -- admitted shoppers nobody has seen for the grace period: their places
+  -- stop counting as outstanding (in the bucket of their admission, so the
+  -- count leaves with the bucket). A buyer is counted by the reservation
+  -- counter instead. One who comes back is taken off again (admitScript).
+  local grace = tonumber(ARGV[9])
+  if grace > 0 then
+    local lapsed = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. (now - grace), 'LIMIT', 0, 1000)
+    for _, uid in ipairs(lapsed) do
+      redis.call('ZREM', KEYS[5], uid)
+      if redis.call('HEXISTS', KEYS[8], uid) == 0 and redis.call('HEXISTS', KEYS[6], uid) == 0 then
+        local a = redis.call('HGET', KEYS[7], uid)
+        local at = a and tonumber(string.match(a, '|(%d+)$'))
+        if at and at + ttl > now then
+          local kb = math.floor(at / bms)
+          if redis.call('HEXISTS', KEYS[3], 'a' .. kb) == 1 then
+            redis.call('HINCRBY', KEYS[3], 'g' .. kb, 1)
+            redis.call('HSET', KEYS[6], uid, kb)
+          end
+        end
+      end
+    end
+  end
   local rate = tonumber(ARGV[5])
   local capLimit = tonumber(ARGV[6])
   if n and rate > 0 and capLimit >= 0 then
     local reserved = tonumber(redis.call('GET', KEYS[4]) or '0')
-    local ttl = tonumber(ARGV[7])
-    local bms = tonumber(ARGV[8])
     local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
     local serving = tonumber(redis.call('HGET', KEYS[1], 'serving') or '0')
     -- the rate's credit starts at the opening, so the first tick after it
@@ -127,9 +208,9 @@ if leader == 1 then
     if last < now - 1000 then last = now - 1000 end
     local waiting = seq - serving
     -- capacity: admissions in the buckets younger than the token TTL, less
-    -- the reservations made since the oldest of them began (a counter that
-    -- units coming back to stock do not lower, so expiries and cancels do
-    -- not make bought places look unused again).
+    -- those found gone, less the reservations made since the oldest of them
+    -- began (a counter that units coming back to stock do not lower, so
+    -- expiries and cancels do not make bought places look unused again).
     local b = math.floor(now / bms)
     local oldest = b + 1
     local sum = 0
@@ -137,19 +218,22 @@ if leader == 1 then
     for i = 1, #h, 2 do
       local f = h[i]
       local kb = tonumber(string.sub(f, 2))
+      local kind = string.sub(f, 1, 1)
       if (kb + 1) * bms <= now - ttl then
         redis.call('HDEL', KEYS[3], f)
-      elseif string.sub(f, 1, 1) == 'a' then
+      elseif kind == 'a' then
         sum = sum + tonumber(h[i + 1])
         if kb < oldest then oldest = kb end
+      elseif kind == 'g' then
+        sum = sum - tonumber(h[i + 1])
       end
     end
     if oldest <= b then
       local r0 = tonumber(redis.call('HGET', KEYS[3], 'r' .. oldest) or reserved)
       local sold = reserved - r0
       if sold > 0 then sum = sum - sold end
-      if sum < 0 then sum = 0 end
     end
+    if sum < 0 then sum = 0 end
     local capLeft = capLimit - sum
     -- a caller whose clock reading is older than last (two loops of one
     -- gateway, or a late reply) gets nothing and moves nothing back
@@ -162,6 +246,16 @@ if leader == 1 then
       redis.call('HINCRBY', KEYS[1], 'serving', k)
       redis.call('HINCRBY', KEYS[3], 'a' .. b, k)
       redis.call('HSETNX', KEYS[3], 'r' .. b, reserved)
+      -- places nobody holds (tickets a restore could not learn; after the
+      -- pre-queue a place is its ticket) are gone as soon as admitted
+      local from = math.max(serving, tonumber(n))
+      if serving + k > from then
+        local holes = redis.call('ZCOUNT', KEYS[9], from, serving + k - 1)
+        if holes > 0 then
+          redis.call('HINCRBY', KEYS[3], 'g' .. b, holes)
+          redis.call('ZREMRANGEBYSCORE', KEYS[9], from, serving + k - 1)
+        end
+      end
     end
     if k < 0 then k = 0 end
     if k == allowance then
@@ -172,15 +266,17 @@ if leader == 1 then
     redis.call('HSET', KEYS[1], 'last', string.format('%.3f', last))
   end
 end
-local st = redis.call('HMGET', KEYS[1], 'seq', 'n', 'serving')
-return {leader, tonumber(st[1] or '0'), tonumber(st[2] or '-1'), tonumber(st[3] or '0')}
+local st = redis.call('HMGET', KEYS[1], 'seq', 'n', 'serving', 'epoch')
+return {leader, tonumber(st[1] or '0'), tonumber(st[2] or '-1'), tonumber(st[3] or '0'), 0, st[4] or ''}
 `)
 
 // admitScript records the admission of users whose place the cursor has
 // passed, once: the first record wins, so every gateway signs the same
-// token. It refuses places the cursor has not reached.
+// token. It refuses places the cursor has not reached. Every admitted user
+// it is called for is marked present now (a gateway holds its connection
+// or answers its poll); one counted gone is taken off the gone count.
 //
-//	KEYS: state, admitted
+//	KEYS: state, admitted, presence, gone, buckets
 //	ARGV: nowMs, userId, place, userId, place...
 //	returns {record or false ...} ("place|admittedAtMs")
 var admitScript = redis.NewScript(`
@@ -194,9 +290,121 @@ for i = 2, #ARGV, 2 do
     rec = ARGV[i + 1] .. '|' .. ARGV[1]
     redis.call('HSET', KEYS[2], uid, rec)
   end
+  if rec then
+    redis.call('ZADD', KEYS[3], 'GT', ARGV[1], uid)
+    local kb = redis.call('HGET', KEYS[4], uid)
+    if kb then
+      redis.call('HDEL', KEYS[4], uid)
+      if redis.call('HEXISTS', KEYS[5], 'g' .. kb) == 1 then
+        redis.call('HINCRBY', KEYS[5], 'g' .. kb, -1)
+      end
+    end
+  end
   out[#out + 1] = rec
 end
 return out
+`)
+
+// restoreScript rebuilds a queue that this Redis lost, or holds only in
+// part, from what the calling gateway knows: the tickets PostgreSQL
+// checkpointed (Durable) and its own connections. It only adds: tickets
+// beyond this Redis's are appended, known figures raise its own, and
+// admission records are written where none is. Several gateways may run
+// it, in any order; each brings its own connections. A restore that finds
+// Redis behind (no queue, or lower figures than it brings) sets a new
+// epoch, so that the other gateways learn that they must bring theirs;
+// one that only adds connections keeps the epoch (no gateway restores
+// twice for one loss).
+//
+//	KEYS: state, tickets, order, admitted, buckets, presence, buyers,
+//	      reserved, holes
+//	ARGV: nowMs, newEpoch, ttlMs, bucketMs, seq (tickets known: the order
+//	      list is padded to it), n (-1 unknown), serving, P (checkpointed
+//	      tickets 0..P-1 that follow), userId × P, then per connection:
+//	      userId, ticket, place (-1 unknown), admittedAtMs (0: none)
+//	returns {seq, n or -1, serving, epoch}
+var restoreScript = redis.NewScript(`
+local now = tonumber(ARGV[1])
+local ttl = tonumber(ARGV[3])
+local bms = tonumber(ARGV[4])
+local cur0 = redis.call('HMGET', KEYS[1], 'live', 'seq', 'n', 'serving')
+local seq = tonumber(cur0[2] or '0')
+local behind = not cur0[1] or seq < tonumber(ARGV[5]) or seq < tonumber(ARGV[8])
+  or (not cur0[3] and tonumber(ARGV[6]) >= 0) or tonumber(cur0[4] or '0') < tonumber(ARGV[7])
+if behind then redis.call('HSET', KEYS[1], 'epoch', ARGV[2]) end
+local function pad(upto)
+  local buf = {}
+  while seq < upto do
+    buf[#buf + 1] = '0'
+    redis.call('ZADD', KEYS[9], seq, seq)
+    seq = seq + 1
+    if #buf == 1000 then redis.call('RPUSH', KEYS[3], unpack(buf)); buf = {} end
+  end
+  if #buf > 0 then redis.call('RPUSH', KEYS[3], unpack(buf)) end
+end
+local p = tonumber(ARGV[8])
+local base = 8
+if p > seq then
+  local buf = {}
+  for t = seq, p - 1 do
+    local uid = ARGV[base + 1 + t]
+    buf[#buf + 1] = uid
+    if uid ~= '0' then
+      redis.call('HSET', KEYS[2], uid, t)
+    else
+      redis.call('ZADD', KEYS[9], t, t)
+    end
+    if #buf == 1000 then redis.call('RPUSH', KEYS[3], unpack(buf)); buf = {} end
+  end
+  if #buf > 0 then redis.call('RPUSH', KEYS[3], unpack(buf)) end
+  seq = p
+end
+local reserved = redis.call('GET', KEYS[8]) or '0'
+for i = base + p + 1, #ARGV, 4 do
+  local uid, t = ARGV[i], tonumber(ARGV[i + 1])
+  local place, at = ARGV[i + 2], tonumber(ARGV[i + 3])
+  if t >= seq then
+    pad(t)
+    redis.call('RPUSH', KEYS[3], uid)
+    seq = t + 1
+  else
+    local cur = redis.call('HGET', KEYS[2], uid)
+    if cur ~= tostring(t) and redis.call('LINDEX', KEYS[3], t) == '0' then
+      redis.call('LSET', KEYS[3], t, uid)
+      redis.call('ZREM', KEYS[9], t)
+    end
+  end
+  local cur = tonumber(redis.call('HGET', KEYS[2], uid) or '-1')
+  if cur < t then redis.call('HSET', KEYS[2], uid, t) end
+  if at > 0 and at + ttl > now and tonumber(place) >= 0 then
+    if redis.call('HSETNX', KEYS[4], uid, place .. '|' .. at) == 1
+        and redis.call('HEXISTS', KEYS[7], uid) == 0 then
+      -- an admitted shopper still here counts against the cap again, in
+      -- the bucket of its admission
+      local kb = math.floor(at / bms)
+      redis.call('HINCRBY', KEYS[5], 'a' .. kb, 1)
+      redis.call('HSETNX', KEYS[5], 'r' .. kb, reserved)
+    end
+    redis.call('ZADD', KEYS[6], 'GT', now, uid)
+  end
+end
+pad(tonumber(ARGV[5]))
+redis.call('HSET', KEYS[1], 'seq', seq)
+local n = redis.call('HGET', KEYS[1], 'n')
+if not n and tonumber(ARGV[6]) >= 0 then
+  n = ARGV[6]
+  redis.call('HSET', KEYS[1], 'n', n)
+end
+local serving = tonumber(redis.call('HGET', KEYS[1], 'serving') or '0')
+if tonumber(ARGV[7]) > serving then
+  serving = tonumber(ARGV[7])
+  redis.call('HSET', KEYS[1], 'serving', serving)
+end
+if not redis.call('HGET', KEYS[1], 'last') then
+  redis.call('HSET', KEYS[1], 'last', now)
+end
+redis.call('HSET', KEYS[1], 'live', '1')
+return {seq, n and tonumber(n) or -1, serving, redis.call('HGET', KEYS[1], 'epoch') or ''}
 `)
 
 func saleKeys(saleID int64, suffixes ...string) []string {
@@ -214,27 +422,53 @@ type queueState struct {
 	Serving int64 // places admitted
 }
 
-// loadScripts loads every script (Redis 7 forgets them on restart; Run
-// falls back to EVAL on NOSCRIPT outside pipelines anyway).
+// known is what a gateway knows of a queue, for the scripts' guard
+// (staleCheck): the highest figures it has seen, and whether the queue
+// existed at all.
+type known struct {
+	st    queueState
+	guard bool
+}
+
+func (k known) args() []any {
+	g := 0
+	if k.guard {
+		g = 1
+	}
+	return []any{k.st.Seq, k.st.N, k.st.Serving, g}
+}
+
+// errStale reports that Redis does not hold the queue the gateway knows:
+// it must be restored (Room.restore) before joins and ticks go on.
+var errStale = errors.New("waitroom: the queue in Redis is missing or behind; restoring")
+
+// loadScripts loads every script. Redis forgets scripts on a restart;
+// Script.Run (every call of this package) falls back to EVAL on NOSCRIPT
+// and so loads them again.
 func loadScripts(ctx context.Context, rdb redis.UniversalClient) error {
-	for _, s := range []*redis.Script{joinScript, tickScript, admitScript} {
+	for _, s := range []*redis.Script{joinScript, tickScript, admitScript, restoreScript} {
 		if err := s.Load(ctx, rdb).Err(); err != nil {
-			return err
+			return fmt.Errorf("waitroom.loadScripts: %w", err)
 		}
 	}
 	return nil
 }
 
-// registerJoins runs joinScript for one batch of one sale.
-func registerJoins(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.Sale, nowMs, ttlMs int64, users []int64) (queueState, []int64, error) {
-	args := make([]any, 0, 3+len(users))
+// registerJoins runs joinScript for one batch of one sale. It returns
+// errStale when the queue must be restored first.
+func registerJoins(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.Sale, nowMs, ttlMs int64, kn known, users []int64) (queueState, []int64, error) {
+	args := make([]any, 0, 7+len(users))
 	args = append(args, nowMs, sale.StartsAt.UnixMilli(), ttlMs)
+	args = append(args, kn.args()...)
 	for _, u := range users {
 		args = append(args, u)
 	}
-	res, err := joinScript.Run(ctx, rdb, saleKeys(sale.ID, keyState, keyTickets, keyOrder, keyAdmitted), args...).Slice()
+	res, err := joinScript.Run(ctx, rdb, saleKeys(sale.ID, keyState, keyTickets, keyOrder, keyAdmitted, keyPresence, keyGone), args...).Slice()
 	if err != nil {
 		return queueState{}, nil, fmt.Errorf("waitroom.join: %w", err)
+	}
+	if len(res) == 1 && toInt(res[0]) == -2 {
+		return queueState{}, nil, errStale
 	}
 	if len(res) != 3 {
 		return queueState{}, nil, errors.New("waitroom.join: bad script reply")
@@ -259,31 +493,47 @@ type tickArgs struct {
 	capLimit int64
 	ttlMs    int64
 	bucketMs int64
+	graceMs  int64
+	known    known
+}
+
+// tickReply is what tickScript answers.
+type tickReply struct {
+	leader bool
+	st     queueState
+	stale  bool   // the queue must be restored (nothing but the lease was touched)
+	epoch  string // the queue's restore epoch ("" before any restore)
 }
 
 // tickSale runs tickScript for one sale.
-func tickSale(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.Sale, a tickArgs) (leader bool, st queueState, err error) {
+func tickSale(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.Sale, a tickArgs) (tickReply, error) {
 	keys := append(saleKeys(sale.ID, keyState, keyLease, keyBuckets), lua.ReservedKey(sale.ID))
-	res, err := tickScript.Run(ctx, rdb, keys,
-		a.me, a.nowMs, sale.StartsAt.UnixMilli(), a.leaseMs, a.rate, a.capLimit, a.ttlMs, a.bucketMs).Slice()
+	keys = append(keys, saleKeys(sale.ID, keyPresence, keyGone, keyAdmitted)...)
+	keys = append(keys, lua.BuyersKey(sale.ID), lua.QueueKey(sale.ID, keyHoles))
+	args := []any{a.me, a.nowMs, sale.StartsAt.UnixMilli(), a.leaseMs, a.rate, a.capLimit, a.ttlMs, a.bucketMs, a.graceMs}
+	args = append(args, a.known.args()...)
+	res, err := tickScript.Run(ctx, rdb, keys, args...).Slice()
 	if err != nil {
-		return false, st, fmt.Errorf("waitroom.tick: %w", err)
+		return tickReply{}, fmt.Errorf("waitroom.tick: %w", err)
 	}
-	if len(res) != 4 {
-		return false, st, errors.New("waitroom.tick: bad script reply")
+	if len(res) != 6 {
+		return tickReply{}, errors.New("waitroom.tick: bad script reply")
 	}
-	return toInt(res[0]) == 1, queueState{Seq: toInt(res[1]), N: toInt(res[2]), Serving: toInt(res[3])}, nil
+	epoch, _ := res[5].(string)
+	return tickReply{leader: toInt(res[0]) == 1, st: queueState{Seq: toInt(res[1]), N: toInt(res[2]), Serving: toInt(res[3])},
+		stale: toInt(res[4]) == 1, epoch: epoch}, nil
 }
 
 // admitUsers runs admitScript; recs[i] is the admission time of users[i]
-// (0 when the cursor has not reached the place).
+// (0 when the cursor has not reached the place). Every admitted user among
+// them is marked present.
 func admitUsers(ctx context.Context, rdb redis.UniversalClient, saleID, nowMs int64, users, places []int64) ([]int64, error) {
 	args := make([]any, 0, 1+2*len(users))
 	args = append(args, nowMs)
 	for i, u := range users {
 		args = append(args, u, places[i])
 	}
-	res, err := admitScript.Run(ctx, rdb, saleKeys(saleID, keyState, keyAdmitted), args...).Slice()
+	res, err := admitScript.Run(ctx, rdb, saleKeys(saleID, keyState, keyAdmitted, keyPresence, keyGone, keyBuckets), args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("waitroom.admit: %w", err)
 	}
@@ -299,6 +549,48 @@ func admitUsers(ctx context.Context, rdb redis.UniversalClient, saleID, nowMs in
 		}
 	}
 	return at, nil
+}
+
+// heldConn is one connection's part of a restore.
+type heldConn struct {
+	user, ticket, place, admittedAt int64
+}
+
+// restoreInput is what one gateway brings to a restore.
+type restoreInput struct {
+	nowMs, ttlMs int64
+	epoch        string     // set when this restore finds Redis behind
+	st           queueState // the highest figures known (checkpoint or memory)
+	users        []int64    // checkpointed tickets 0..len-1 (0: unknown holder)
+	conns        []heldConn
+}
+
+// restoreQueue runs restoreScript for one sale; it returns the queue's
+// figures and epoch after the restore.
+func restoreQueue(ctx context.Context, rdb redis.UniversalClient, saleID int64, in restoreInput) (queueState, string, error) {
+	keys := saleKeys(saleID, keyState, keyTickets, keyOrder, keyAdmitted, keyBuckets, keyPresence)
+	keys = append(keys, lua.BuyersKey(saleID), lua.ReservedKey(saleID), lua.QueueKey(saleID, keyHoles))
+	args := make([]any, 0, 8+len(in.users)+4*len(in.conns))
+	args = append(args, in.nowMs, in.epoch, in.ttlMs, int64(bucketMs), in.st.Seq, in.st.N, in.st.Serving, len(in.users))
+	for _, u := range in.users {
+		args = append(args, u)
+	}
+	for _, c := range in.conns {
+		args = append(args, c.user, c.ticket, c.place, c.admittedAt)
+	}
+	res, err := restoreScript.Run(ctx, rdb, keys, args...).Slice()
+	if err != nil {
+		return queueState{}, "", fmt.Errorf("waitroom.restore: %w", err)
+	}
+	if len(res) != 4 {
+		return queueState{}, "", errors.New("waitroom.restore: bad script reply")
+	}
+	// activeKey has no hash tag: apart from the script (Redis Cluster).
+	if err := rdb.SAdd(ctx, activeKey, saleID).Err(); err != nil {
+		return queueState{}, "", fmt.Errorf("waitroom.restore: %w", err)
+	}
+	epoch, _ := res[3].(string)
+	return queueState{Seq: toInt(res[0]), N: toInt(res[1]), Serving: toInt(res[2])}, epoch, nil
 }
 
 func toInt(v any) int64 {

@@ -392,12 +392,22 @@ func (c *conn) watch() {
 	}
 }
 
-// leave takes a joined connection out of its sale room.
+// leave takes a joined connection out of its sale room. An admitted
+// shopper's presence is marked once more, so that its grace period
+// (Config.AdmittedGrace) runs from the moment it left.
 func (c *conn) leave(sr *saleRoom) {
 	r := c.r
 	sr.mu.Lock()
 	delete(sr.conns, c)
+	now := r.cfg.Now()
+	admitted := c.admittedAt != 0 && !c.bought && now.UnixMilli() < c.admittedAt+r.cfg.AdmissionTTL.Milliseconds()
+	held := heldConn{user: c.user, place: c.place}
 	sr.mu.Unlock()
+	if admitted && r.cfg.AdmittedGrace > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		r.markPresent(ctx, sr.id, []heldConn{held}, now)
+		cancel()
+	}
 	r.mu.Lock()
 	if r.perUser[c.user]--; r.perUser[c.user] <= 0 {
 		delete(r.perUser, c.user)
