@@ -259,7 +259,7 @@ func (tb *tab) capture() ([]byte, error) {
 		}
 		size := m.CSSContentSize
 		vp := m.CSSLayoutViewport
-		w, h := math.Ceil(float64(vp.ClientWidth)), math.Ceil(size.Height)
+		w, h := float64(vp.ClientWidth), math.Ceil(size.Height)
 		if h < float64(vp.ClientHeight) {
 			h = float64(vp.ClientHeight)
 		}

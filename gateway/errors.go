@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -105,9 +106,15 @@ func retryAfterSeconds(d time.Duration) int64 {
 }
 
 // resolve turns err into what the caller sees: status, code, message and
-// order id. Internal errors are logged here, once.
+// order id. Internal errors are logged here, once. A dependency call that
+// ran out of its time (Config.RequestTimeout) is UNAVAILABLE: the
+// dependency is down or slow, and the caller may retry.
 func (s *Server) resolve(err error, route string) (status int, code flashsale.Code, msg, orderID string) {
 	code = flashsale.ErrorCode(err)
+	if code == flashsale.CodeInternal && errors.Is(err, context.DeadlineExceeded) {
+		s.log.Warn("dependency timed out", "route", route, "err", err)
+		code = flashsale.CodeUnavailable
+	}
 	status = statusOf(code)
 	if status == http.StatusInternalServerError {
 		s.log.Error("request failed", "route", route, "err", err)

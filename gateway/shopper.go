@@ -330,7 +330,9 @@ func (s *Server) remaining(saleID int64, now time.Time) map[int64]int64 {
 	return rem
 }
 
-// listCache keeps the sale list for a second.
+// listCache keeps the sale list for a second. While the store cannot
+// answer (the database is down), the last list is served, and the store is
+// asked again a second later, not on every request.
 type listCache struct {
 	mu    sync.Mutex
 	at    time.Time
@@ -346,6 +348,10 @@ func (lc *listCache) get(now time.Time, load func() ([]flashsale.Sale, error)) (
 	}
 	sales, err := load()
 	if err != nil {
+		if lc.ok {
+			lc.at = now
+			return lc.sales, nil
+		}
 		return nil, err
 	}
 	lc.sales, lc.at, lc.ok = sales, now, true

@@ -29,6 +29,7 @@ commands:
   gateway             the edge: HTTP API, waiting room, purchase service (stateless; run N of them)
   writer              the Kafka consumer that writes orders into PostgreSQL
   expiry              the payment-expiry worker (safe to run several)
+  broker              the embedded Kafka broker alone, persisted under .flashsale/kafka (for stacks of separate processes)
   migrate             apply the database schema
   token --user ID     print a signed access token [--role operator] [--ttl 1h]
   loadtest ...        the load harness (flashsale loadtest -h)
@@ -69,6 +70,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"gateway":     roleCmd("gateway"),
 		"writer":      roleCmd("writer"),
 		"expiry":      roleCmd("expiry"),
+		"broker":      cmdBroker,
 		"migrate":     cmdMigrate,
 		"token":       cmdToken,
 		"loadtest":    cmdLoadtest,

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,7 +15,17 @@ import (
 	"github.com/flashsale/flashsale/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+// mainArgsEnv makes the test binary run the command line it holds, as the
+// flashsale binary would, instead of the tests: tests start subcommands as
+// real processes they can kill.
+const mainArgsEnv = "FLASHSALE_TEST_MAIN_ARGS"
+
+func TestMain(m *testing.M) {
+	if args := os.Getenv(mainArgsEnv); args != "" {
+		os.Exit(run(strings.Fields(args), os.Stdout, os.Stderr))
+	}
+	testenv.Main(m)
+}
 
 func runCmd(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/admission"
@@ -51,13 +50,13 @@ type App struct {
 	// KafkaBrokers are the brokers in use (the embedded ones in dev).
 	KafkaBrokers []string
 
-	cfg   Config
-	log   *slog.Logger
-	reg   *prometheus.Registry
-	rdb   *redis.Client
-	pool  *pgxpool.Pool
-	kfake *kfake.Cluster
-	kping *kafkaPinger
+	cfg    Config
+	log    *slog.Logger
+	reg    *prometheus.Registry
+	rdb    *redis.Client
+	pool   *pgxpool.Pool
+	broker *Broker // the embedded one, when no brokers are configured
+	kping  *kafkaPinger
 
 	guard    *defense.Guard // gateway role only
 	settings *defense.Store
@@ -120,17 +119,12 @@ func Start(ctx context.Context, cfg Config, roles Roles, logger *slog.Logger) (_
 		return nil, fmt.Errorf("%w (run `flashsale migrate`)", err)
 	}
 	if len(cfg.KafkaBrokers) == 0 {
-		opts := []kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(8, flashsale.TopicOrders, flashsale.TopicDeadLetter)}
-		if cfg.KafkaPort > 0 {
-			opts = append(opts, kfake.Ports(cfg.KafkaPort))
-		}
-		a.kfake, err = kfake.NewCluster(opts...)
+		a.broker, err = StartBroker(BrokerConfig{Port: cfg.KafkaPort, DataDir: cfg.KafkaDataDir}, logger)
 		if err != nil {
-			return nil, fmt.Errorf("embedded kafka: %w", err)
+			return nil, err
 		}
-		a.KafkaBrokers = a.kfake.ListenAddrs()
-		a.onClose(func(context.Context) error { a.kfake.Close(); return nil })
-		logger.Info("embedded Kafka broker (kfake) started", "brokers", a.KafkaBrokers)
+		a.KafkaBrokers = a.broker.Addrs()
+		a.onClose(func(context.Context) error { a.broker.Close(); return nil })
 	} else {
 		a.KafkaBrokers = cfg.KafkaBrokers
 		if err := ensureTopics(ctx, a.KafkaBrokers); err != nil {

@@ -28,6 +28,10 @@ type Config struct {
 	// KafkaPort fixes the embedded broker's port on 127.0.0.1 (0: any free
 	// port), so other processes can reach it (FLASHSALE_KAFKA_PORT).
 	KafkaPort int
+	// KafkaDataDir keeps the embedded broker's data across restarts,
+	// every write synced (FLASHSALE_KAFKA_DATA_DIR; dev: .flashsale/kafka;
+	// "": in memory).
+	KafkaDataDir string
 
 	JWTSecret     string
 	JWTPublicKeys []string // PEM files of extra accepted signing keys
@@ -47,6 +51,14 @@ type Config struct {
 	ReconcileAfter  time.Duration
 	CapacityFactor  float64
 	TokenCacheSize  int // verified access tokens kept per process
+
+	// KafkaSessionTimeout is the writer group's session timeout
+	// (writer.Config.SessionTimeout, FLASHSALE_KAFKA_SESSION_TIMEOUT).
+	KafkaSessionTimeout time.Duration
+	// WriterInstanceID makes the writer a static group member
+	// (writer.Config.InstanceID, FLASHSALE_WRITER_INSTANCE_ID).
+	WriterInstanceID string
+
 	// WaitingPushes and StatusEvery pace the waiting room's WAITING
 	// statuses (waitroom.Config); 0: its defaults.
 	WaitingPushes int
@@ -55,6 +67,11 @@ type Config struct {
 	// gateway (waitroom.Config.MaxConnsPerIP). Raise it for shoppers behind
 	// carrier-grade NAT.
 	WSMaxConnsPerAddr int
+	// AdmittedGrace is how long an admitted shopper may be gone (no
+	// connection on any gateway) before its place stops counting against
+	// the capacity cap (waitroom.Config.AdmittedGrace,
+	// FLASHSALE_ADMITTED_GRACE, at most 30s).
+	AdmittedGrace time.Duration
 
 	LogFormat string // "json" or "text"
 	LogLevel  string
@@ -78,8 +95,11 @@ func Defaults() Config {
 		CapacityFactor:    2,
 		TokenCacheSize:    1 << 18,
 		WSMaxConnsPerAddr: waitroom.DefaultMaxConnsPerIP,
+		AdmittedGrace:     waitroom.DefaultAdmittedGrace,
 		LogFormat:         "json",
 		LogLevel:          "info",
+
+		KafkaSessionTimeout: 6 * time.Second,
 	}
 }
 
@@ -119,6 +139,7 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 		c.KafkaBrokers = splitList(v)
 	}
 	integer("FLASHSALE_KAFKA_PORT", &c.KafkaPort)
+	str("FLASHSALE_KAFKA_DATA_DIR", &c.KafkaDataDir)
 	str("FLASHSALE_JWT_SECRET", &c.JWTSecret)
 	if v := getenv("FLASHSALE_JWT_PUBLIC_KEYS"); v != "" {
 		c.JWTPublicKeys = splitList(v)
@@ -128,6 +149,8 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 	dur("FLASHSALE_EXPIRY_INTERVAL", &c.ExpiryInterval)
 	dur("FLASHSALE_ADMISSION_TTL", &c.AdmissionTTL)
 	dur("FLASHSALE_RECONCILE_AFTER", &c.ReconcileAfter)
+	dur("FLASHSALE_KAFKA_SESSION_TIMEOUT", &c.KafkaSessionTimeout)
+	str("FLASHSALE_WRITER_INSTANCE_ID", &c.WriterInstanceID)
 	if v := getenv("FLASHSALE_TRUSTED_PROXIES"); v != "" {
 		p, err := ParsePrefixes(v)
 		if err != nil {
@@ -169,6 +192,10 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 	}
 	dur("FLASHSALE_STATUS_EVERY", &c.StatusEvery)
 	integer("FLASHSALE_WS_MAX_CONNS_PER_ADDR", &c.WSMaxConnsPerAddr)
+	dur("FLASHSALE_ADMITTED_GRACE", &c.AdmittedGrace)
+	if c.AdmittedGrace > 30*time.Second {
+		errs = append(errs, fmt.Errorf("FLASHSALE_ADMITTED_GRACE=%s: at most 30s (a gone shopper's place is freed after it)", c.AdmittedGrace))
+	}
 	str("FLASHSALE_LOG_FORMAT", &c.LogFormat)
 	str("FLASHSALE_LOG_LEVEL", &c.LogLevel)
 	return errors.Join(errs...)

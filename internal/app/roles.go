@@ -44,7 +44,14 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	a.goRun("purchase", func() error { return buy.Run(runCtx) })
 	// Concurrent reservations share Redis round trips (internal/stock).
 	a.goRun("reserve-pipeline", func() error { return a.stock.RunPipeline(runCtx, 0) })
-	rec := purchase.NewReconciler(purchase.ReconcilerConfig{After: cfg.ReconcileAfter, PaymentWindow: cfg.PaymentWindow},
+	// The reconciler asks Kafka whether a stale reservation's record is
+	// there, and never declares lost one that is.
+	orderLog, err := kafka.NewOrderLog(a.KafkaBrokers, "", "", a.log)
+	if err != nil {
+		return err
+	}
+	a.onClose(func(context.Context) error { orderLog.Close(); return nil })
+	rec := purchase.NewReconciler(purchase.ReconcilerConfig{After: cfg.ReconcileAfter, PaymentWindow: cfg.PaymentWindow, Orders: orderLog},
 		a.pool, a.stock, a.cache, a.log, a.reg)
 	a.goRun("reconciler", func() error { return rec.Run(runCtx) })
 
@@ -68,6 +75,9 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		MaxConns:       maxWebSockets(),
 		MaxConnsPerIP:  cfg.WSMaxConnsPerAddr,
 		OriginPatterns: originPatterns(cfg.CORSOrigins),
+		AdmittedGrace:  cfg.AdmittedGrace,
+		// The queue's tickets, draw and cursor outlive a Redis loss.
+		Durable: waitroom.NewPGDurable(a.pool),
 	}, a.rdb, a.cache, a.stock, a.access, a.signer, guard, a.log, a.reg)
 	a.goRun("waitroom", func() error { return room.Run(runCtx) })
 
@@ -80,12 +90,12 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		Admission: a.signer,
 		Sales:     a.cache,
 		Stock:     a.stock,
-		SaleAdmin: saleAdmin{Store: a.sales, cache: a.cache},
+		SaleAdmin: availSaleAdmin{saleAdmin{Store: a.sales, cache: a.cache}},
 		Purchase:  buy,
 		Orders:    ord,
-		Queue:     queueAdapter{room},
+		Queue:     availQueue{queueAdapter{room}},
 		Guard:     guard,
-		Settings:  settings.JSON(),
+		Settings:  availSettings{settings.JSON()},
 		Static:    staticAdapter{site},
 		Metrics:   a.reg,
 		Logger:    a.log,
@@ -133,11 +143,13 @@ func (a *App) startWriter(ctx, runCtx context.Context) error {
 	}
 	a.onClose(func(context.Context) error { pool.Close(); return nil })
 	w, err := writer.New(writer.Config{
-		Brokers:       a.KafkaBrokers,
-		BatchSize:     a.cfg.WriterBatchSize,
-		InFlight:      a.cfg.WriterInFlight,
-		MaxConns:      a.cfg.WriterMaxConns,
-		PaymentWindow: a.cfg.PaymentWindow,
+		Brokers:        a.KafkaBrokers,
+		BatchSize:      a.cfg.WriterBatchSize,
+		InFlight:       a.cfg.WriterInFlight,
+		MaxConns:       a.cfg.WriterMaxConns,
+		PaymentWindow:  a.cfg.PaymentWindow,
+		SessionTimeout: a.cfg.KafkaSessionTimeout,
+		InstanceID:     a.cfg.WriterInstanceID,
 	}, pool, a.stock, a.log, a.reg)
 	if err != nil {
 		return err

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/postgres"
 	"github.com/flashsale/flashsale/internal/stock"
 )
 
@@ -119,8 +120,10 @@ func scanOrder(row pgx.Row, now time.Time) (flashsale.Order, error) {
 	return o, nil
 }
 
-// internal wraps a non-domain error with the operation; a deadline (pool
-// exhausted, database slow) becomes UNAVAILABLE for the caller.
+// internal wraps a non-domain error with the operation; a database that
+// cannot be reached or cannot answer in time (down, restarting, pool
+// exhausted, slow) becomes UNAVAILABLE for the caller, which the edge
+// answers 503 with Retry-After.
 func internal(op string, err error) error {
 	var fe *flashsale.Error
 	if errors.As(err, &fe) {
@@ -129,7 +132,7 @@ func internal(op string, err error) error {
 		}
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, context.DeadlineExceeded) || postgres.Unavailable(err) {
 		return fmt.Errorf("%s: %w: %w", op, errUnavailable, err)
 	}
 	return fmt.Errorf("%s: %w", op, err)
@@ -148,32 +151,48 @@ func (s *Service) dbOrder(ctx context.Context, userID int64, id string) (flashsa
 }
 
 // find returns the caller's order from PostgreSQL, or else from the caller's
-// Redis buyer records (inDB false, Payable false), or NOT_FOUND.
+// Redis buyer records (inDB false, Payable false), or NOT_FOUND. While
+// PostgreSQL is unreachable, an order Redis holds is answered from Redis
+// (PENDING, not payable: Redis does not know whether a stored order was
+// paid since, and nothing can be paid until the database is back); any
+// other order is UNAVAILABLE, since only the database knows it.
 func (s *Service) find(ctx context.Context, userID int64, id string) (o flashsale.Order, inDB bool, err error) {
-	if o, ok, err := s.dbOrder(ctx, userID, id); err != nil || ok {
-		return o, ok, err
+	o, ok, dbErr := s.dbOrder(ctx, userID, id)
+	if ok {
+		return o, true, nil
 	}
-	if s.sales == nil {
-		return flashsale.Order{}, false, errNotFound
+	if dbErr != nil && !postgres.Unavailable(dbErr) {
+		return flashsale.Order{}, false, dbErr
 	}
-	now := s.now()
-	for _, sl := range s.sales.Sales() {
-		if now.Before(sl.StartsAt.Add(-time.Minute)) {
-			continue // not open yet: nobody holds a reservation
+	if s.sales != nil {
+		now := s.now()
+		for _, sl := range s.sales.Sales() {
+			if now.Before(sl.StartsAt.Add(-time.Minute)) {
+				continue // not open yet: nobody holds a reservation
+			}
+			b, ok, err := s.stock.Buyer(ctx, sl.ID, userID)
+			if err != nil {
+				return flashsale.Order{}, false, fmt.Errorf("%w: %w", errUnavailable, err)
+			}
+			if !ok || !strings.EqualFold(b.OrderID, id) {
+				continue
+			}
+			if dbErr == nil {
+				// The writer may have stored it since the first look.
+				o, ok, err := s.dbOrder(ctx, userID, id)
+				if ok {
+					return o, true, nil
+				}
+				if err != nil && !postgres.Unavailable(err) {
+					return flashsale.Order{}, false, err
+				}
+			}
+			o, err := s.redisOrder(ctx, sl, sl.ID, userID, b)
+			return o, false, err
 		}
-		b, ok, err := s.stock.Buyer(ctx, sl.ID, userID)
-		if err != nil {
-			return flashsale.Order{}, false, fmt.Errorf("%w: %w", errUnavailable, err)
-		}
-		if !ok || !strings.EqualFold(b.OrderID, id) {
-			continue
-		}
-		// The writer may have stored it since the first look.
-		if o, ok, err := s.dbOrder(ctx, userID, id); err != nil || ok {
-			return o, ok, err
-		}
-		o, err := s.redisOrder(ctx, sl, sl.ID, userID, b)
-		return o, false, err
+	}
+	if dbErr != nil {
+		return flashsale.Order{}, false, fmt.Errorf("%w: %w", errUnavailable, dbErr)
 	}
 	return flashsale.Order{}, false, errNotFound
 }
@@ -203,7 +222,9 @@ func (s *Service) redisOrder(ctx context.Context, sl *flashsale.Sale, saleID, us
 // user's. An order accepted in Redis but not yet in PostgreSQL is PENDING
 // with Payable false. Payable is true only for a stored PENDING order inside
 // its payment window. A stored PENDING order past its window that the expiry
-// worker has not reached yet reads as PENDING, Payable false.
+// worker has not reached yet reads as PENDING, Payable false. While
+// PostgreSQL is unreachable an order Redis holds reads as PENDING, Payable
+// false, and any other is UNAVAILABLE.
 func (s *Service) Get(ctx context.Context, userID int64, orderID string) (flashsale.Order, error) {
 	id, err := ParseID(orderID)
 	if err != nil {
@@ -220,7 +241,8 @@ func (s *Service) Get(ctx context.Context, userID int64, orderID string) (flashs
 
 // BySale returns the caller's live order (PENDING or PAID) in the sale, from
 // PostgreSQL or else from Redis (Payable false); NOT_FOUND when the caller
-// holds none.
+// holds none. While PostgreSQL is unreachable, Redis's buyer record alone
+// answers.
 func (s *Service) BySale(ctx context.Context, userID, saleID int64) (flashsale.Order, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
@@ -237,7 +259,11 @@ func (s *Service) bySale(ctx context.Context, userID, saleID int64) (flashsale.O
 	if err == nil {
 		return o, nil
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
+	// While PostgreSQL is unreachable the Redis buyer record answers: it
+	// is what a purchase checks, so "none" here is what a purchase would
+	// find too.
+	dbDown := postgres.Unavailable(err)
+	if !errors.Is(err, pgx.ErrNoRows) && !dbDown {
 		return flashsale.Order{}, err
 	}
 	b, ok, err := s.stock.Buyer(ctx, saleID, userID)
@@ -251,13 +277,16 @@ func (s *Service) bySale(ctx context.Context, userID, saleID int64) (flashsale.O
 	if err != nil {
 		return flashsale.Order{}, errNoLive // not one of ours
 	}
-	if o, ok, err := s.dbOrder(ctx, userID, id); err != nil {
-		return flashsale.Order{}, err
-	} else if ok {
-		if o.Status.Live() { // stored since the first look
+	if !dbDown {
+		o, ok, err := s.dbOrder(ctx, userID, id)
+		switch {
+		case ok && o.Status.Live(): // stored since the first look
 			return o, nil
+		case ok:
+			return flashsale.Order{}, errNoLive // ended; its unit is on its way back
+		case err != nil && !postgres.Unavailable(err):
+			return flashsale.Order{}, err
 		}
-		return flashsale.Order{}, errNoLive // ended; its unit is on its way back
 	}
 	var sl *flashsale.Sale
 	if s.sales != nil {
@@ -276,7 +305,7 @@ func (s *Service) bySale(ctx context.Context, userID, saleID int64) (flashsale.O
 // ORDER_EXPIRED (EXPIRED, or PENDING past its window), ORDER_CANCELLED
 // (CANCELLED, and also REJECTED: the order is void and its stock was given
 // back), NOT_PAYABLE_YET (accepted but not yet in PostgreSQL), NOT_FOUND,
-// INVALID (malformed id).
+// INVALID (malformed id), UNAVAILABLE (PostgreSQL unreachable).
 func (s *Service) Pay(ctx context.Context, userID int64, orderID string) (flashsale.Order, error) {
 	id, err := ParseID(orderID)
 	if err != nil {
@@ -338,7 +367,8 @@ func (s *Service) pay(ctx context.Context, userID int64, id string) (flashsale.O
 // order (harmless). Errors: ORDER_PAID, ORDER_EXPIRED (EXPIRED; a PENDING
 // order past its window is expired here, with its stock given back, and
 // answers ORDER_EXPIRED too), ORDER_CANCELLED (REJECTED), NOT_PAYABLE_YET (not
-// yet in PostgreSQL), NOT_FOUND, INVALID.
+// yet in PostgreSQL), NOT_FOUND, INVALID, UNAVAILABLE (PostgreSQL
+// unreachable).
 func (s *Service) Cancel(ctx context.Context, userID int64, orderID string) (flashsale.Order, error) {
 	id, err := ParseID(orderID)
 	if err != nil {

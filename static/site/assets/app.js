@@ -1,9 +1,9 @@
 // Shopper page: the list of sales at "/", one sale at "/sales/{id}".
 import { request } from './api.js';
 import { acquireToken, clearToken, decodeClaims, expiresInMs, looksLikeJWT, saveToken } from './auth.js';
-import { Backoff } from './backoff.js';
 import { ServerClock } from './clock.js';
 import { formatCents, formatCountdown, formatDateTime, formatEta } from './format.js';
+import { buyWithRecovery, findOrder } from './buying.js';
 import { QueueClient, startPowSolver } from './queue.js';
 
 const TOKEN_KEY = 'flashsale.token';
@@ -477,13 +477,27 @@ async function buy(itemId) {
   page.busy = true;
   renderActions();
   setResult('PENDING', 'Reserving…');
-  const r = await request('POST', url, { token: page.token, headers: { 'X-Admission-Token': page.admission.token } });
+  const res = await buyWithRecovery({
+    request,
+    url,
+    token: page.token,
+    admissionToken: page.admission.token,
+    orderUrl: saleOrderUrl(),
+    sleep,
+    onRetry: (r, waitMs) => {
+      const why = r.networkError ? 'The connection dropped' : 'The shop could not answer';
+      setResult('CHECKING', why + '; checking whether your order went through in ' + Math.ceil(waitMs / 1000) + ' s…');
+    },
+  });
   page.busy = false;
+  if (res.kind !== 'answer') {
+    showFound(res);
+    renderActions();
+    return;
+  }
+  const r = res.r;
   const body = r.body || {};
-  if (r.networkError) {
-    setResult('CHECKING', 'The connection dropped; checking whether your order went through…');
-    await lookupOrder();
-  } else if (r.status === 202 && body.orderId) {
+  if (r.status === 202 && body.orderId) {
     setResult('RESERVED', 'Reserved! Order ' + body.orderId + '.');
     // The 202 says PENDING; the order cannot be payable before the order
     // writer has stored it, so the first look is a second later.
@@ -520,6 +534,9 @@ async function buy(itemId) {
       case 'BLOCKED':
         setResult(code, MESSAGES.BLOCKED);
         break;
+      case 'NETWORK':
+        setResult(code, 'The shop could not be reached and holds no order for you. Try again.');
+        break;
       default:
         setResult(code, r.message || 'The purchase failed (' + code + ').');
     }
@@ -533,23 +550,27 @@ function setResult(code, text) {
   el.textContent = text;
 }
 
+const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
+
+function saleOrderUrl() {
+  return API + '/sales/' + encodeURIComponent(page.saleId) + '/order';
+}
+
+// showFound shows the outcome of an order lookup after a lost answer.
+function showFound(found) {
+  if (found.kind === 'order') {
+    setResult('RESERVED', 'Your order went through: ' + found.order.orderId + '.');
+    showOrder(found.order.orderId, found.order);
+  } else if (found.kind === 'none') {
+    setResult('NO_ORDER', 'No order was made. You can try again.');
+  } else {
+    setResult('UNKNOWN', 'Could not reach the shop to check your order. Reload the page to check again.');
+  }
+}
+
 // lookupOrder finds the caller's order in this sale after a lost answer.
 async function lookupOrder() {
-  const backoff = new Backoff({ baseMs: 1000, capMs: 8000 });
-  for (let attempt = 0; attempt < 6; attempt++) {
-    const r = await request('GET', API + '/sales/' + encodeURIComponent(page.saleId) + '/order', { token: page.token });
-    if (r.ok && r.body && r.body.orderId) {
-      setResult('RESERVED', 'Your order went through: ' + r.body.orderId + '.');
-      showOrder(r.body.orderId, r.body);
-      return;
-    }
-    if (r.status === 404) {
-      setResult('NO_ORDER', 'No order was made. You can try again.');
-      return;
-    }
-    await new Promise((res) => setTimeout(res, r.retryAfterMs || backoff.next()));
-  }
-  setResult('UNKNOWN', 'Could not reach the shop to check your order. Reload the page to check again.');
+  showFound(await findOrder({ request, orderUrl: saleOrderUrl(), token: page.token, sleep }));
 }
 
 // ---------- order ----------

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/flashsale/flashsale/internal/app"
+)
+
+// defaultKafkaDataDir is where the embedded broker keeps its data, beside
+// the local Redis and PostgreSQL of `flashsale dev` (.flashsale/).
+const defaultKafkaDataDir = ".flashsale/kafka"
+
+// cmdBroker runs the embedded Kafka broker alone, for stacks of separate
+// processes (gateways, writer, expiry pointed at it with
+// FLASHSALE_KAFKA_BROKERS). It prints its address on stdout, then serves
+// until SIGTERM or SIGINT, when it syncs its data and exits.
+func cmdBroker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := app.BrokerConfig{Host: envOr("FLASHSALE_KAFKA_HOST", "127.0.0.1"), Port: 9092,
+		DataDir: envOr("FLASHSALE_KAFKA_DATA_DIR", defaultKafkaDataDir), Partitions: 8}
+	if v := os.Getenv("FLASHSALE_KAFKA_PORT"); v != "" {
+		p, err := strconv.Atoi(v)
+		if err != nil || p < 0 || p > 65535 {
+			return fmt.Errorf("FLASHSALE_KAFKA_PORT=%q: want a port number", v)
+		}
+		cfg.Port = p
+	}
+	logFormat, logLevel := envOr("FLASHSALE_LOG_FORMAT", "json"), envOr("FLASHSALE_LOG_LEVEL", "info")
+	fs := newFlagSet("broker", stderr)
+	fs.StringVar(&cfg.Host, "host", cfg.Host, "listen address, also the one advertised to clients: give one they can reach, not a wildcard (FLASHSALE_KAFKA_HOST)")
+	fs.IntVar(&cfg.Port, "port", cfg.Port, "listen port (FLASHSALE_KAFKA_PORT; 0: any free port)")
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, `where topics, records and group offsets are kept, every write synced (FLASHSALE_KAFKA_DATA_DIR; "": memory only, lost at exit)`)
+	partitions := fs.Int("partitions", int(cfg.Partitions), "partitions of each order topic created on a first start")
+	fs.StringVar(&logFormat, "log-format", logFormat, "json or text (FLASHSALE_LOG_FORMAT)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *partitions < 1 || *partitions > 1<<16 {
+		return fmt.Errorf("--partitions=%d: want 1 to 65536", *partitions)
+	}
+	cfg.Partitions = int32(*partitions)
+	log := newLogger(logFormat, logLevel, stderr).With("role", "broker")
+	if cfg.DataDir == "" {
+		log.Warn("no data directory: the broker's records are lost when it stops")
+	}
+	b, err := app.StartBroker(cfg, log)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, strings.Join(b.Addrs(), ","))
+	<-ctx.Done()
+	log.Info("shutting down: syncing data")
+	b.Close()
+	log.Info("stopped")
+	return nil
+}
