@@ -6,7 +6,7 @@ BIN       := bin/flashsale
 GOFLAGS   ?=
 export GOTOOLCHAIN ?= local
 
-.PHONY: all build run test test-short vet fmt bench bench-go bench-load fuzz clean
+.PHONY: all build run test test-short vet fmt bench bench-go bench-load faults fuzz clean
 
 all: build
 
@@ -40,6 +40,11 @@ bench-go:
 # The load scenarios alone (drop at 100,000 shoppers, expiry, attack).
 bench-load: build
 	SKIP_GO=1 SKIP_HTTP=1 scripts/bench.sh
+
+# The fault suite: a drop on separate processes with one part killed in the
+# middle of it, for each part (scripts/faults.sh); out/faults/summary.json.
+faults: build
+	BUILD=0 scripts/faults.sh
 
 fuzz:
 	scripts/fuzz.sh 10s

@@ -3,6 +3,7 @@
 # (wrk against a bare fiber baseline and the gateway, interleaved, in this
 # run), then the load scenarios (scripts/loadscenarios.sh: the drop at
 # 100,000 shoppers over six gateways, expiry, attack; reports in out/load/),
+# then the fault suite (scripts/faults.sh: out/faults/summary.json),
 # recorded under out/bench/. docs/BENCHMARKS.md explains the results.
 #
 #   OUT=out/bench            where results go
@@ -12,10 +13,11 @@
 #                            processes of <= 9,500 each; 20,000 open files per process)
 #   BENCH_DROP_ENV='...'     the drop's size (default: GATEWAYS=6 SHOPPERS=100000
 #                            PROCESSES=7 SOURCE_ADDRS=120 STARTS_IN=75s DURATION=6m)
-#   SKIP_GO=1 / SKIP_HTTP=1 / SKIP_LOAD=1  leave a part out
+#   SKIP_GO=1 / SKIP_HTTP=1 / SKIP_LOAD=1 / SKIP_FAULTS=1  leave a part out
 #
-# Takes about 15 minutes on 2 cores (6½ without the load scenarios; a
-# non-root user runs the rig's gateways and data tier without their nice).
+# Takes about 35 minutes on 2 cores (15 without the fault suite, 6½ without
+# the load scenarios as well; a non-root user runs the rig's gateways and
+# data tier without their nice).
 # Benchmarks measure; nothing here fails on a number. A benchmark that fails
 # to build or run, or a load scenario whose invariants break, is recorded and
 # the rest go on.
@@ -109,6 +111,13 @@ if [ -z "${SKIP_LOAD:-}" ]; then
 	fi
 fi
 
+if [ -z "${SKIP_FAULTS:-}" ]; then
+	echo "== faults: load $(cut -d' ' -f1-3 /proc/loadavg)"
+	if ! BUILD=0 scripts/faults.sh > "$OUT/faults.txt" 2>&1; then
+		echo "== faults: FAILED (see $OUT/faults.txt)" | tee -a "$OUT/failures.txt"
+	fi
+fi
+
 {
 	cat "$OUT/machine.txt"
 	echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -159,6 +168,11 @@ fi
 		echo "Load scenario $sc (out/load/$sc.json, .html):"
 		grep -hE '^(shoppers|reserved|first/last|PostgreSQL|redis|invariant)' "out/load/$sc.txt" | sed 's/^/  /'
 	done
+	if [ -z "${SKIP_FAULTS:-}" ] && [ -s out/faults/summary.json ]; then
+		echo
+		echo "Fault suite (out/faults/summary.json):"
+		tail -n "$(jq length out/faults/summary.json)" "$OUT/faults.txt" | sed 's/^/  /'
+	fi
 	[ -s "$OUT/failures.txt" ] && { echo; echo "Failures / skipped:"; cat "$OUT/failures.txt"; }
 } > "$OUT/summary.txt"
 echo
