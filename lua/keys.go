@@ -66,6 +66,11 @@ func ReservedKey(saleID int64) string { return "fs:" + Tag(saleID) + ":reserved"
 // reached yet (never lost) from one that never reached the broker.
 func PlacedKey(saleID int64) string { return "fs:" + Tag(saleID) + ":placed" }
 
+// PaidKey is a HASH orderId → paidAtMs of the sale's paid orders, written
+// after the payment's database commit, so that an order can be answered as
+// PAID from Redis while PostgreSQL is unreachable.
+func PaidKey(saleID int64) string { return "fs:" + Tag(saleID) + ":paid" }
+
 // PendingMember is the member of PendingKey for one reservation.
 func PendingMember(orderID string, userID, itemID int64) string {
 	return orderID + "|" + strconv.FormatInt(userID, 10) + "|" + strconv.FormatInt(itemID, 10)

@@ -112,6 +112,7 @@ func TestPostgresOutage(t *testing.T) {
 	s.Want(r, 202, "")
 	stored := r.Body["orderId"].(string)
 	s.waitPayable(100, stored)
+	s.Want(s.Do("POST", "/api/flash-sales/orders/"+stored+"/pay", s.Token(100, false), nil), 200, "")
 	at101, at102 := s.admit(101, saleID), s.admit(102, saleID)
 
 	crashPostgres(t, dir)
@@ -127,19 +128,21 @@ func TestPostgresOutage(t *testing.T) {
 		user       int64
 		order      string
 		item       int64
+		status     string
 	}{
-		{"accepted during the outage", "/api/flash-sales/orders/" + held, 101, held, items[1]},
-		{"the caller's order in the sale", salePath + "/order", 101, held, items[1]},
-		{"stored before the outage", "/api/flash-sales/orders/" + stored, 100, stored, items[0]},
+		{"accepted during the outage", "/api/flash-sales/orders/" + held, 101, held, items[1], "PENDING"},
+		{"the caller's order in the sale", salePath + "/order", 101, held, items[1], "PENDING"},
+		{"paid before the outage", "/api/flash-sales/orders/" + stored, 100, stored, items[0], "PAID"},
+		{"the paid order in the sale", salePath + "/order", 100, stored, items[0], "PAID"},
 	} {
 		r := s.Do("GET", c.path, s.Token(c.user, false), nil)
 		if r.Status != 200 {
 			t.Fatalf("%s: GET %s = %d %s, want 200 from Redis", c.name, c.path, r.Status, r.Raw)
 		}
 		b := r.Body
-		if b["orderId"] != c.order || b["status"] != "PENDING" || b["payable"] != false ||
+		if b["orderId"] != c.order || b["status"] != c.status || b["payable"] != false ||
 			b["itemId"] != float64(c.item) || b["saleId"] != float64(saleID) || b["priceCents"] != float64(1999) {
-			t.Fatalf("%s: body %s, want PENDING, payable false, item %d, sale %d, 1999 cents", c.name, r.Raw, c.item, saleID)
+			t.Fatalf("%s: body %s, want %s, payable false, item %d, sale %d, 1999 cents", c.name, r.Raw, c.status, c.item, saleID)
 		}
 		created, err1 := time.Parse(time.RFC3339, b["createdAt"].(string))
 		expires, err2 := time.Parse(time.RFC3339, b["expiresAt"].(string))

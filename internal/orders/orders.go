@@ -205,13 +205,20 @@ func (s *Service) redisOrder(ctx context.Context, sl *flashsale.Sale, saleID, us
 		Status:    flashsale.OrderPending,
 		CreatedAt: b.CreatedAt.UTC(), ExpiresAt: b.CreatedAt.Add(s.window).UTC(),
 	}
+	paid, err := s.stock.Paid(ctx, saleID, b.OrderID)
+	if err != nil {
+		return flashsale.Order{}, fmt.Errorf("%w: %w", errUnavailable, err)
+	}
+	if paid {
+		o.Status = flashsale.OrderPaid
+	}
 	if sl != nil {
 		if it, ok := sl.Item(b.ItemID); ok {
 			o.PriceCents = it.PriceCents
 			return o, nil
 		}
 	}
-	err := s.pool.QueryRow(ctx, `SELECT price_cents FROM items WHERE id = $1`, b.ItemID).Scan(&o.PriceCents)
+	err = s.pool.QueryRow(ctx, `SELECT price_cents FROM items WHERE id = $1`, b.ItemID).Scan(&o.PriceCents)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return flashsale.Order{}, err
 	}
@@ -224,7 +231,8 @@ func (s *Service) redisOrder(ctx context.Context, sl *flashsale.Sale, saleID, us
 // its payment window. A stored PENDING order past its window that the expiry
 // worker has not reached yet reads as PENDING, Payable false. While
 // PostgreSQL is unreachable an order Redis holds reads as PENDING, Payable
-// false, and any other is UNAVAILABLE.
+// false (PAID once its payment was recorded, lua.PaidKey), and any other is
+// UNAVAILABLE.
 func (s *Service) Get(ctx context.Context, userID int64, orderID string) (flashsale.Order, error) {
 	id, err := ParseID(orderID)
 	if err != nil {
@@ -327,6 +335,11 @@ func (s *Service) pay(ctx context.Context, userID int64, id string) (flashsale.O
 			WHERE id = $1 AND user_id = $2 AND status = 'PENDING' AND expires_at > $3
 			RETURNING `+orderColumns, id, userID, now), now)
 		if err == nil {
+			// So that a read while PostgreSQL is unreachable still
+			// answers PAID; the payment itself is in the database.
+			if err := s.stock.MarkPaid(ctx, o.SaleID, o.ID, now); err != nil {
+				s.log.Warn("paid marker not written in Redis", "order", o.ID, "err", err)
+			}
 			return o, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {

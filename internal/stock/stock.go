@@ -227,6 +227,23 @@ func (s *Store) Buyer(ctx context.Context, saleID, userID int64) (Buyer, bool, e
 	return b, ok, nil
 }
 
+// MarkPaid records that orderID of the sale was paid at paidAt (PaidKey).
+func (s *Store) MarkPaid(ctx context.Context, saleID int64, orderID string, paidAt time.Time) error {
+	if err := s.rdb.HSet(ctx, lua.PaidKey(saleID), strings.ToLower(orderID), paidAt.UnixMilli()).Err(); err != nil {
+		return fmt.Errorf("stock.MarkPaid: %w", err)
+	}
+	return nil
+}
+
+// Paid reports whether MarkPaid recorded orderID of the sale as paid.
+func (s *Store) Paid(ctx context.Context, saleID int64, orderID string) (bool, error) {
+	ok, err := s.rdb.HExists(ctx, lua.PaidKey(saleID), strings.ToLower(orderID)).Result()
+	if err != nil {
+		return false, fmt.Errorf("stock.Paid: %w", err)
+	}
+	return ok, nil
+}
+
 func parseBuyer(v string) (Buyer, bool) {
 	parts := strings.Split(v, "|")
 	if len(parts) != 3 {
