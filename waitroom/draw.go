@@ -28,10 +28,10 @@ import (
 const drawRounds = 8
 
 // drawLabel separates the draw's key derivation from any other use of the
-// seed. v1 (HMAC-SHA256 in every round) cost 4.5 µs a place: 100,000
-// pre-queued shoppers took half a second of CPU at the very instant of
-// opening. v2 derives an AES-128 key once and uses AES as the round
-// function (as NIST's FF1 format-preserving encryption does): ~10× faster.
+// seed and names the draw's version (docs/DRAW.md). The key is derived once
+// per draw and AES-128 is the round function (as in NIST's FF1
+// format-preserving encryption), because every pre-queued shopper's place
+// is computed at the instant of opening, when the CPU is needed most.
 const drawLabel = "flashsale/draw/v2"
 
 // Permuter computes the draw for one seed and one pre-queue size. It reuses

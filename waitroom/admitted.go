@@ -1,0 +1,118 @@
+package waitroom
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/lua"
+)
+
+// markPresent marks admitted connections present (admitScript, which
+// writes no record for them: they have one), in calls of at most
+// maxPresentPerCall users.
+func (r *Room) markPresent(ctx context.Context, saleID int64, conns []heldConn, now time.Time) {
+	for len(conns) > 0 {
+		part := conns[:min(len(conns), maxPresentPerCall)]
+		conns = conns[len(part):]
+		users := make([]int64, len(part))
+		places := make([]int64, len(part))
+		for i, c := range part {
+			users[i], places[i] = c.user, c.place
+		}
+		if _, err := admitUsers(ctx, r.rdb, saleID, now.UnixMilli(), users, places); err != nil {
+			r.log.Warn("mark admitted shoppers present", "sale", saleID, "err", err)
+			return
+		}
+	}
+}
+
+const maxPresentPerCall = 1000
+
+// maxRequeuePerTick bounds the expired admissions one broadcast sends to
+// the back of the queue (the rest wait for the next tick).
+const maxRequeuePerTick = 1000
+
+// requeue sends users whose admission expired unused to the back of the
+// queue, as their rejoin would (the join script gives a user whose
+// admission record is older than the token's life a new ticket). Users
+// who bought in the sale (a buyer record in Redis) are not sent back: they
+// are reported in bought, and keep their place.
+func (r *Room) requeue(ctx context.Context, sr *saleRoom, users []int64, now time.Time) (tickets map[int64]int64, bought map[int64]bool, err error) {
+	ids := make([]string, len(users))
+	for i, u := range users {
+		ids[i] = strconv.FormatInt(u, 10)
+	}
+	recs, err := r.rdb.HMGet(ctx, lua.BuyersKey(sr.id), ids...).Result()
+	if err != nil {
+		return nil, nil, fmt.Errorf("waitroom.requeue: %w", err)
+	}
+	bought = map[int64]bool{}
+	var again []int64
+	for i, u := range users {
+		if recs[i] != nil {
+			bought[u] = true
+		} else if !slices.Contains(again, u) {
+			again = append(again, u)
+		}
+	}
+	tickets = map[int64]int64{}
+	if len(again) == 0 {
+		return tickets, bought, nil
+	}
+	sr.mu.Lock()
+	sale := sr.sale
+	sr.mu.Unlock()
+	_, ts, err := registerJoins(ctx, r.rdb, sale, now.UnixMilli(), r.cfg.AdmissionTTL.Milliseconds(), sr.knownNow(), again)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, u := range again {
+		tickets[u] = ts[i]
+	}
+	return tickets, bought, nil
+}
+
+// requeueConns applies requeue to connections whose admission expired: a
+// new ticket (their next status is WAITING, at the back), or, for a buyer,
+// no further look.
+func (r *Room) requeueConns(ctx context.Context, sr *saleRoom, conns []*conn, now time.Time) {
+	users := make([]int64, len(conns))
+	for i, c := range conns {
+		users[i] = c.user
+	}
+	tickets, bought, err := r.requeue(ctx, sr, users, now)
+	if err != nil {
+		r.log.Warn("requeue expired admissions", "sale", sr.id, "err", err)
+		return
+	}
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	for _, c := range conns {
+		if bought[c.user] {
+			c.bought = true
+			continue
+		}
+		if t, ok := tickets[c.user]; ok {
+			c.ticket, c.place, c.admittedAt = t, -1, 0
+		}
+	}
+}
+
+func (r *Room) expiry(admittedAtMs int64) time.Time {
+	return time.UnixMilli(admittedAtMs).Add(r.cfg.AdmissionTTL)
+}
+
+func (r *Room) token(saleID, userID, admittedAtMs int64) (string, time.Time) {
+	exp := r.expiry(admittedAtMs)
+	return r.signer.Sign(flashsale.Admission{UserID: userID, SaleID: saleID, ExpiresAt: exp}), exp
+}
+
+// admittedMessage encodes the "admitted" message. Called with sr.mu held.
+func (r *Room) admittedMessage(sr *saleRoom, userID, admittedAtMs int64) []byte {
+	tok, exp := r.token(sr.id, userID, admittedAtMs)
+	return appendAdmitted(make([]byte, 0, 64+len(tok)+len(sr.itemsJS)), tok, exp.UnixMilli(), sr.itemsJS)
+}

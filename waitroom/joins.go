@@ -1,0 +1,173 @@
+package waitroom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/flashsale/flashsale"
+)
+
+type joinReq struct {
+	sale *flashsale.Sale
+	user int64
+	done chan joinRes
+}
+
+type joinRes struct {
+	ticket int64
+	st     queueState
+	err    error
+}
+
+var errStopped = errors.New("waitroom: room is not running")
+
+// batcher collects joins for up to JoinBatchWindow (or MaxJoinBatch joins)
+// and registers each batch with one script call per sale. Up to 4 batches
+// are in flight.
+func (r *Room) batcher(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sem := make(chan struct{}, 4)
+	for {
+		var batch []*joinReq
+		select {
+		case <-ctx.Done():
+			r.drainJoins()
+			return
+		case q := <-r.joins:
+			batch = append(batch, q)
+		}
+		timer := time.NewTimer(r.cfg.JoinBatchWindow)
+	collect:
+		for len(batch) < r.cfg.MaxJoinBatch {
+			select {
+			case q := <-r.joins:
+				batch = append(batch, q)
+			case <-timer.C:
+				break collect
+			case <-ctx.Done():
+				break collect
+			}
+		}
+		timer.Stop()
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			for _, q := range batch {
+				q.done <- joinRes{err: errStopped}
+			}
+			r.drainJoins()
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			r.flushJoins(ctx, batch)
+		})
+	}
+}
+
+func (r *Room) drainJoins() {
+	for {
+		select {
+		case q := <-r.joins:
+			q.done <- joinRes{err: errStopped}
+		default:
+			return
+		}
+	}
+}
+
+func (r *Room) flushJoins(ctx context.Context, batch []*joinReq) {
+	bySale := map[int64][]*joinReq{}
+	var order []int64
+	for _, q := range batch {
+		if bySale[q.sale.ID] == nil {
+			order = append(order, q.sale.ID)
+		}
+		bySale[q.sale.ID] = append(bySale[q.sale.ID], q)
+	}
+	now := r.cfg.Now()
+	for _, id := range order {
+		qs := bySale[id]
+		users := make([]int64, len(qs))
+		for i, q := range qs {
+			users[i] = q.user
+		}
+		sr := r.saleRoom(id, true)
+		r.firstCheck(ctx, sr)
+		st, tickets, err := registerJoins(ctx, r.rdb, qs[0].sale, now.UnixMilli(), r.cfg.AdmissionTTL.Milliseconds(), sr.knownNow(), users)
+		if errors.Is(err, errStale) {
+			// Redis lost the queue (or holds an older one): rebuild it,
+			// then register the batch in the rebuilt queue.
+			if err = r.restoreSale(ctx, id); err == nil {
+				st, tickets, err = registerJoins(ctx, r.rdb, qs[0].sale, now.UnixMilli(), r.cfg.AdmissionTTL.Milliseconds(), sr.knownNow(), users)
+			}
+		}
+		for i, q := range qs {
+			if err != nil {
+				q.done <- joinRes{err: err}
+				continue
+			}
+			q.done <- joinRes{ticket: tickets[i], st: st}
+		}
+	}
+}
+
+// register puts the user in the sale's queue (one batched script call) and
+// returns the ticket and the sale room, loaded.
+func (r *Room) register(ctx context.Context, sale *flashsale.Sale, userID int64) (int64, *saleRoom, error) {
+	sr := r.saleRoom(sale.ID, true)
+	r.mu.Lock()
+	reg := sr.registered
+	sr.registered = true
+	r.mu.Unlock()
+	if !reg {
+		if err := r.rdb.SAdd(ctx, activeKey, sale.ID).Err(); err != nil {
+			r.mu.Lock()
+			sr.registered = false
+			r.mu.Unlock()
+			return 0, nil, fmt.Errorf("waitroom.register: %w", err)
+		}
+	}
+	q := &joinReq{sale: sale, user: userID, done: make(chan joinRes, 1)}
+	select {
+	case r.joins <- q:
+	case <-ctx.Done():
+		return 0, nil, ctx.Err()
+	}
+	var res joinRes
+	select {
+	case res = <-q.done:
+	case <-ctx.Done():
+		return 0, nil, ctx.Err()
+	}
+	if res.err != nil {
+		return 0, nil, res.err
+	}
+	r.m.joined.Inc()
+	if err := r.ensureLoaded(ctx, sr, res.st); err != nil {
+		return 0, nil, err
+	}
+	return res.ticket, sr, nil
+}
+
+// ensureLoaded makes sure the sale room has read the sale's state once,
+// then folds st in.
+func (r *Room) ensureLoaded(ctx context.Context, sr *saleRoom, st queueState) error {
+	sr.mu.Lock()
+	loaded := sr.loaded
+	sr.touched = r.cfg.Now()
+	sr.mu.Unlock()
+	if !loaded {
+		if _, err := r.refresh(ctx, sr.id, r.cfg.Now()); err != nil {
+			return err
+		}
+	}
+	sr.mu.Lock()
+	sr.observe(st)
+	sr.mu.Unlock()
+	return nil
+}

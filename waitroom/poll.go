@@ -1,0 +1,106 @@
+package waitroom
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/lua"
+)
+
+func notFound() error { return flashsale.Errorf(flashsale.CodeNotFound, "no such sale") }
+
+// Join puts the caller in the sale's queue (the polling POST) and returns
+// the status. A challenge from the JoinGuard comes back as a Status with
+// Type "challenge" (and no error); the caller solves it and joins again
+// with pow. Errors are *flashsale.Error (NOT_FOUND, BLOCKED, RATE_LIMITED)
+// or internal.
+func (r *Room) Join(ctx context.Context, p flashsale.Principal, saleID int64, ip netip.Addr, pow json.RawMessage) (Status, error) {
+	sale, ok := r.sales.Sale(saleID)
+	if !ok {
+		return Status{}, notFound()
+	}
+	if r.guard != nil {
+		ch, err := r.guard.CheckJoin(ctx, ip, p.UserID, saleID, pow)
+		if err != nil {
+			return Status{}, err
+		}
+		if ch != nil {
+			return Status{Type: TypeChallenge, Challenge: ch}, nil
+		}
+	}
+	ticket, sr, err := r.register(ctx, sale, p.UserID)
+	if err != nil {
+		return Status{}, err
+	}
+	return r.pollStatus(ctx, sr, p.UserID, ticket)
+}
+
+// Status is the caller's current status (the polling GET), with the
+// admission token once admitted. A caller who has not joined gets
+// NOT_FOUND.
+func (r *Room) Status(ctx context.Context, p flashsale.Principal, saleID int64) (Status, error) {
+	if _, ok := r.sales.Sale(saleID); !ok {
+		return Status{}, notFound()
+	}
+	// Loaded first: a gateway's first look at a sale may find the queue
+	// lost from Redis and restore it (refresh), and the ticket with it.
+	sr := r.saleRoom(saleID, true)
+	if err := r.ensureLoaded(ctx, sr, queueState{N: -1}); err != nil {
+		return Status{}, err
+	}
+	ticket, err := r.rdb.HGet(ctx, lua.QueueKey(saleID, keyTickets), strconv.FormatInt(p.UserID, 10)).Int64()
+	if errors.Is(err, redis.Nil) {
+		return Status{}, flashsale.Errorf(flashsale.CodeNotFound, "not in this sale's queue; join first")
+	}
+	if err != nil {
+		return Status{}, fmt.Errorf("waitroom.Status: %w", err)
+	}
+	return r.pollStatus(ctx, sr, p.UserID, ticket)
+}
+
+// pollStatus builds the polling answer for one user.
+func (r *Room) pollStatus(ctx context.Context, sr *saleRoom, userID, ticket int64) (Status, error) {
+	now := r.cfg.Now()
+	sr.mu.Lock()
+	place, ok := sr.place(ticket)
+	if !ok {
+		place = -1
+	}
+	v := sr.viewOf(place, now)
+	sale := sr.sale
+	items := sr.items
+	sr.mu.Unlock()
+	st := Status{Type: TypeStatus, State: v.state, ServerTimeMs: now.UnixMilli(), OpensAtMs: sale.StartsAt.UnixMilli(),
+		Position: v.position, EtaSeconds: v.eta}
+	if v.state != StateAdmitted {
+		return st, nil
+	}
+	at, err := admitUsers(ctx, r.rdb, sr.id, now.UnixMilli(), []int64{userID}, []int64{place})
+	if err != nil {
+		return Status{}, err
+	}
+	if at[0] == 0 { // the cursor in Redis is behind our view: not yet
+		st.State, st.Position = StateWaiting, 0
+		return st, nil
+	}
+	if now.UnixMilli() >= at[0]+r.cfg.AdmissionTTL.Milliseconds() {
+		// The admission expired unused: to the back of the queue.
+		tickets, _, err := r.requeue(ctx, sr, []int64{userID}, now)
+		if err != nil {
+			return Status{}, err
+		}
+		if t, ok := tickets[userID]; ok {
+			return r.pollStatus(ctx, sr, userID, t)
+		}
+	}
+	tok, exp := r.token(sr.id, userID, at[0])
+	st.AdmissionToken, st.ExpiresAtMs, st.Items = tok, exp.UnixMilli(), items
+	return st, nil
+}

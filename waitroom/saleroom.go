@@ -1,0 +1,209 @@
+package waitroom
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"github.com/flashsale/flashsale"
+)
+
+// rateSamples is how many ticks the measured admission rate looks back.
+const rateSamples = 16
+
+// saleRoom is one sale's local view: its connections and the last queue
+// state read from Redis.
+type saleRoom struct {
+	id         int64
+	registered bool // in activeKey (guarded by Room.mu)
+
+	mu      sync.Mutex
+	conns   map[*conn]struct{}
+	sale    *flashsale.Sale
+	items   []AdmittedItem
+	itemsJS []byte // items, JSON-encoded once for the admitted messages
+	loaded  bool
+	st      queueState
+	soldOut bool
+	// availableSince is when stock was first seen back after a sell-out
+	// (zero while sold out or never sold out); see Config.ResumeDelay.
+	availableSince time.Time
+	perm           *Permuter
+	entering       []dueStatus // scratch of broadcast
+	moved          []dueStatus // scratch of broadcast
+	touched        time.Time   // last polling use
+	samples        [rateSamples]struct{ ms, serving int64 }
+	nsample        int
+	leadAt         int64     // serving when this gateway last led (-1: not leading)
+	lastBeat       time.Time // last presence mark of the admitted connections
+
+	// What Durable holds, as far as this gateway knows: checked once
+	// (pgChecked), then kept up by its own checkpoints. savedSeq is the
+	// number of tickets saved (-1: unknown); savedN and savedServing what
+	// the last checkpoint wrote (a checkpoint with nothing new is skipped).
+	pgChecked            bool
+	pgAsked              bool       // the first tick's check ran
+	askMu                sync.Mutex // held by the first check (firstCheck)
+	pgHas                bool
+	pgSt                 queueState
+	savedSeq             int64
+	savedN, savedServing int64
+
+	restoreMu sync.Mutex // one restore of the sale at a time on this gateway
+	// The queue's restore epoch as last seen (see restoreScript).
+	epoch     string
+	epochSeen bool
+}
+
+// known is what this gateway knows of the queue, for the scripts' guard.
+// Called with sr.mu held.
+func (sr *saleRoom) known() known {
+	st := sr.st
+	st.Seq = max(st.Seq, sr.pgSt.Seq)
+	st.Serving = max(st.Serving, sr.pgSt.Serving)
+	if st.N < 0 {
+		st.N = sr.pgSt.N
+	}
+	return known{st: st, guard: sr.pgHas || st.Seq > 0 || st.N >= 0 || st.Serving > 0}
+}
+
+func (sr *saleRoom) knownNow() known {
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	return sr.known()
+}
+
+func (r *Room) saleRoom(id int64, create bool) *saleRoom {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sr := r.rooms[id]
+	if sr == nil && create {
+		sr = &saleRoom{id: id, conns: map[*conn]struct{}{}, leadAt: -1, st: queueState{N: -1},
+			pgSt: queueState{N: -1}, savedSeq: -1, savedN: -1}
+		r.rooms[id] = sr
+	}
+	return sr
+}
+
+// observe takes a newer queue state (the cursor only moves forward).
+// Called with sr.mu held.
+func (sr *saleRoom) observe(st queueState) {
+	if st.Seq > sr.st.Seq {
+		sr.st.Seq = st.Seq
+	}
+	if st.N >= 0 && sr.st.N < 0 {
+		sr.st.N = st.N
+	}
+	if st.Serving > sr.st.Serving {
+		sr.st.Serving = st.Serving
+	}
+	if sr.st.N >= 0 && sr.perm == nil && sr.sale != nil && sr.st.N > 0 {
+		sr.perm = NewPermuter(sr.sale.ShuffleSeed, uint64(sr.st.N))
+	}
+}
+
+// place returns the place of ticket (ok false before the draw). Called
+// with sr.mu held.
+func (sr *saleRoom) place(ticket int64) (int64, bool) {
+	if sr.st.N < 0 {
+		return 0, false
+	}
+	if ticket < sr.st.N {
+		if sr.perm == nil {
+			return 0, false
+		}
+		return int64(sr.perm.Place(uint64(ticket))), true
+	}
+	return ticket, true
+}
+
+// rate is the measured admission rate (places/s over the last ticks), or
+// the configured rate when nothing was measured. Called with sr.mu held.
+func (sr *saleRoom) rate() float64 {
+	n := min(sr.nsample, rateSamples)
+	if n >= 2 {
+		newest := sr.samples[(sr.nsample-1)%rateSamples]
+		oldest := sr.samples[(sr.nsample-n)%rateSamples]
+		d := newest.ms - oldest.ms
+		if d > 0 && newest.serving > oldest.serving {
+			return float64(newest.serving-oldest.serving) * 1000 / float64(d)
+		}
+		// Admission stalled over the window (the stock cap holds it back
+		// until purchases or expiries free places): the average since
+		// opening says more than the configured rate, which is not being
+		// reached.
+		if s := sr.sale; d > 0 && s != nil {
+			if open := newest.ms - s.StartsAt.UnixMilli(); open > 0 && newest.serving > 0 {
+				return float64(newest.serving) * 1000 / float64(open)
+			}
+		}
+	}
+	if sr.sale != nil && sr.sale.AdmissionRatePerSecond > 0 {
+		return float64(sr.sale.AdmissionRatePerSecond)
+	}
+	return 0
+}
+
+// viewOf is what a shopper with this ticket (and place, -1 unknown) sees
+// now. Called with sr.mu held.
+func (sr *saleRoom) viewOf(place int64, now time.Time) view {
+	s := sr.sale
+	switch {
+	case s != nil && !s.EndsAt.IsZero() && !now.Before(s.EndsAt):
+		return view{state: StateEnded}
+	case sr.soldOut:
+		return view{state: StateSoldOut}
+	case place < 0:
+		return view{state: StatePrequeue}
+	case place < sr.st.Serving:
+		return view{state: StateAdmitted}
+	}
+	pos := place - sr.st.Serving
+	v := view{state: StateWaiting, position: pos}
+	if rt := sr.rate(); rt > 0 {
+		v.eta = int64(math.Ceil(float64(pos+1) / rt))
+	}
+	return v
+}
+
+// untilOpening is how long until the sale's opening when it falls within
+// the next tick; for an open sale whose draw this gateway has not seen yet
+// (the leader makes it), a tenth of tick, so that the other gateways learn
+// the draw soon after the opening. 0: no early tick needed.
+func (sr *saleRoom) untilOpening(now time.Time, tick time.Duration) time.Duration {
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	if sr.sale == nil {
+		return 0
+	}
+	d := sr.sale.StartsAt.Sub(now)
+	switch {
+	case d > 0 && d <= tick:
+		return d
+	case d <= 0 && sr.st.N < 0 && len(sr.conns) > 0 && -d < 10*tick:
+		return tick / 10
+	}
+	return 0
+}
+
+// resumeHeld is the sold-out state to show given the stock's: a sale that
+// was sold out stays so until stock has been back for ResumeDelay. Called
+// with sr.mu held.
+func (r *Room) resumeHeld(sr *saleRoom, soldOut bool, now time.Time) bool {
+	switch {
+	case r.cfg.ResumeDelay < 0:
+		return soldOut
+	case soldOut:
+		sr.availableSince = time.Time{}
+		return true
+	case !sr.soldOut:
+		return false
+	case sr.availableSince.IsZero():
+		sr.availableSince = now
+	}
+	if now.Sub(sr.availableSince) < r.cfg.ResumeDelay {
+		return true
+	}
+	sr.availableSince = time.Time{}
+	return false
+}
