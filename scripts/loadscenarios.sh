@@ -28,9 +28,9 @@
 #   GATEWAY_PROCS [PROCS_EACH: GOMAXPROCS of each gateway alone]
 #   GATEWAY_NICE [2: the gateways run at nice -GATEWAY_NICE, a little ahead
 #   of the load processes, which stand in for shoppers' own machines but
-#   share the gateways' cores here; 0: equal turns (docs/benchmarks/load.md,
-#   sixth session: all orders in PostgreSQL within 2 s of the last
-#   reservation in 11 of 12 drops at 2, 4 of 10 at 0, same sell-out)]
+#   share the gateways' cores here, so that the orders reach PostgreSQL
+#   soon after the last reservation; 0: equal turns (docs/benchmarks/load.md
+#   compares the two)]
 #   DATA_NICE [10: redis-server, PostgreSQL and the dev process (Kafka,
 #   writer) run at nice -10, standing in for their own machines; 0: off]
 set -euo pipefail
