@@ -22,9 +22,11 @@ test: vet
 	$(GO) test -count=1 -run 'Allocs' ./admission/
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
+# gofmt, go vet and staticcheck (pinned in go.mod as a tool dependency).
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

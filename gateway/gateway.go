@@ -2,11 +2,13 @@
 // route of the contract, served by fiber, with WebSocket upgrades of the
 // waiting room handed to a net/http server on the same port.
 //
-// The gateway imports no other component. It declares the small interfaces
-// it calls (AccessVerifier, AdmissionVerifier, Sales, SaleAdmin, Purchaser,
-// Orders, Queue, Guard, SettingsStore, StaticFiles) and cmd/flashsale wires
-// the concrete types in. It is the only package that imports fiber; no fiber
-// type leaves it except through App, for tests and benchmarks.
+// Of the other components the gateway imports only defense, whose Counter
+// and route classes its Guard interface speaks. It declares the small
+// interfaces it calls (AccessVerifier, AdmissionVerifier, Sales, SaleAdmin,
+// Purchaser, Orders, Queue, Guard, SettingsStore, StaticFiles) and
+// internal/app wires the concrete types in. It is the only package that
+// imports fiber; no fiber type leaves it except through App, for tests and
+// benchmarks. TestLayout (layout_test.go) keeps these rules.
 package gateway
 
 import (

@@ -1,6 +1,10 @@
-// Package lua embeds the Redis scripts and owns every Redis key name. All
-// keys of one sale share the hash tag {s<saleID>}, so each script touches a
-// single Redis Cluster slot.
+// Package lua embeds the reservation scripts (reserve, release) and names
+// a sale's stock and order keys, the tag and prefix of the waiting room's
+// keys (QueueKey) and the pub/sub channels of settings and sales. The
+// waiting room's key suffixes, wr:active and its scripts are in
+// waitroom/store.go; the proof-of-work spent markers (fs:pow:spent:) are in
+// defense/pow.go. All keys of one sale share the hash tag {s<saleID>}, so
+// each script touches a single Redis Cluster slot.
 package lua
 
 import (

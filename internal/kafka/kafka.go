@@ -1,6 +1,10 @@
 // Package kafka is the Kafka adapter of the purchase path: a bounded,
 // idempotent, acks=all producer of flashsale.OrderPlaced messages and the
-// topic set-up for a real cluster. franz-go types do not leave this package.
+// topic set-up for a real cluster, and the order log the reconciler reads.
+// Its API carries no franz-go type. It is not the only user of franz-go:
+// the writer consumes with a client of its own and internal/app checks the
+// brokers and runs the embedded broker; TestLayout (layout_test.go) lists
+// every package allowed to import franz-go.
 //
 // # Blocking rules
 //

@@ -1,7 +1,7 @@
 // Package apptest starts a whole flashsale stack in-process for end-to-end
-// tests (internal/app, browsertest, loadtest): every role on real Redis and
-// PostgreSQL (internal/testenv) and a kfake broker, with helpers to call the
-// public API as a shopper or an operator.
+// tests (internal/app, browsertest, cmd/flashsale): every role on real Redis
+// and PostgreSQL (internal/testenv) and a kfake broker, with helpers to call
+// the public API as a shopper or an operator.
 package apptest
 
 import (
