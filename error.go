@@ -43,6 +43,12 @@ func Errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+// Invalid returns an INVALID error about one field of a request: the
+// message begins with the field's name so a caller can tell what to fix.
+func Invalid(field, format string, args ...any) *Error {
+	return &Error{Code: CodeInvalid, Message: field + ": " + fmt.Sprintf(format, args...)}
+}
+
 // ErrorCode returns the code of the first *Error in err's chain, CodeInternal
 // for any other non-nil error and "" for nil.
 func ErrorCode(err error) Code {

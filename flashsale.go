@@ -5,6 +5,8 @@ package flashsale
 
 import (
 	"encoding/hex"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -71,6 +73,51 @@ func (s *Sale) Item(id int64) (Item, bool) {
 		}
 	}
 	return Item{}, false
+}
+
+// Limits of a sale, the same at every entry that creates one.
+const (
+	MaxSaleNameLen = 200  // bytes
+	MaxSaleItems   = 1000 // items in one sale
+)
+
+// Validate checks a sale before it is created: a name, a start, an end (if
+// any) after the start, an admission rate of at least 1 and 1 to
+// MaxSaleItems items, each with a product id and quantity of at least 1 and
+// a price of 0 or more. It returns the first fault as an INVALID *Error whose
+// message begins with the field as the operator API names it
+// ("items[2].quantity"), so every entry (HTTP, App.CreateSale, the load
+// tool) refuses the same sales with the same words. The name's length counts
+// any surrounding spaces: a caller that trims does so after validating.
+func (s *Sale) Validate() error {
+	switch {
+	case strings.TrimSpace(s.Name) == "":
+		return Invalid("name", "required")
+	case len(s.Name) > MaxSaleNameLen:
+		return Invalid("name", "at most %d bytes", MaxSaleNameLen)
+	case s.StartsAt.IsZero():
+		return Invalid("startsAt", "required (RFC 3339 time)")
+	case !s.EndsAt.IsZero() && !s.EndsAt.After(s.StartsAt):
+		return Invalid("endsAt", "must be after startsAt")
+	case s.AdmissionRatePerSecond < 1:
+		return Invalid("admissionRatePerSecond", "must be at least 1")
+	case len(s.Items) == 0:
+		return Invalid("items", "at least one item required")
+	case len(s.Items) > MaxSaleItems:
+		return Invalid("items", "at most %d items", MaxSaleItems)
+	}
+	for i, it := range s.Items {
+		field := func(name string) string { return fmt.Sprintf("items[%d].%s", i, name) }
+		switch {
+		case it.ProductID < 1:
+			return Invalid(field("productId"), "must be at least 1")
+		case it.Quantity < 1:
+			return Invalid(field("quantity"), "must be at least 1")
+		case it.PriceCents < 0:
+			return Invalid(field("priceCents"), "must be 0 or more")
+		}
+	}
+	return nil
 }
 
 // Item is one product on sale with a fixed quantity and price.

@@ -18,8 +18,6 @@ import (
 
 // Limits of the operator API.
 const (
-	maxNameLen  = 200
-	maxItems    = 1000
 	maxAudit    = 1000
 	defaultAudt = 100
 )
@@ -125,74 +123,57 @@ type createItemRequest struct {
 	PriceCents *int64 `json:"priceCents"`
 }
 
-func invalid(field, format string, args ...any) error {
-	return &flashsale.Error{Code: flashsale.CodeInvalid, Message: field + ": " + fmt.Sprintf(format, args...)}
-}
-
-// parseSaleRequest validates a create body and returns the sale to store.
+// parseSaleRequest decodes a create body and returns the sale to store. The
+// body's own faults (a missing field, a malformed time) are found here; the
+// rules of a sale are Sale.Validate's.
 func parseSaleRequest(body []byte) (flashsale.Sale, error) {
 	var req createSaleRequest
 	if err := decodeStrict(body, &req); err != nil {
 		return flashsale.Sale{}, err
 	}
 	var sale flashsale.Sale
-	if req.Name == nil || strings.TrimSpace(*req.Name) == "" {
-		return sale, invalid("name", "required")
+	if req.Name != nil {
+		sale.Name = *req.Name
 	}
-	if len(*req.Name) > maxNameLen {
-		return sale, invalid("name", "at most %d bytes", maxNameLen)
+	if req.StartsAt != nil {
+		t, err := time.Parse(time.RFC3339, *req.StartsAt)
+		if err != nil {
+			return sale, flashsale.Invalid("startsAt", "not an RFC 3339 time")
+		}
+		sale.StartsAt = t.UTC()
 	}
-	sale.Name = strings.TrimSpace(*req.Name)
-	if req.StartsAt == nil {
-		return sale, invalid("startsAt", "required (RFC 3339 time)")
-	}
-	t, err := time.Parse(time.RFC3339, *req.StartsAt)
-	if err != nil {
-		return sale, invalid("startsAt", "not an RFC 3339 time")
-	}
-	sale.StartsAt = t.UTC()
 	if req.EndsAt != nil {
 		e, err := time.Parse(time.RFC3339, *req.EndsAt)
 		if err != nil {
-			return sale, invalid("endsAt", "not an RFC 3339 time")
+			return sale, flashsale.Invalid("endsAt", "not an RFC 3339 time")
 		}
-		if !e.After(sale.StartsAt) {
-			return sale, invalid("endsAt", "must be after startsAt")
+		if e.IsZero() {
+			// A Sale reads a zero EndsAt as no end; the zero instant
+			// sent as an end is one before any start.
+			return sale, flashsale.Invalid("endsAt", "must be after startsAt")
 		}
 		sale.EndsAt = e.UTC()
 	}
 	if req.AdmissionRatePerSecond == nil {
-		return sale, invalid("admissionRatePerSecond", "required")
-	}
-	if *req.AdmissionRatePerSecond < 1 {
-		return sale, invalid("admissionRatePerSecond", "must be at least 1")
+		return sale, flashsale.Invalid("admissionRatePerSecond", "required")
 	}
 	sale.AdmissionRatePerSecond = *req.AdmissionRatePerSecond
-	if len(req.Items) == 0 {
-		return sale, invalid("items", "at least one item required")
-	}
-	if len(req.Items) > maxItems {
-		return sale, invalid("items", "at most %d items", maxItems)
-	}
 	sale.Items = make([]flashsale.Item, len(req.Items))
 	for i, it := range req.Items {
-		field := func(name string) string { return fmt.Sprintf("items[%d].%s", i, name) }
 		switch {
 		case it.ProductID == nil:
-			return sale, invalid(field("productId"), "required")
-		case *it.ProductID < 1:
-			return sale, invalid(field("productId"), "must be at least 1")
+			return sale, flashsale.Invalid(fmt.Sprintf("items[%d].productId", i), "required")
 		case it.Quantity == nil:
-			return sale, invalid(field("quantity"), "required")
-		case *it.Quantity < 1:
-			return sale, invalid(field("quantity"), "must be at least 1")
+			return sale, flashsale.Invalid(fmt.Sprintf("items[%d].quantity", i), "required")
 		case it.PriceCents == nil:
-			return sale, invalid(field("priceCents"), "required")
-		case *it.PriceCents < 0:
-			return sale, invalid(field("priceCents"), "must be 0 or more")
+			return sale, flashsale.Invalid(fmt.Sprintf("items[%d].priceCents", i), "required")
 		}
 		sale.Items[i] = flashsale.Item{ProductID: *it.ProductID, Quantity: *it.Quantity, PriceCents: *it.PriceCents}
 	}
+	if err := sale.Validate(); err != nil {
+		return sale, err
+	}
+	sale.Name = strings.TrimSpace(sale.Name)
 	return sale, nil
 }
 
@@ -212,16 +193,16 @@ func parseUpdateRequest(body []byte) (flashsale.SaleUpdate, error) {
 	if req.Name != nil {
 		n := strings.TrimSpace(*req.Name)
 		if n == "" {
-			return u, invalid("name", "must not be empty")
+			return u, flashsale.Invalid("name", "must not be empty")
 		}
-		if len(n) > maxNameLen {
-			return u, invalid("name", "at most %d bytes", maxNameLen)
+		if len(n) > flashsale.MaxSaleNameLen {
+			return u, flashsale.Invalid("name", "at most %d bytes", flashsale.MaxSaleNameLen)
 		}
 		u.Name = &n
 	}
 	if req.AdmissionRatePerSecond != nil {
 		if *req.AdmissionRatePerSecond < 1 {
-			return u, invalid("admissionRatePerSecond", "must be at least 1")
+			return u, flashsale.Invalid("admissionRatePerSecond", "must be at least 1")
 		}
 		r := *req.AdmissionRatePerSecond
 		u.AdmissionRatePerSecond = &r
@@ -229,7 +210,7 @@ func parseUpdateRequest(body []byte) (flashsale.SaleUpdate, error) {
 	if req.EndsAt != nil {
 		e, err := time.Parse(time.RFC3339, *req.EndsAt)
 		if err != nil {
-			return u, invalid("endsAt", "not an RFC 3339 time")
+			return u, flashsale.Invalid("endsAt", "not an RFC 3339 time")
 		}
 		e = e.UTC()
 		u.EndsAt = &e
@@ -265,7 +246,7 @@ func jsonError(err error) error {
 		if field == "" {
 			field = "body"
 		}
-		return invalid(field, "wrong type (%s)", te.Value)
+		return flashsale.Invalid(field, "wrong type (%s)", te.Value)
 	}
 	const unknown = "json: unknown field "
 	if msg := err.Error(); strings.HasPrefix(msg, unknown) {
@@ -273,7 +254,7 @@ func jsonError(err error) error {
 		if uerr != nil {
 			name = strings.TrimPrefix(msg, unknown)
 		}
-		return invalid(name, "unknown field")
+		return flashsale.Invalid(name, "unknown field")
 	}
 	return flashsale.Errorf(flashsale.CodeInvalid, "malformed JSON")
 }
@@ -422,7 +403,7 @@ func (s *Server) adminPreset(c *fiber.Ctx) error {
 	}
 	name := c.Params("name")
 	if !validPresetName(name) {
-		return invalid("name", "not a preset name")
+		return flashsale.Invalid("name", "not a preset name")
 	}
 	ctx, cancel := s.reqCtx()
 	defer cancel()
@@ -442,7 +423,7 @@ func (s *Server) adminAudit(c *fiber.Ctx) error {
 	if q := c.Query("limit"); q != "" {
 		n, ok := parseID(q)
 		if !ok || n > maxAudit {
-			return invalid("limit", "must be 1..%d", maxAudit)
+			return flashsale.Invalid("limit", "must be 1..%d", maxAudit)
 		}
 		limit = int(n)
 	}

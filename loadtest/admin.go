@@ -55,29 +55,41 @@ type admin struct {
 func (a *admin) base() string { return a.bases[int(a.cur.Load())%len(a.bases)] }
 
 // createSale creates the run's sale: Quantity units split over Items items,
-// opening StartsIn from now.
+// opening StartsIn from now. It validates the sale before sending it, so a
+// bad setting fails at once, in the words the gateway would use.
 func (a *admin) createSale(ctx context.Context, cfg Config, now time.Time) (*adminSale, error) {
-	type item struct {
-		ProductID  int64 `json:"productId"`
-		Quantity   int   `json:"quantity"`
-		PriceCents int64 `json:"priceCents"`
-	}
-	items := make([]item, cfg.Items)
-	for i := range items {
-		q := cfg.Quantity / cfg.Items
-		if i < cfg.Quantity%cfg.Items {
-			q++
-		}
-		items[i] = item{ProductID: 501 + int64(i), Quantity: q, PriceCents: 1999}
-	}
 	name := "loadtest"
 	if cfg.Scenario != "" {
 		name += " " + cfg.Scenario
 	}
+	sale := flashsale.Sale{
+		Name:                   fmt.Sprintf("%s %s", name, now.UTC().Format(time.RFC3339)),
+		StartsAt:               now.Add(cfg.StartsIn).UTC(),
+		AdmissionRatePerSecond: cfg.AdmissionRate,
+	}
+	for i := range cfg.Items {
+		q := cfg.Quantity / cfg.Items
+		if i < cfg.Quantity%cfg.Items {
+			q++
+		}
+		sale.Items = append(sale.Items, flashsale.Item{ProductID: 501 + int64(i), Quantity: int64(q), PriceCents: 1999})
+	}
+	if err := sale.Validate(); err != nil {
+		return nil, fmt.Errorf("loadtest: create sale: %w", err)
+	}
+	type item struct {
+		ProductID  int64 `json:"productId"`
+		Quantity   int64 `json:"quantity"`
+		PriceCents int64 `json:"priceCents"`
+	}
+	items := make([]item, len(sale.Items))
+	for i, it := range sale.Items {
+		items[i] = item{ProductID: it.ProductID, Quantity: it.Quantity, PriceCents: it.PriceCents}
+	}
 	body := map[string]any{
-		"name":                   fmt.Sprintf("%s %s", name, now.UTC().Format(time.RFC3339)),
-		"startsAt":               now.Add(cfg.StartsIn).UTC().Format(time.RFC3339Nano),
-		"admissionRatePerSecond": cfg.AdmissionRate,
+		"name":                   sale.Name,
+		"startsAt":               sale.StartsAt.Format(time.RFC3339Nano),
+		"admissionRatePerSecond": sale.AdmissionRatePerSecond,
 		"items":                  items,
 	}
 	r, err := do(ctx, a.hc, http.MethodPost, a.bases[0]+"/api/admin/sales", bearer(a.tok), body)

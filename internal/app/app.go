@@ -279,9 +279,12 @@ func loadPublicKey(path string) (crypto.PublicKey, error) {
 	return k, nil
 }
 
-// CreateSale creates a sale (as POST /api/admin/sales does, without the
-// HTTP validation): for the demo and tests.
+// CreateSale validates and creates a sale as POST /api/admin/sales does:
+// for the demo, tools and tests.
 func (a *App) CreateSale(ctx context.Context, s flashsale.Sale) (flashsale.Sale, error) {
+	if err := s.Validate(); err != nil {
+		return flashsale.Sale{}, fmt.Errorf("app.CreateSale: %w", err)
+	}
 	out, err := a.sales.Create(ctx, s)
 	if err != nil {
 		return out, err
