@@ -212,8 +212,8 @@ func spendPow(ctx context.Context, rdb redis.UniversalClient, s powSolution, now
 
 // SolvePow solves a challenge message ({"type":"challenge",...}) and returns
 // the solution to send as join.pow. It is the reference solver for tests and
-// the load tool; expect difficulty hashes of work (tens of milliseconds per
-// million on one core).
+// the load tool; expect difficulty hashes of work on one core
+// (BenchmarkSolvePow).
 func SolvePow(challenge json.RawMessage) (json.RawMessage, error) {
 	var c powChallenge
 	if err := json.Unmarshal(challenge, &c); err != nil {

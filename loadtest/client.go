@@ -34,9 +34,9 @@ const requestTimeout = 30 * time.Second
 // httpClient is one source address's pair of clients: net/http for the
 // WebSocket dial (coder/websocket hijacks its connection) and fasthttp for
 // every API request. fasthttp sends and reads in the caller's goroutine
-// and reuses its buffers: net/http's two goroutines per connection and
-// allocations per request were a third of the tool's CPU at the opening
-// of a 100,000-shopper drop, on the same cores as the gateways it loads.
+// and reuses its buffers, where net/http's two goroutines per connection
+// and allocations per request would take CPU from the gateways the tool
+// loads, on the same cores.
 type httpClient struct {
 	ws  *http.Client
 	api *fasthttp.Client
@@ -106,9 +106,9 @@ func newClients(bases []string, sourceAddrs int) *clients {
 // forUser returns the client and base URL a shopper uses: gateways are
 // assigned round-robin by user index, and addresses round-robin within
 // each gateway's share, so every address reaches every gateway (with
-// idx%addrs for both, an even address count over two gateways sent each
-// address to one gateway only and hit its per-address connection cap at
-// half the intended spread).
+// idx%addrs for both, an even address count over two gateways would send
+// each address to one gateway only and hit its per-address connection cap
+// at half the intended spread).
 func (c *clients) forUser(idx int) (*httpClient, string) {
 	nb := len(c.bases)
 	return c.byAddr[(idx/nb)%len(c.byAddr)], c.bases[idx%nb]

@@ -256,8 +256,8 @@ func Scenario(name string) (Config, error) {
 		c.AdmissionRate, c.StartsIn = 20_000, 30*time.Second
 		c.PayFraction, c.PayAfter = 0.9, 3*time.Second
 		// The losers leave over 10–30 s: leaving the moment SOLD_OUT came
-		// put 90,000 close handshakes into the seconds when the winners
-		// look at their orders and pay.
+		// would put 90,000 close handshakes into the seconds when the
+		// winners look at their orders and pay.
 		c.Linger = 20 * time.Second
 		c.Preconnect = 2
 		c.SourceAddrs = 64

@@ -383,9 +383,9 @@ func TestRunFakePreconnectAndPayAfter(t *testing.T) {
 
 // TestRunFakeLinger: a shopper who saw SOLD_OUT without buying stays
 // connected 50–150% of Linger before leaving; without Linger it leaves at
-// once. Linger is 2 s so that the two cases stay a second apart on a
-// crowded machine (with 600 ms, a no-linger loser once took 377 ms to
-// leave under a concurrent 100,000-shopper drop, past a 200 ms bound).
+// once. Linger is 2 s so that the two cases stay a second apart even on a
+// crowded machine, where a loser who leaves at once still waits for a CPU
+// before it goes.
 func TestRunFakeLinger(t *testing.T) {
 	const linger2 = 2 * time.Second
 	for _, linger := range []time.Duration{0, linger2} {
@@ -497,9 +497,10 @@ func TestRunFakeUntilPaid(t *testing.T) {
 }
 
 // TestForUserSpreadsAddressesOverGateways: every source address reaches
-// every gateway, whatever the counts (an even address count over two
-// gateways once sent each address to one gateway only, so the gateways'
-// per-address connection cap bit at half the intended spread).
+// every gateway, whatever the counts (with idx%addrs for both, an even
+// address count over two gateways would send each address to one gateway
+// only, so the gateways' per-address connection cap would bite at half the
+// intended spread).
 func TestForUserSpreadsAddressesOverGateways(t *testing.T) {
 	for _, tc := range []struct{ addrs, bases int }{{64, 2}, {256, 2}, {32, 4}, {3, 2}, {1, 3}} {
 		bases := make([]string, tc.bases)
@@ -526,7 +527,7 @@ func TestForUserSpreadsAddressesOverGateways(t *testing.T) {
 
 // TestFirstItemIndependentOfGateway: the shoppers of every gateway try
 // every item first in about equal numbers, whatever the counts share (the
-// user id modulo 10 items once sent the shoppers of the odd gateways of 6
+// user id modulo 10 items would send the shoppers of the odd gateways of 6
 // to the odd items only). The draw is fixed by the seed.
 func TestFirstItemIndependentOfGateway(t *testing.T) {
 	s := &shard{cfg: Config{Seed: 7}}

@@ -93,11 +93,9 @@ type roomMsg struct {
 	Position       json.Number `json:"position"`
 }
 
-// decodeRoomMsg decodes a room message with goccy/go-json: 3 µs for an
-// admitted message against encoding/json's 18 µs (0.5 against 2.7 µs for a
-// status), measured here. At a drop's opening the tool decodes ten
-// thousand admissions within a second, on the cores the gateways need:
-// with encoding/json that was a third of its CPU.
+// decodeRoomMsg decodes a room message with goccy/go-json, which needs a
+// fraction of encoding/json's CPU: at a drop's opening the tool decodes
+// ten thousand admissions within a second, on the cores the gateways need.
 func decodeRoomMsg(b []byte, m *roomMsg) error { return gojson.Unmarshal(b, m) }
 
 type roomItem struct {
@@ -564,8 +562,8 @@ func (s *shard) solvePow(sh *shopper, challenge []byte) (json.RawMessage, bool) 
 
 // msgBufs holds the buffers room messages are read into: a shopper reads
 // a message every few seconds, and reading each into a fresh, growing slice
-// (websocket.Conn.Read) made the load tool's allocations and page faults a
-// tenth of its CPU at the opening of a 100,000-shopper drop.
+// (websocket.Conn.Read) would spend the load tool's CPU on allocations and
+// page faults at a drop's opening.
 var msgBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // readMessage reads one message into a buffer of msgBufs; the caller puts
@@ -771,12 +769,10 @@ func (s *shard) draw(userID int64, salt uint64) *rand.Rand {
 }
 
 // firstItem draws, from the seed and the user id, the first of n items a
-// shopper tries. It was the user id modulo n, and a shopper's gateway is
-// its index modulo the gateways: with 10 items over 6 gateways the odd
-// items were all tried first through the odd gateways, so whichever half
-// of the gateways ran slower sold its five items later (the 10,000-unit
-// drop of 2026-11-30: median reservation 0.82 s against 1.06 s after
-// opening by item parity).
+// shopper tries. It is not the user id modulo n: a shopper's gateway is
+// its index modulo the gateways, so with 10 items over 6 gateways the odd
+// items would all be tried first through the odd gateways, and whichever
+// half of the gateways ran slower would sell its five items later.
 func (s *shard) firstItem(userID int64, n int) int {
 	return s.draw(userID, 0xd1b54a32d192ed03).IntN(n)
 }

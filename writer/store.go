@@ -325,13 +325,13 @@ SELECT flashsale_all_or_nothing((SELECT count(*) FROM ins) = $11 AND (SELECT cou
 // statement, committed on its own, one round trip. The items' rows are
 // locked by the update only while the statement and its commit run, not
 // across a wait for the writer's next message (with BEGIN and COMMIT sent
-// apart, a second batch in flight queued behind the first one's items until
-// the writer, on a crowded machine, got round to sending its COMMIT). ok is
-// false, with nothing written, for anything else (a redelivered order, an
-// item over its quantity or not in its sale, any error): the caller then
-// runs the general path, which finds and reports it. When the statement's
-// outcome is unknown (the connection failed under it), the general path's
-// insert finds the rows it wrote, if it did, as existing.
+// apart, a second batch in flight would queue behind the first one's items
+// until the writer, on a crowded machine, got round to sending its COMMIT).
+// ok is false, with nothing written, for anything else (a redelivered
+// order, an item over its quantity or not in its sale, any error): the
+// caller then runs the general path, which finds and reports it. When the
+// statement's outcome is unknown (the connection failed under it), the
+// general path's insert finds the rows it wrote, if it did, as existing.
 func (w *Writer) insertAllNew(ctx context.Context, orders []*order, cols *orderColumns) (inserted []bool, ok bool) {
 	counts := map[itemKey]int32{}
 	for _, o := range orders {

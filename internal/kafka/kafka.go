@@ -62,14 +62,13 @@ import (
 // Defaults of ProducerConfig.
 const (
 	// DefaultPublishTimeout leaves a record unsent for up to 2.5 s before
-	// it is failed (half the bound): on a gateway whose CPU is shared with
-	// a crowd, each of the producer's goroutine hops (the drain, the
-	// request writer, the response reader, the promise) waits its turn
-	// behind the gateway's other goroutines (HTTP requests, room
-	// connections), 0.1–0.4 s each and over a second at worst in a drop on
-	// the 2-core test machine, where a 1.5 s cut
-	// (a 3 s bound) failed tens to hundreds of purchases a run that would
-	// have gone through (docs/benchmarks/load.md).
+	// it is failed (half the bound). The bound is generous because on a
+	// gateway whose CPU is shared with a crowd, each of the producer's
+	// goroutine hops (the drain, the request writer, the response reader,
+	// the promise) waits its turn behind the gateway's other goroutines
+	// (HTTP requests, room connections), and a tighter bound fails
+	// purchases that would have gone through (figures in
+	// docs/benchmarks/load.md).
 	DefaultPublishTimeout = 5 * time.Second
 	DefaultCloseTimeout   = 5 * time.Second
 )
@@ -86,10 +85,9 @@ type ProducerConfig struct {
 	PublishTimeout time.Duration
 	// Linger is how long a batch waits for more records. Default 0, not
 	// franz-go's 10ms: every Publish waits for its acknowledgement, and
-	// while one request is in flight the next batch fills by itself.
-	// Measured with 64 concurrent publishers on the embedded broker, 2
-	// cores (BenchmarkPublish): linger 0 ≈ 50–108k acknowledged
-	// publishes/s, 1ms ≈ 26–34k/s, 5ms ≈ 10k/s.
+	// while one request is in flight the next batch fills by itself, so a
+	// linger only delays every acknowledgement (BenchmarkPublish compares
+	// lingers).
 	Linger time.Duration
 	// CloseTimeout bounds the flush in Close (default 5s).
 	CloseTimeout time.Duration
@@ -100,10 +98,10 @@ type ProducerConfig struct {
 	// connection and producer ID) Publish spreads records over, round
 	// robin (default 4). An idempotent producer keeps one produce request
 	// in flight per broker, so under a crowd each record also waits for
-	// the answer to the request before its own; on a gateway starved of
-	// CPU at a drop's opening that wait reached seconds, and records still
-	// unsent at half the bound were failed (answered 503). N producers keep
-	// N requests in flight; each stays idempotent.
+	// the answer to the request before its own, and on a gateway starved
+	// of CPU that wait can outlast half the publish bound (the purchase is
+	// then answered 503). N producers keep N requests in flight; each
+	// stays idempotent.
 	Producers int
 }
 
