@@ -39,23 +39,26 @@ var layout = map[string]imports{
 	// Components.
 	"admission": {code: "flashsale"},
 	"auth":      {code: "flashsale"},
-	"defense":   {code: "flashsale lua", tests: "internal/testenv"},
-	"expiry": {code: "flashsale internal/stock",
+	"defense":   {code: "flashsale internal/prom lua", tests: "internal/testenv"},
+	"expiry": {code: "flashsale internal/prom internal/stock",
 		tests: "internal/orders internal/sales internal/salestest internal/testenv"},
 	// The gateway's Guard interface speaks defense's counters and route
 	// classes; its tests mint the tokens the edge verifies.
-	"gateway": {code: "flashsale defense", tests: "admission auth"},
-	"purchase": {code: "flashsale internal/stock",
+	"gateway": {code: "flashsale defense internal/prom", tests: "admission auth"},
+	"purchase": {code: "flashsale internal/prom internal/stock",
 		tests: "internal/kafka internal/sales internal/salestest internal/testenv"},
 	// The waiting room signs the admission tokens it hands out.
-	"waitroom": {code: "flashsale admission lua",
+	"waitroom": {code: "flashsale admission internal/prom lua",
 		tests: "auth internal/localsvc internal/testenv"},
 	// The writer's tests reserve and publish through purchase, the
 	// writer's upstream.
-	"writer": {code: "flashsale internal/stock",
+	"writer": {code: "flashsale internal/prom internal/stock",
 		tests: "lua purchase internal/kafka internal/localsvc internal/postgres internal/sales internal/salestest internal/testenv"},
 
 	// Adapters and services shared by the components.
+	// prom registers every component's collectors: one rule for a
+	// metric registered twice.
+	"internal/prom":     {},
 	"internal/kafka":    {code: "flashsale", tests: "internal/testenv"},
 	"internal/postgres": {tests: "internal/localsvc internal/testenv"},
 	"internal/stock":    {code: "flashsale lua", tests: "internal/testenv"},
@@ -64,7 +67,7 @@ var layout = map[string]imports{
 		tests: "internal/sales internal/salestest internal/testenv"},
 
 	// The composition root and the binary.
-	"internal/app": {code: "flashsale admission auth defense expiry gateway purchase static waitroom writer internal/kafka internal/orders internal/postgres internal/sales internal/stock",
+	"internal/app": {code: "flashsale admission auth defense expiry gateway purchase static waitroom writer internal/kafka internal/orders internal/postgres internal/prom internal/sales internal/stock",
 		tests: "internal/app/apptest internal/localsvc internal/testenv"},
 	"cmd/flashsale": {code: "flashsale auth waitroom internal/app internal/benchhttp internal/localsvc internal/postgres internal/sales internal/stock loadtest",
 		tests: "internal/app/apptest internal/testenv"},

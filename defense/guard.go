@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/prom"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -198,8 +199,8 @@ func NewGuard(cfg GuardConfig, rdb redis.UniversalClient, logger *slog.Logger, r
 		users:    newLimiterMap(cfg.MaxKeys, hashUserKey),
 	}
 	g.Apply(DefaultSettings())
-	if reg != nil {
-		reg.MustRegister(&guardCollector{g: g})
+	if _, err := prom.Register(reg, &guardCollector{g: g}); err != nil {
+		logger.Error("guard metrics not exported", "err", err)
 	}
 	return g
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashsale/flashsale/internal/prom"
 	"github.com/flashsale/flashsale/internal/stock"
 )
 
@@ -83,40 +84,28 @@ func New(cfg Config, pool *pgxpool.Pool, st *stock.Store, returns Drainer, logge
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Worker{
+	// Several workers in one process share the counters.
+	var errs [3]error
+	w := &Worker{
 		cfg: cfg, pool: pool, stock: st, returns: returns,
 		log: logger.With("component", "expiry"),
-		expired: counter(reg, prometheus.CounterOpts{
-			Name: "flashsale_expiry_orders_total",
-			Help: "Orders marked EXPIRED by the expiry worker.",
-		}),
-		returned: counter(reg, prometheus.CounterOpts{
-			Name: "flashsale_expiry_stock_returned_total",
-			Help: "Units given back to Redis by the expiry worker after expiring their orders.",
-		}),
-		drained: counter(reg, prometheus.CounterOpts{
-			Name: "flashsale_expiry_outbox_drained_total",
-			Help: "Stranded stock_returns rows settled by the expiry worker's drain step.",
-		}),
 	}
-}
-
-// counter registers a counter on reg, reusing one already registered under
-// the same name (several workers in one process share it).
-func counter(reg prometheus.Registerer, opts prometheus.CounterOpts) prometheus.Counter {
-	c := prometheus.NewCounter(opts)
-	if reg == nil {
-		return c
+	w.expired, errs[0] = prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "flashsale_expiry_orders_total",
+		Help: "Orders marked EXPIRED by the expiry worker.",
+	}))
+	w.returned, errs[1] = prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "flashsale_expiry_stock_returned_total",
+		Help: "Units given back to Redis by the expiry worker after expiring their orders.",
+	}))
+	w.drained, errs[2] = prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "flashsale_expiry_outbox_drained_total",
+		Help: "Stranded stock_returns rows settled by the expiry worker's drain step.",
+	}))
+	if err := errors.Join(errs[:]...); err != nil {
+		w.log.Error("expiry metrics not exported", "err", err)
 	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if old, ok := are.ExistingCollector.(prometheus.Counter); ok {
-				return old
-			}
-		}
-	}
-	return c
+	return w
 }
 
 // Run expires due orders every Interval (and once at start) until ctx ends;

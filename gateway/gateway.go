@@ -258,13 +258,16 @@ func New(cfg Config, deps Deps) *Server {
 		deps.Metrics = prometheus.NewRegistry()
 	}
 	s := &Server{
-		cfg:     cfg,
-		d:       deps,
-		now:     cfg.Now,
-		log:     deps.Logger.With("component", "gateway"),
-		metrics: newMetrics(deps.Metrics),
+		cfg: cfg,
+		d:   deps,
+		now: cfg.Now,
+		log: deps.Logger.With("component", "gateway"),
 
 		realClock: realClock,
+	}
+	var err error
+	if s.metrics, err = newMetrics(deps.Metrics); err != nil {
+		s.log.Error("gateway metrics not exported", "err", err)
 	}
 	s.remain.m = make(map[int64]*remainingEntry)
 	s.app = fiber.New(fiber.Config{

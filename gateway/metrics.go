@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashsale/flashsale/internal/prom"
 )
 
 // metrics are the request counters and latency histograms. Labels are
@@ -44,7 +46,9 @@ type routeMetrics struct {
 	counters [len(trackedStatuses) + 1]atomic.Pointer[prometheus.Counter]
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics builds the gateway's metrics on reg. On a registration error
+// they still count, unexported.
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flashsale_gateway_requests_total",
@@ -61,26 +65,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"reason"}),
 		routes: make(map[string]*routeMetrics),
 	}
-	m.requests = registerOrExisting(reg, m.requests)
-	m.timeouts = registerOrExisting(reg, m.timeouts)
-	m.latency = registerOrExisting(reg, m.latency)
+	// A second Server on one registry shares the first one's collectors.
+	var errs [3]error
+	m.requests, errs[0] = prom.Register(reg, m.requests)
+	m.timeouts, errs[1] = prom.Register(reg, m.timeouts)
+	m.latency, errs[2] = prom.Register(reg, m.latency)
 	m.unrouted = m.route("unmatched")
-	return m
-}
-
-// registerOrExisting registers c, or returns the collector already
-// registered under the same description (a second Server on one registry).
-func registerOrExisting[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		panic("gateway: registering metrics: " + err.Error())
-	}
-	return c
+	return m, errors.Join(errs[:]...)
 }
 
 func (m *metrics) route(name string) *routeMetrics {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/flashsale/flashsale"
@@ -118,7 +119,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // Config.Ready returns nil) and /debug/pprof/.
 func (s *Server) ServeAdmin(ln net.Listener) error {
 	srv := &http.Server{
-		Handler:           s.adminHandler(),
+		Handler:           AdminHandler(s.d.Metrics, s.cfg.Ready),
 		ReadHeaderTimeout: 5 * time.Second,
 		IdleTimeout:       s.cfg.IdleTimeout,
 	}
@@ -131,17 +132,22 @@ func (s *Server) ServeAdmin(ln net.Listener) error {
 	return nil
 }
 
-func (s *Server) adminHandler() http.Handler {
+// AdminHandler is the admin port of every flashsale process, with or
+// without the gateway role: /metrics from metrics, /healthz (200 while the
+// process is up), /readyz (200 when ready returns nil, else 503 with the
+// reason in the error body; a nil ready is always ready) and
+// /debug/pprof/.
+func AdminHandler(metrics prometheus.Gatherer, ready func(context.Context) error) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.d.Metrics, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.Ready != nil {
+		if ready != nil {
 			ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-			err := s.cfg.Ready(ctx)
+			err := ready(ctx)
 			cancel()
 			if err != nil {
 				// The admin port is internal: the reason helps the operator.

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/prom"
 	"github.com/flashsale/flashsale/internal/stock"
 )
 
@@ -139,7 +140,11 @@ func New(cfg Config, st *stock.Store, pub Publisher, logger *slog.Logger, reg pr
 	}
 	empty := map[int64]int64{}
 	s.flags.Store(&empty)
-	reservations := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	// Several services on one registry (tests, dev mode) share the
+	// collectors.
+	var errs [3]error
+	var reservations *prometheus.CounterVec
+	reservations, errs[0] = prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flashsale_purchase_reservations_total",
 		Help: "Purchase attempts that reached the purchase service, by outcome.",
 	}, []string{"outcome"}))
@@ -148,33 +153,19 @@ func New(cfg Config, st *stock.Store, pub Publisher, logger *slog.Logger, reg pr
 		OutcomeNotFound, OutcomeRedisError, OutcomePublishFailed, OutcomePublishUncertain, OutcomeStockMissing} {
 		s.outcomes[o] = reservations.WithLabelValues(o)
 	}
-	s.publishDur = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+	s.publishDur, errs[1] = prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "flashsale_purchase_publish_seconds",
 		Help:    "Time from a reservation to its Kafka acknowledgement (or failure).",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 	}))
-	s.placedDropped = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	s.placedDropped, errs[2] = prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "flashsale_purchase_placements_dropped_total",
 		Help: "Kafka positions of acknowledged orders not kept in Redis (queue full or Redis error).",
 	}))
+	if err := errors.Join(errs[:]...); err != nil {
+		s.log.Error("purchase metrics not exported", "err", err)
+	}
 	return s
-}
-
-// register registers c on reg, reusing an identical collector registered
-// before (several services on one registry in tests and dev mode).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if reg == nil {
-		return c
-	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-	}
-	return c
 }
 
 // SoldOut reports whether the item was seen sold out and has not been seen

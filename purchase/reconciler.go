@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/prom"
 	"github.com/flashsale/flashsale/internal/stock"
 )
 
@@ -158,10 +159,13 @@ func NewReconciler(cfg ReconcilerConfig, pool *pgxpool.Pool, st *stock.Store, sa
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	var errs []error
 	counter := func(name, help string) prometheus.Counter {
-		return register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "flashsale_purchase_reconciler_" + name, Help: help}))
+		c, err := prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "flashsale_purchase_reconciler_" + name, Help: help}))
+		errs = append(errs, err)
+		return c
 	}
-	return &Reconciler{
+	r := &Reconciler{
 		after: cfg.After, interval: cfg.Interval, window: cfg.PaymentWindow, batch: cfg.Batch, now: cfg.Now,
 		publish: cfg.PublishTimeout, lossCheck: cfg.LossCheck,
 		pool: pool, st: st, sales: sales, orders: cfg.Orders, log: logger.With("component", "reconciler"),
@@ -172,6 +176,10 @@ func NewReconciler(cfg ReconcilerConfig, pool *pgxpool.Pool, st *stock.Store, sa
 		failures:  counter("errors_total", "Reconciler runs that ended with an error."),
 		held:      counter("held_total", "Stale reservations without an order row left pending because Kafka may still hold their record."),
 	}
+	if err := errors.Join(errs...); err != nil {
+		r.log.Error("reconciler metrics not exported", "err", err)
+	}
+	return r
 }
 
 // Run reconciles every Interval, and looks for lost stock records every

@@ -1,7 +1,11 @@
 package waitroom
 
 import (
+	"errors"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashsale/flashsale/internal/prom"
 )
 
 type metrics struct {
@@ -40,12 +44,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Queue checkpoints to the durable store by this gateway as a sale's leader, by outcome (ok, error)."},
 			[]string{"outcome"}),
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.joined, m.waiting, m.admitted, m.conns, m.broadcast, m.deferred, m.pings, m.restores, m.saves} {
-			if err := reg.Register(c); err != nil {
-				return m, err
-			}
-		}
-	}
-	return m, nil
+	// Several rooms on one registry share the collectors.
+	var errs [9]error
+	m.joined, errs[0] = prom.Register(reg, m.joined)
+	m.waiting, errs[1] = prom.Register(reg, m.waiting)
+	m.admitted, errs[2] = prom.Register(reg, m.admitted)
+	m.conns, errs[3] = prom.Register(reg, m.conns)
+	m.broadcast, errs[4] = prom.Register(reg, m.broadcast)
+	m.deferred, errs[5] = prom.Register(reg, m.deferred)
+	m.pings, errs[6] = prom.Register(reg, m.pings)
+	m.restores, errs[7] = prom.Register(reg, m.restores)
+	m.saves, errs[8] = prom.Register(reg, m.saves)
+	return m, errors.Join(errs[:]...)
 }

@@ -56,6 +56,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/prom"
 	"github.com/flashsale/flashsale/internal/stock"
 )
 
@@ -85,8 +86,8 @@ type Config struct {
 	// FetchWait is the longest the broker holds a fetch for more records
 	// when fewer than about a batch (BatchSize × 128 bytes) are waiting.
 	// Without it a fetch sent the moment a poll took the one before is
-	// answered with the first record that arrives, and in a steady stream
-	// every other batch held one or two orders (a transaction each).
+	// answered with the first record that arrives, so a steady stream
+	// would be written an order or two per transaction.
 	// Default 50ms: the most it adds to an order's way into the database.
 	FetchWait time.Duration
 	// PaymentWindow sets expires_at = created_at + PaymentWindow.
@@ -219,6 +220,11 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 		Help:    "Wall time of one batch's stages: database (its transactions), redis_confirm, offset_commit (the last two run together).",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 	}, []string{"stage"})
+	// Several writers on one registry share the collectors.
+	var errs [6]error
+	orders, errs[0] = prom.Register(reg, orders)
+	txs, errs[1] = prom.Register(reg, txs)
+	stages, errs[2] = prom.Register(reg, stages)
 	m := metrics{
 		dbStage:      stages.WithLabelValues("database"),
 		confirmStage: stages.WithLabelValues("redis_confirm"),
@@ -244,12 +250,11 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 			Help: "Records behind the partitions' high watermarks at the last poll.",
 		}),
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{orders, txs, stages, m.batch, m.batchRecords, m.lag} {
-			if err := reg.Register(c); err != nil {
-				return metrics{}, err
-			}
-		}
+	m.batch, errs[3] = prom.Register(reg, m.batch)
+	m.batchRecords, errs[4] = prom.Register(reg, m.batchRecords)
+	m.lag, errs[5] = prom.Register(reg, m.lag)
+	if err := errors.Join(errs[:]...); err != nil {
+		return metrics{}, err
 	}
 	return m, nil
 }

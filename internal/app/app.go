@@ -23,6 +23,7 @@ import (
 	"github.com/flashsale/flashsale/auth"
 	"github.com/flashsale/flashsale/defense"
 	"github.com/flashsale/flashsale/internal/postgres"
+	"github.com/flashsale/flashsale/internal/prom"
 	"github.com/flashsale/flashsale/internal/sales"
 	"github.com/flashsale/flashsale/internal/stock"
 )
@@ -89,7 +90,12 @@ func Start(ctx context.Context, cfg Config, roles Roles, logger *slog.Logger) (_
 			a.Close(context.Background())
 		}
 	}()
-	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if _, err := prom.Register(a.reg, collectors.NewGoCollector()); err != nil {
+		return nil, err
+	}
+	if _, err := prom.Register(a.reg, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, err
+	}
 
 	ropt, err := redis.ParseURL(cfg.RedisURL)
 	if err != nil {
@@ -99,8 +105,8 @@ func Start(ctx context.Context, cfg Config, roles Roles, logger *slog.Logger) (_
 	if ropt.MinIdleConns == 0 {
 		// Connections opened at start (a min_idle_conns in the URL wins):
 		// at a sale's opening every purchase wants one at once, and opening
-		// them then (dial, HELLO, buffers) cost a fifth of the purchase
-		// path's CPU in the 100k drop.
+		// them then (dial, HELLO, buffers) takes CPU from the purchases
+		// when the machine is busiest.
 		ropt.MinIdleConns = redisMinIdle
 	}
 	a.rdb = redis.NewClient(ropt)

@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/flashsale/flashsale/defense"
 	"github.com/flashsale/flashsale/expiry"
@@ -118,20 +115,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 // startAdminOnly serves /metrics, /healthz, /readyz and pprof for processes
 // without the gateway role.
 func (a *App) startAdminOnly(runCtx context.Context, admin net.Listener) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := a.Ready(r.Context()); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		w.Write([]byte("ready\n"))
-	})
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: gateway.AdminHandler(a.reg, a.Ready), ReadHeaderTimeout: 5 * time.Second}
 	a.goRun("admin", func() error { return ignoreClosed(srv.Serve(admin)) })
 	a.onShutdown(srv.Shutdown)
 }
