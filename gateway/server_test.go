@@ -9,11 +9,24 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 )
+
+// closeSignalListener closes closed when the server closes it.
+type closeSignalListener struct {
+	net.Listener
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (l *closeSignalListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
 
 // serve runs e's gateway on a loopback port and returns its address.
 func serve(t *testing.T, e *env) string {
@@ -206,28 +219,36 @@ func TestLimits(t *testing.T) {
 	})
 }
 
+// partialHead is a request head that never ends.
+const partialHead = "GET /api/flash-sales/sales/1 HTTP/1.1\r\nHost: x\r\n"
+
+// expectDropped opens a connection to addr, sends partial and expects the
+// server to close it.
+func expectDropped(t *testing.T, addr, partial string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, _ = io.WriteString(conn, partial)
+	// The read deadline only bounds a hang: a dropped connection reads
+	// EOF, one the server kept open reads a timeout.
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := conn.Read(make([]byte, 1))
+	if n != 0 || !errors.Is(err, io.EOF) {
+		t.Errorf("partial %q: read %d, %v; want EOF", partial, n, err)
+	}
+}
+
 func TestSlowClientDropped(t *testing.T) {
 	e, reg := envWithMetrics(t, func(c *Config) {
 		c.HeadTimeout = 200 * time.Millisecond
 		c.IdleTimeout = 400 * time.Millisecond // a connection that sends nothing
 	})
 	addr := serve(t, e)
-	for _, partial := range []string{"", "GET /api/flash-sales/sales/1 HTTP/1.1\r\nHost: x\r\n"} {
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.WriteString(conn, partial)
-		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		start := time.Now()
-		n, err := conn.Read(make([]byte, 1))
-		if n != 0 || !errors.Is(err, io.EOF) {
-			t.Errorf("partial %q: read %d, %v; want EOF", partial, n, err)
-		}
-		if d := time.Since(start); d > 3*time.Second {
-			t.Errorf("dropped after %v", d)
-		}
-		conn.Close()
+	for _, partial := range []string{"", partialHead} {
+		expectDropped(t, addr, partial)
 	}
 	if h, i := timedOut(t, reg, "head"), timedOut(t, reg, "idle"); h != 1 || i != 1 {
 		t.Errorf("timeouts counted: head %v, idle %v; want 1 and 1", h, i)
@@ -238,10 +259,11 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 	e := newEnv(t)
 	e.orders.block = make(chan struct{})
 	e.orders.entered = make(chan struct{}, 1)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln := &closeSignalListener{Listener: inner, closed: make(chan struct{})}
 	served := make(chan error, 1)
 	go func() { served <- e.srv.Serve(ln) }()
 
@@ -255,7 +277,13 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 	defer cancel()
 	shut := make(chan error, 1)
 	go func() { shut <- e.srv.Shutdown(ctx) }()
-	time.Sleep(50 * time.Millisecond) // let Shutdown close the listener
+	// The request is still held, so the listener closes while it is in
+	// flight.
+	select {
+	case <-ln.closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Shutdown did not close the listener")
+	}
 	if _, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil {
 		t.Error("new connection accepted during shutdown")
 	}
@@ -386,12 +414,17 @@ func TestPreconnectedConnectionServed(t *testing.T) {
 		c.HeadTimeout = 200 * time.Millisecond
 		c.IdleTimeout = 5 * time.Second
 	})
-	conn, err := net.Dial("tcp", serve(t, e))
+	addr := serve(t, e)
+	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	time.Sleep(600 * time.Millisecond) // three head timeouts
+	// Three connections opened after this one are dropped, one after the
+	// other, by the head timeout: this one has stayed silent past three.
+	for range 3 {
+		expectDropped(t, addr, partialHead)
+	}
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.WriteString(conn, saleReq); err != nil {
 		t.Fatal(err)
@@ -416,14 +449,12 @@ func TestShutdownWithSilentConnection(t *testing.T) {
 	}
 	defer conn.Close()
 	time.Sleep(100 * time.Millisecond) // accepted and waiting for its first byte
+	// The connection may stay silent for a minute; Shutdown fails with
+	// the context's error if it waits for it.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	start := time.Now()
 	if err := e.srv.Shutdown(ctx); err != nil {
-		t.Fatalf("Shutdown: %v", err)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("Shutdown took %v with a silent connection open", d)
+		t.Fatalf("Shutdown with a silent connection open: %v", err)
 	}
 	if err := <-served; err != nil {
 		t.Errorf("Serve: %v", err)
