@@ -12,6 +12,7 @@ all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/flashsale
+	$(GO) build -o bin/flashsale-bench ./cmd/flashsale-bench
 
 run: build
 	./$(BIN) dev --demo

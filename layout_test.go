@@ -24,12 +24,16 @@ type imports struct{ code, tests string }
 // TestLayout: a new edge between packages is a decision, taken here and
 // stated in the package docs.
 //
-// Components (admission, auth, defense, expiry, gateway, purchase,
-// waitroom, writer) share the root's types and talk through Redis and
-// Kafka; they import each other only where a comment says why. Tests
-// import more freely: the harness (internal/testenv, internal/localsvc,
-// internal/salestest, internal/app/apptest) and the parts a test drives
-// beside the package under test.
+// The tree is sorted by kind (TestKinds): the root and the leaves lua and
+// static; components at the top (admission, auth, defense, expiry,
+// gateway, orders, purchase, sales, waitroom, writer); adapters named after
+// their dependency under internal/adapter; the composition root,
+// internal/wiring; the harness of dev and tests under internal/harness;
+// benchmark tooling under internal/bench. Components share the root's types
+// and talk through Redis and Kafka; they import each other only where a
+// comment says why. Tests import more freely: the harness, sales/salestest,
+// internal/wiring/apptest and the parts a test drives beside the package
+// under test.
 var layout = map[string]imports{
 	// The root imports nothing of the module; lua and static are leaves.
 	"flashsale": {},
@@ -39,53 +43,63 @@ var layout = map[string]imports{
 	// Components.
 	"admission": {code: "flashsale"},
 	"auth":      {code: "flashsale"},
-	"defense":   {code: "flashsale internal/prom lua", tests: "internal/testenv"},
-	"expiry": {code: "flashsale internal/prom internal/stock",
-		tests: "internal/orders internal/sales internal/salestest internal/testenv"},
+	"defense":   {code: "flashsale internal/adapter/prom lua", tests: "internal/harness/testenv"},
+	"expiry": {code: "flashsale internal/adapter/prom internal/adapter/redisstock",
+		tests: "orders sales sales/salestest internal/harness/testenv"},
 	// The gateway's Guard interface speaks defense's counters and route
 	// classes; its tests mint the tokens the edge verifies.
-	"gateway": {code: "flashsale defense internal/prom", tests: "admission auth"},
-	"purchase": {code: "flashsale internal/prom internal/stock",
-		tests: "internal/kafka internal/sales internal/salestest internal/testenv"},
+	"gateway": {code: "flashsale defense internal/adapter/prom", tests: "admission auth"},
+	"orders": {code: "flashsale internal/adapter/postgres internal/adapter/redisstock",
+		tests: "sales sales/salestest internal/harness/testenv"},
+	"purchase": {code: "flashsale internal/adapter/prom internal/adapter/redisstock",
+		tests: "internal/adapter/kafka sales sales/salestest internal/harness/testenv"},
+	"sales": {code: "flashsale internal/adapter/redisstock lua", tests: "internal/harness/testenv"},
 	// The waiting room signs the admission tokens it hands out.
-	"waitroom": {code: "flashsale admission internal/prom lua",
-		tests: "auth internal/localsvc internal/testenv"},
+	"waitroom": {code: "flashsale admission internal/adapter/prom lua",
+		tests: "auth internal/harness/localsvc internal/harness/testenv"},
 	// The writer's tests reserve and publish through purchase, the
 	// writer's upstream.
-	"writer": {code: "flashsale internal/prom internal/stock",
-		tests: "lua purchase internal/kafka internal/localsvc internal/postgres internal/sales internal/salestest internal/testenv"},
+	"writer": {code: "flashsale internal/adapter/prom internal/adapter/redisstock",
+		tests: "lua purchase internal/adapter/kafka internal/adapter/postgres sales sales/salestest internal/harness/localsvc internal/harness/testenv"},
 
-	// Adapters and services shared by the components.
-	// prom registers every component's collectors: one rule for a
-	// metric registered twice.
-	"internal/prom":     {},
-	"internal/kafka":    {code: "flashsale", tests: "internal/testenv"},
-	"internal/postgres": {tests: "internal/localsvc internal/testenv"},
-	"internal/stock":    {code: "flashsale lua", tests: "internal/testenv"},
-	"internal/sales":    {code: "flashsale internal/stock lua", tests: "internal/testenv"},
-	"internal/orders": {code: "flashsale internal/postgres internal/stock",
-		tests: "internal/sales internal/salestest internal/testenv"},
+	// Adapters, named after their dependency. prom registers every
+	// component's collectors: one rule for a metric registered twice.
+	"internal/adapter/prom":       {},
+	"internal/adapter/kafka":      {code: "flashsale", tests: "internal/harness/testenv"},
+	"internal/adapter/postgres":   {tests: "internal/harness/localsvc internal/harness/testenv"},
+	"internal/adapter/redisstock": {code: "flashsale lua", tests: "internal/harness/testenv"},
 
-	// The composition root and the binary.
-	"internal/app": {code: "flashsale admission auth defense expiry gateway purchase static waitroom writer internal/kafka internal/orders internal/postgres internal/prom internal/sales internal/stock",
-		tests: "internal/app/apptest internal/localsvc internal/testenv"},
-	"cmd/flashsale": {code: "flashsale auth waitroom internal/app internal/benchhttp internal/localsvc internal/postgres internal/sales internal/stock loadtest",
-		tests: "internal/app/apptest internal/testenv"},
+	// The composition root and the binaries.
+	"internal/wiring": {code: "flashsale admission auth defense expiry gateway orders purchase sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock",
+		tests: "internal/wiring/apptest internal/harness/localsvc internal/harness/testenv"},
+	"cmd/flashsale": {code: "flashsale auth sales waitroom loadtest internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock",
+		tests: "internal/wiring/apptest internal/harness/testenv"},
+	"cmd/flashsale-bench": {code: "internal/bench internal/wiring"},
 
 	// Tools that drive a stack from outside. The load harness mints access
 	// tokens, solves the proof of work and warns against the waiting room's
 	// per-address connection cap.
-	"loadtest":           {code: "flashsale auth defense waitroom", tests: "internal/localsvc internal/postgres"},
-	"loadtest/e2e":       {tests: "internal/app internal/testenv loadtest"},
-	"browsertest":        {tests: "static internal/app internal/app/apptest internal/testenv"},
-	"internal/benchhttp": {code: "flashsale admission auth gateway internal/app internal/localsvc internal/postgres internal/stock"},
+	"loadtest":       {code: "flashsale auth defense waitroom", tests: "internal/harness/localsvc internal/adapter/postgres"},
+	"loadtest/e2e":   {tests: "internal/wiring internal/harness/testenv loadtest"},
+	"browsertest":    {tests: "static internal/wiring internal/wiring/apptest internal/harness/testenv"},
+	"internal/bench": {code: "flashsale admission auth gateway internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock"},
 
-	// The test harness.
-	"internal/localsvc":    {},
-	"internal/testenv":     {code: "flashsale internal/localsvc internal/postgres"},
-	"internal/salestest":   {code: "flashsale internal/sales"},
-	"internal/app/apptest": {code: "auth internal/app internal/testenv"},
+	// The harness of dev and tests. localsvc is also in the binary, for
+	// `flashsale dev`.
+	"internal/harness/localsvc": {},
+	"internal/harness/testenv":  {code: "flashsale internal/harness/localsvc internal/adapter/postgres"},
+	"sales/salestest":           {code: "flashsale sales"},
+	"internal/wiring/apptest":   {code: "auth internal/wiring internal/harness/testenv"},
 }
+
+// kinds are the directories of internal/, one per kind of package. A
+// package of internal/ outside them fails TestKinds.
+var kinds = []string{"internal/adapter/", "internal/bench", "internal/harness/", "internal/wiring"}
+
+// notShipped are packages that must not be in the production binary,
+// cmd/flashsale, even through another package: benchmark tooling and test
+// helpers.
+var notShipped = []string{"internal/bench", "internal/harness/testenv", "internal/wiring/apptest", "sales/salestest"}
 
 // confined are outside modules that only the listed packages may import
 // (code, and tests besides). fiber is the edge's framework and stays in the
@@ -98,8 +112,46 @@ var confined = []struct {
 	code, tests string
 }{
 	{prefix: "github.com/gofiber/", code: "gateway"},
-	{prefix: "github.com/twmb/franz-go/", code: "internal/kafka internal/app internal/testenv writer",
+	{prefix: "github.com/twmb/franz-go/", code: "internal/adapter/kafka internal/wiring internal/harness/testenv writer",
 		tests: "purchase cmd/flashsale"},
+}
+
+// TestKinds checks that every package of internal/ sits in the directory
+// of its kind.
+func TestKinds(t *testing.T) {
+	for name := range layout {
+		if !strings.HasPrefix(name, "internal/") {
+			continue
+		}
+		ok := false
+		for _, k := range kinds {
+			ok = ok || name == strings.TrimSuffix(k, "/") || strings.HasPrefix(name, strings.TrimSuffix(k, "/")+"/")
+		}
+		if !ok {
+			t.Errorf("%s is in no kind of internal/ (%s): see layout_test.go", name, strings.Join(kinds, ", "))
+		}
+	}
+}
+
+// TestNotShipped checks the production binary's dependencies, direct and
+// indirect, for benchmark tooling and test helpers.
+func TestNotShipped(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", module+"/cmd/flashsale")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, stderr.Bytes())
+	}
+	deps := words(string(out))
+	if !deps[module+"/internal/wiring"] {
+		t.Fatalf("go list -deps of cmd/flashsale lists no internal/wiring: %s", out)
+	}
+	for _, p := range notShipped {
+		if deps[module+"/"+p] {
+			t.Errorf("cmd/flashsale depends on %s, which must not ship in the production binary", p)
+		}
+	}
 }
 
 // TestLayout checks every import of every package of the module, tests

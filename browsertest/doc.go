@@ -1,7 +1,7 @@
 // Package browsertest drives the shopper page and the operator console in
 // headless Chromium (through chromedp) against a whole flashsale stack
 // started in-process on real Redis, PostgreSQL and an embedded Kafka
-// (internal/testenv). It holds tests only; run them with
+// (internal/harness/testenv). It holds tests only; run them with
 //
 //	go test -race -count=1 ./browsertest/...
 //

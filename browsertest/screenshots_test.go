@@ -11,7 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/flashsale/flashsale/internal/app"
+	"github.com/flashsale/flashsale/internal/wiring"
 )
 
 // committedDir holds the screenshots README.md shows.
@@ -85,7 +85,7 @@ func TestScreenshots(t *testing.T) {
 	}
 	// Capacity factor 1 keeps the queue still: as many shoppers admitted
 	// as units remain, the rest wait.
-	s := startStack(t, func(c *app.Config) { c.CapacityFactor = 1 })
+	s := startStack(t, func(c *wiring.Config) { c.CapacityFactor = 1 })
 	winter, winterItems := s.createSale("Winter drop", time.Now().Add(-time.Second), 20, 2, 3)
 	spring, springItems := s.createSale("Spring drop", time.Now().Add(-time.Second), 500, 50, 25)
 

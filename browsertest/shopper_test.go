@@ -14,7 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/flashsale/flashsale/internal/app"
+	"github.com/flashsale/flashsale/internal/wiring"
 )
 
 // buyAndPay clicks the buy button of item, waits until the order can be
@@ -112,7 +112,7 @@ func TestShopperCountdownToPaid(t *testing.T) {
 func TestWaitingShopperSeesSoldOut(t *testing.T) {
 	// Capacity factor 1: with one unit left only one shopper is admitted
 	// at a time, so the browser shopper stays WAITING behind the buyer.
-	s := startStack(t, func(c *app.Config) { c.CapacityFactor = 1 })
+	s := startStack(t, func(c *wiring.Config) { c.CapacityFactor = 1 })
 	saleID, items := s.createSale("Last one", time.Now().Add(-time.Second), 1, 1)
 	at := s.admit(8001, saleID)
 

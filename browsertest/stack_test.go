@@ -5,18 +5,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/flashsale/internal/app"
-	"github.com/flashsale/flashsale/internal/app/apptest"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
+	"github.com/flashsale/flashsale/internal/wiring"
+	"github.com/flashsale/flashsale/internal/wiring/apptest"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// stack is a whole flashsale in-process (internal/app/apptest) with this
+// stack is a whole flashsale in-process (internal/wiring/apptest) with this
 // package's helpers.
 type stack struct{ *apptest.Stack }
 
-func startStack(t *testing.T, mutate ...func(*app.Config)) *stack {
+func startStack(t *testing.T, mutate ...func(*wiring.Config)) *stack {
 	t.Helper()
 	return &stack{apptest.Start(t, mutate...)}
 }

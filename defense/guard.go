@@ -18,7 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale"
-	"github.com/flashsale/flashsale/internal/prom"
+	"github.com/flashsale/flashsale/internal/adapter/prom"
 	"github.com/flashsale/flashsale/lua"
 )
 

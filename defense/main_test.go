@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

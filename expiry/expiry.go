@@ -23,8 +23,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/flashsale/flashsale/internal/prom"
-	"github.com/flashsale/flashsale/internal/stock"
+	"github.com/flashsale/flashsale/internal/adapter/prom"
+	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 )
 
 // Drainer settles stock_returns rows older than olderThan (*orders.Service).
@@ -54,7 +54,7 @@ type Config struct {
 type Worker struct {
 	cfg     Config
 	pool    *pgxpool.Pool
-	stock   *stock.Store
+	stock   *redisstock.Store
 	returns Drainer
 	log     *slog.Logger
 
@@ -65,7 +65,7 @@ type Worker struct {
 
 // New returns a Worker. returns may be nil (stranded outbox rows are then
 // left to another drainer); logger and reg may be nil.
-func New(cfg Config, pool *pgxpool.Pool, st *stock.Store, returns Drainer, logger *slog.Logger, reg prometheus.Registerer) *Worker {
+func New(cfg Config, pool *pgxpool.Pool, st *redisstock.Store, returns Drainer, logger *slog.Logger, reg prometheus.Registerer) *Worker {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 30 * time.Second
 	}

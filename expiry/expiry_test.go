@@ -14,11 +14,11 @@ import (
 
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/expiry"
-	"github.com/flashsale/flashsale/internal/orders"
-	"github.com/flashsale/flashsale/internal/sales"
-	"github.com/flashsale/flashsale/internal/salestest"
-	"github.com/flashsale/flashsale/internal/stock"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/adapter/redisstock"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
+	"github.com/flashsale/flashsale/orders"
+	"github.com/flashsale/flashsale/sales"
+	"github.com/flashsale/flashsale/sales/salestest"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -30,7 +30,7 @@ var t0 = time.Date(2026, 12, 1, 18, 30, 0, 0, time.UTC)
 
 type fixture struct {
 	pool  *pgxpool.Pool
-	stock *stock.Store
+	stock *redisstock.Store
 	cache *sales.Cache
 	sale  flashsale.Sale
 }
@@ -39,7 +39,7 @@ func newFixture(t *testing.T, quantities ...int64) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	rdb := testenv.Redis(t)
-	f := &fixture{pool: testenv.Postgres(t), stock: stock.New(rdb)}
+	f := &fixture{pool: testenv.Postgres(t), stock: redisstock.New(rdb)}
 	store := sales.NewStore(f.pool, rdb, f.stock, func() time.Time { return t0 })
 	f.sale = salestest.Create(t, store, t0.Add(-time.Hour), 999, quantities...)
 	f.cache = sales.NewCache(store, rdb, time.Hour, slog.New(slog.DiscardHandler))
@@ -66,14 +66,14 @@ func (f *fixture) place(t *testing.T, firstUser int64, n int, created time.Time)
 	ctx := context.Background()
 	out := make([]placed, n)
 	ids, users, items := make([]string, n), make([]int64, n), make([]int64, n)
-	pend := make([]stock.Pending, n)
+	pend := make([]redisstock.Pending, n)
 	for i := range out {
 		p := placed{id: uuid.NewString(), user: firstUser + int64(i), itemID: f.sale.Items[i%len(f.sale.Items)].ID}
 		if err := f.stock.Reserve(ctx, f.sale.ID, p.itemID, p.user, p.id, created); err != nil {
 			t.Fatalf("reserve %d: %v", i, err)
 		}
 		out[i], ids[i], users[i], items[i] = p, p.id, p.user, p.itemID
-		pend[i] = stock.Pending{SaleID: f.sale.ID, OrderID: p.id, UserID: p.user, ItemID: p.itemID}
+		pend[i] = redisstock.Pending{SaleID: f.sale.ID, OrderID: p.id, UserID: p.user, ItemID: p.itemID}
 	}
 	if _, err := f.pool.Exec(ctx, `INSERT INTO orders (id, sale_id, item_id, user_id, status, price_cents, created_at, expires_at)
 		SELECT o, $2, i, u, 'PENDING', 999, $5, $6 FROM unnest($1::uuid[], $3::bigint[], $4::bigint[]) AS t(o, i, u)`,
@@ -262,7 +262,7 @@ func TestParallelWorkers(t *testing.T) {
 }
 
 // deadStore is a stock store on a redis-server that has been stopped.
-func deadStore(t *testing.T) *stock.Store {
+func deadStore(t *testing.T) *redisstock.Store {
 	t.Helper()
 	r := testenv.NewRedisServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, DialTimeout: time.Second})
@@ -271,7 +271,7 @@ func deadStore(t *testing.T) *stock.Store {
 		t.Fatal(err)
 	}
 	r.Stop()
-	return stock.New(rdb)
+	return redisstock.New(rdb)
 }
 
 // TestRedisDownAfterCommit: the batch commits while Redis is unreachable for

@@ -116,7 +116,7 @@ func BenchmarkPurchaseSoldOut(b *testing.B) {
 	signer := benchSigner(b)
 	tok, adm := benchTokens(b, now)
 	srv := New(Config{}, Deps{
-		Access:    auth.NewCache(auth.NewVerifier(testSecret), 1<<16), // as deployed (internal/app)
+		Access:    auth.NewCache(auth.NewVerifier(testSecret), 1<<16), // as deployed (internal/wiring)
 		Admission: signer,
 		Sales:     benchSales{sale},
 		Purchase:  benchPurchase{},

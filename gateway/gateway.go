@@ -6,7 +6,7 @@
 // and route classes its Guard interface speaks. It declares the small
 // interfaces it calls (AccessVerifier, AdmissionVerifier, Sales, SaleAdmin,
 // Purchaser, Orders, Queue, Guard, SettingsStore, StaticFiles) and
-// internal/app wires the concrete types in. It is the only package that
+// internal/wiring wires the concrete types in. It is the only package that
 // imports fiber; no fiber type leaves it except through App, for tests and
 // benchmarks. TestLayout (layout_test.go) keeps these rules.
 package gateway

@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/flashsale/flashsale/internal/prom"
+	"github.com/flashsale/flashsale/internal/adapter/prom"
 )
 
 // metrics are the request counters and latency histograms. Labels are

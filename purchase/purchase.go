@@ -1,5 +1,5 @@
 // Package purchase is the reservation service: it takes one unit in Redis
-// (internal/stock, one script call), publishes the order to Kafka with a
+// (internal/adapter/redisstock, one script call), publishes the order to Kafka with a
 // bound, keeps a local sold-out flag per item so refused requests never reach
 // Redis, and reconciles reservations that never reached the database
 // (Reconciler).
@@ -18,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashsale/flashsale"
-	"github.com/flashsale/flashsale/internal/prom"
-	"github.com/flashsale/flashsale/internal/stock"
+	"github.com/flashsale/flashsale/internal/adapter/prom"
+	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 )
 
 // Publisher sends an accepted order on its way to the database
@@ -98,7 +98,7 @@ type Service struct {
 	recheck        time.Duration
 	publishTimeout time.Duration
 	redisTimeout   time.Duration
-	st             *stock.Store
+	st             *redisstock.Store
 	pub            Publisher
 	log            *slog.Logger
 
@@ -109,7 +109,7 @@ type Service struct {
 
 	// placed carries the Kafka positions of acknowledged orders to Run,
 	// which writes them beside the pending reservations.
-	placed        chan stock.Placement
+	placed        chan redisstock.Placement
 	placedDropped prometheus.Counter
 
 	outcomes   map[string]prometheus.Counter
@@ -117,7 +117,7 @@ type Service struct {
 }
 
 // New returns a Service. reg may be nil.
-func New(cfg Config, st *stock.Store, pub Publisher, logger *slog.Logger, reg prometheus.Registerer) *Service {
+func New(cfg Config, st *redisstock.Store, pub Publisher, logger *slog.Logger, reg prometheus.Registerer) *Service {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -136,7 +136,7 @@ func New(cfg Config, st *stock.Store, pub Publisher, logger *slog.Logger, reg pr
 	s := &Service{
 		now: cfg.Now, recheck: cfg.SoldOutRecheck, publishTimeout: cfg.PublishTimeout, redisTimeout: cfg.RedisTimeout,
 		st: st, pub: pub, log: logger.With("component", "purchase"),
-		placed: make(chan stock.Placement, placedQueue),
+		placed: make(chan redisstock.Placement, placedQueue),
 	}
 	empty := map[int64]int64{}
 	s.flags.Store(&empty)
@@ -226,7 +226,7 @@ func (s *Service) clearSoldOut(itemIDs []int64) {
 func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashsale.Item, userID int64) (string, error) {
 	if s.SoldOut(item.ID) {
 		s.outcomes[OutcomeSoldOutFlag].Inc()
-		return "", stock.ErrSoldOut()
+		return "", redisstock.ErrSoldOut()
 	}
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("purchase.Reserve: %w", err)
@@ -308,7 +308,7 @@ func (s *Service) publish(ctx context.Context, msg flashsale.OrderPlaced) error 
 		return err
 	}
 	select {
-	case s.placed <- stock.Placement{SaleID: msg.SaleID, OrderID: msg.OrderID, Partition: part, Offset: off}:
+	case s.placed <- redisstock.Placement{SaleID: msg.SaleID, OrderID: msg.OrderID, Partition: part, Offset: off}:
 	default:
 		s.placedDropped.Inc()
 	}
@@ -355,7 +355,7 @@ func (s *Service) Run(ctx context.Context) error {
 // keepPlacements writes queued positions in pipelines of what is waiting,
 // until ctx ends.
 func (s *Service) keepPlacements(ctx context.Context) {
-	batch := make([]stock.Placement, 0, 256)
+	batch := make([]redisstock.Placement, 0, 256)
 	for {
 		select {
 		case <-ctx.Done():

@@ -17,11 +17,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/flashsale/flashsale"
-	"github.com/flashsale/flashsale/internal/kafka"
-	"github.com/flashsale/flashsale/internal/sales"
-	"github.com/flashsale/flashsale/internal/salestest"
-	"github.com/flashsale/flashsale/internal/stock"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/adapter/kafka"
+	"github.com/flashsale/flashsale/internal/adapter/redisstock"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
+	"github.com/flashsale/flashsale/sales"
+	"github.com/flashsale/flashsale/sales/salestest"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -40,7 +40,7 @@ func (c *clock) add(d time.Duration) { c.ns.Add(int64(d)) }
 type env struct {
 	rdb  *redis.Client
 	pool *pgxpool.Pool
-	st   *stock.Store
+	st   *redisstock.Store
 	sale *flashsale.Sale
 }
 
@@ -50,7 +50,7 @@ func newEnv(t testing.TB, quantities ...int64) *env {
 	t.Helper()
 	rdb := testenv.Redis(t)
 	pool := testenv.Postgres(t)
-	st := stock.New(rdb)
+	st := redisstock.New(rdb)
 	ctx := context.Background()
 	if err := st.LoadScripts(ctx); err != nil {
 		t.Fatal(err)
@@ -79,7 +79,7 @@ func (e *env) pending(t testing.TB) int {
 	return len(p)
 }
 
-func (e *env) buyer(t testing.TB, user int64) (stock.Buyer, bool) {
+func (e *env) buyer(t testing.TB, user int64) (redisstock.Buyer, bool) {
 	t.Helper()
 	b, ok, err := e.st.Buyer(context.Background(), e.sale.ID, user)
 	if err != nil {
@@ -387,7 +387,7 @@ func TestReserveRedisDown(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer rdb.Close()
 	rec := &recorder{}
-	s := New(Config{RedisTimeout: time.Second}, stock.New(rdb), rec, nil, nil)
+	s := New(Config{RedisTimeout: time.Second}, redisstock.New(rdb), rec, nil, nil)
 	sale := &flashsale.Sale{ID: 1, Items: []flashsale.Item{{ID: 1001, SaleID: 1, Quantity: 1}}}
 	_, err := s.Reserve(context.Background(), sale, sale.Items[0], 1)
 	if codeOf(err) != flashsale.CodeUnavailable {
@@ -511,7 +511,7 @@ func BenchmarkServiceReserveInStock(b *testing.B) {
 	opt.PoolSize = 64
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
-	st := stock.New(rdb)
+	st := redisstock.New(rdb)
 	ctx := context.Background()
 	if err := st.LoadScripts(ctx); err != nil {
 		b.Fatal(err)

@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashsale/flashsale"
-	"github.com/flashsale/flashsale/internal/prom"
-	"github.com/flashsale/flashsale/internal/stock"
+	"github.com/flashsale/flashsale/internal/adapter/prom"
+	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 )
 
 // SaleLister lists the sales to reconcile (*sales.Cache).
@@ -119,13 +119,13 @@ type Reconciler struct {
 	batch                   int64
 	now                     func() time.Time
 	pool                    *pgxpool.Pool
-	st                      *stock.Store
+	st                      *redisstock.Store
 	sales                   SaleLister
 	orders                  OrderLog
 	log                     *slog.Logger
 
 	// lost holds when each sale's missing stock record was first seen;
-	// incarnation is the Redis dataset last seen (stock.Incarnation).
+	// incarnation is the Redis dataset last seen (redisstock.Incarnation).
 	lostMu      sync.Mutex
 	lost        map[int64]time.Time
 	incarnation string
@@ -134,7 +134,7 @@ type Reconciler struct {
 }
 
 // NewReconciler returns a Reconciler. reg may be nil.
-func NewReconciler(cfg ReconcilerConfig, pool *pgxpool.Pool, st *stock.Store, sales SaleLister, logger *slog.Logger, reg prometheus.Registerer) *Reconciler {
+func NewReconciler(cfg ReconcilerConfig, pool *pgxpool.Pool, st *redisstock.Store, sales SaleLister, logger *slog.Logger, reg prometheus.Registerer) *Reconciler {
 	if cfg.After <= 0 {
 		cfg.After = DefaultReconcileAfter
 	}
@@ -273,7 +273,7 @@ func (r *Reconciler) readKafka(ctx context.Context) kafkaView {
 // mayDeclareLost reports whether Kafka proves that p's record never reached
 // the broker (or that the writer has handled it), so that p without an order
 // row is lost.
-func (r *Reconciler) mayDeclareLost(p stock.Pending, v kafkaView) bool {
+func (r *Reconciler) mayDeclareLost(p redisstock.Pending, v kafkaView) bool {
 	switch {
 	case v.none:
 		return true
@@ -352,7 +352,7 @@ func (r *Reconciler) reconcileSale(ctx context.Context, sale *flashsale.Sale, cu
 
 // settle decides one stale reservation; it reports whether its unit went
 // back to stock, and whether it stays pending (Kafka may hold its record).
-func (r *Reconciler) settle(ctx context.Context, sale *flashsale.Sale, p stock.Pending, view kafkaView) (returned, stays bool, err error) {
+func (r *Reconciler) settle(ctx context.Context, sale *flashsale.Sale, p redisstock.Pending, view kafkaView) (returned, stays bool, err error) {
 	if _, err := uuid.Parse(p.OrderID); err != nil {
 		// No order row can carry this id, so none exists: give it back.
 		ok, err := r.st.Release(ctx, sale.ID, p.UserID, p.ItemID, p.OrderID)
@@ -370,7 +370,7 @@ func (r *Reconciler) settle(ctx context.Context, sale *flashsale.Sale, p stock.P
 			r.held.Inc()
 			return false, true, nil
 		case !owed:
-			if err := r.st.Confirm(ctx, []stock.Pending{p}); err != nil {
+			if err := r.st.Confirm(ctx, []redisstock.Pending{p}); err != nil {
 				return false, false, err
 			}
 			r.confirmed.Inc()
@@ -387,7 +387,7 @@ func (r *Reconciler) settle(ctx context.Context, sale *flashsale.Sale, p stock.P
 // declareLost tombstones a reservation Kafka proved lost and gives its unit
 // back; if its order row exists, it confirms instead (or finishes a return
 // an outbox row still owes).
-func (r *Reconciler) declareLost(ctx context.Context, sale *flashsale.Sale, p stock.Pending) (bool, error) {
+func (r *Reconciler) declareLost(ctx context.Context, sale *flashsale.Sale, p redisstock.Pending) (bool, error) {
 	var price int64
 	if it, ok := sale.Item(p.ItemID); ok {
 		price = it.PriceCents
@@ -423,7 +423,7 @@ func (r *Reconciler) declareLost(ctx context.Context, sale *flashsale.Sale, p st
 			return false, fmt.Errorf("outbox: %w", err)
 		}
 		if !owed {
-			if err := r.st.Confirm(ctx, []stock.Pending{p}); err != nil {
+			if err := r.st.Confirm(ctx, []redisstock.Pending{p}); err != nil {
 				return false, err
 			}
 			r.confirmed.Inc()
@@ -435,14 +435,14 @@ func (r *Reconciler) declareLost(ctx context.Context, sale *flashsale.Sale, p st
 
 // giveBack releases the unit of an order whose outbox row is committed,
 // then deletes the outbox row.
-func (r *Reconciler) giveBack(ctx context.Context, sale *flashsale.Sale, p stock.Pending) (bool, error) {
+func (r *Reconciler) giveBack(ctx context.Context, sale *flashsale.Sale, p redisstock.Pending) (bool, error) {
 	// Redis only after the commit; the outbox row covers a crash here.
 	ok, err := r.st.Release(ctx, sale.ID, p.UserID, p.ItemID, p.OrderID)
 	if err != nil {
 		return false, err
 	}
 	if p.Placed {
-		if err := r.st.Confirm(ctx, []stock.Pending{p}); err != nil { // drops the kept position
+		if err := r.st.Confirm(ctx, []redisstock.Pending{p}); err != nil { // drops the kept position
 			return ok, err
 		}
 	}
@@ -570,7 +570,7 @@ func (r *Reconciler) rebuildIfLost(ctx context.Context, sale *flashsale.Sale) er
 
 	quantity := map[int64]int64{}
 	live := map[int64]int64{}
-	buyers := map[int64]stock.Buyer{}
+	buyers := map[int64]redisstock.Buyer{}
 	stored := map[string]bool{}
 	// One snapshot of items, live orders and which in-flight orders have
 	// a row already (live or not: a REJECTED, EXPIRED or CANCELLED one
@@ -596,7 +596,7 @@ func (r *Reconciler) rebuildIfLost(ctx context.Context, sale *flashsale.Sale) er
 			return err
 		}
 		for rows.Next() {
-			var b stock.Buyer
+			var b redisstock.Buyer
 			var user int64
 			if err := rows.Scan(&b.OrderID, &b.ItemID, &user, &b.CreatedAt); err != nil {
 				return err
@@ -637,7 +637,7 @@ func (r *Reconciler) rebuildIfLost(ctx context.Context, sale *flashsale.Sale) er
 			continue
 		}
 		live[o.ItemID]++
-		buyers[o.UserID] = stock.Buyer{OrderID: o.OrderID, ItemID: o.ItemID, CreatedAt: time.UnixMilli(o.CreatedAtMs)}
+		buyers[o.UserID] = redisstock.Buyer{OrderID: o.OrderID, ItemID: o.ItemID, CreatedAt: time.UnixMilli(o.CreatedAtMs)}
 		fromKafka++
 	}
 	remaining := make(map[int64]int64, len(missing))

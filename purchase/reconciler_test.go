@@ -12,9 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/flashsale/flashsale"
-	"github.com/flashsale/flashsale/internal/kafka"
-	"github.com/flashsale/flashsale/internal/stock"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/adapter/kafka"
+	"github.com/flashsale/flashsale/internal/adapter/redisstock"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 )
 
 // insertOrder stores an order row the way the writer does (live orders count
@@ -328,7 +328,7 @@ func TestReconcilerPagesPastHeldReservations(t *testing.T) {
 		rs = append(rs, res{uuid.NewString(), u, t0.Add(time.Duration(u-1) * time.Second)})
 	}
 	var part int32
-	var places []stock.Placement
+	var places []redisstock.Placement
 	for _, r := range rs {
 		if err := e.st.Reserve(ctx, e.sale.ID, item.ID, r.user, r.id, r.at); err != nil {
 			t.Fatal(err)
@@ -338,7 +338,7 @@ func TestReconcilerPagesPastHeldReservations(t *testing.T) {
 			t.Fatal(err)
 		}
 		part = pt
-		places = append(places, stock.Placement{SaleID: e.sale.ID, OrderID: r.id, Partition: pt, Offset: off})
+		places = append(places, redisstock.Placement{SaleID: e.sale.ID, OrderID: r.id, Partition: pt, Offset: off})
 	}
 	if err := e.st.RecordPlaced(ctx, places); err != nil {
 		t.Fatal(err)

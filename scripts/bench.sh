@@ -7,7 +7,7 @@
 # recorded under out/bench/. docs/BENCHMARKS.md explains the results.
 #
 #   OUT=out/bench            where results go
-#   BENCH_HTTP_FLAGS=...     extra flags of `flashsale bench http` (-rounds, -duration, -users ...)
+#   BENCH_HTTP_FLAGS=...     extra flags of `flashsale-bench http` (-rounds, -duration, -users ...)
 #   FLASHSALE_BENCH_CONNS=N  WebSockets held by waitroom's BenchmarkConnections (default 19000:
 #                            the server alone in the benchmark process, the clients in 2+ child
 #                            processes of <= 9,500 each; 20,000 open files per process)
@@ -27,13 +27,14 @@ export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 GO=${GO:-go}
 OUT=${OUT:-out/bench}
 BIN=bin/flashsale
+BENCH_BIN=bin/flashsale-bench
 mkdir -p "$OUT"
 rm -f "$OUT"/summary.txt "$OUT"/failures.txt
 [ -n "${SKIP_GO:-}" ] || rm -f "$OUT"/go-*.txt
 [ -n "${SKIP_HTTP:-}" ] || rm -f "$OUT"/wrk-*.txt "$OUT"/http*.txt "$OUT"/server-*.log "$OUT"/*.lua
 [ -n "${SKIP_LOAD:-}" ] || rm -f "$OUT"/load-*.txt
 
-$GO build -o "$BIN" ./cmd/flashsale || exit 1
+$GO build -o "$BIN" ./cmd/flashsale && $GO build -o "$BENCH_BIN" ./cmd/flashsale-bench || exit 1
 
 # The machine, and the load average every 5 s for the whole run (other
 # engineers' tests share these cores: the numbers are only as quiet as that).
@@ -77,8 +78,8 @@ if [ -z "${SKIP_GO:-}" ]; then
 	gobench auth      auth      -bench .
 	gobench defense   defense   -bench .
 	gobench gateway   gateway   -bench .
-	gobench stock     internal/stock -bench 'ReserveScript|ReservePipelined' -benchtime 3s -count 3
-	gobench kafka     internal/kafka -bench .
+	gobench stock     internal/adapter/redisstock -bench 'ReserveScript|ReservePipelined' -benchtime 3s -count 3
+	gobench kafka     internal/adapter/kafka -bench .
 	gobench purchase  purchase  -bench . -benchtime 3s
 	gobench writer    writer    -bench . -benchtime 3x -timeout 20m
 	gobench waitroom-join waitroom -bench 'Join|Permute'
@@ -91,7 +92,7 @@ fi
 if [ -z "${SKIP_HTTP:-}" ]; then
 	echo "== HTTP (wrk) load $(cut -d' ' -f1-3 /proc/loadavg)"
 	# shellcheck disable=SC2086
-	if ! "$BIN" bench http --out "$OUT" ${BENCH_HTTP_FLAGS:-} 2>&1 | tee "$OUT/http-progress.txt"; then
+	if ! "$BENCH_BIN" http --out "$OUT" ${BENCH_HTTP_FLAGS:-} 2>&1 | tee "$OUT/http-progress.txt"; then
 		echo "== http: FAILED (see $OUT/http-progress.txt, $OUT/server-*.log)" | tee -a "$OUT/failures.txt"
 	fi
 fi

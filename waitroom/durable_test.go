@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 )
 
 // TestPGDurable: checkpoints append tickets once each (a retry or a second

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/flashsale/flashsale/internal/prom"
+	"github.com/flashsale/flashsale/internal/adapter/prom"
 )
 
 type metrics struct {

@@ -17,11 +17,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/flashsale/flashsale"
-	"github.com/flashsale/flashsale/internal/localsvc"
-	"github.com/flashsale/flashsale/internal/postgres"
-	"github.com/flashsale/flashsale/internal/sales"
-	"github.com/flashsale/flashsale/internal/stock"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/adapter/postgres"
+	"github.com/flashsale/flashsale/internal/adapter/redisstock"
+	"github.com/flashsale/flashsale/internal/harness/localsvc"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
+	"github.com/flashsale/flashsale/sales"
 )
 
 const benchOrders = 10_000
@@ -92,7 +92,7 @@ func benchWriter(b *testing.B, url string, params map[string]string) {
 	ctx := context.Background()
 	pool := benchPool(b, url, params, 4) // Config.MaxConns default
 	rdb := testenv.Redis(b)
-	st := stock.New(rdb)
+	st := redisstock.New(rdb)
 	ss := sales.NewStore(pool, rdb, st, nil)
 	var elapsed time.Duration
 	b.StopTimer()
@@ -154,7 +154,7 @@ func benchWriter(b *testing.B, url string, params map[string]string) {
 
 // reserveAll reserves n units spread over the sale's items, as the purchase
 // service would, and returns the records it would publish.
-func reserveAll(b *testing.B, st *stock.Store, sale flashsale.Sale, n int) []*kgo.Record {
+func reserveAll(b *testing.B, st *redisstock.Store, sale flashsale.Sale, n int) []*kgo.Record {
 	b.Helper()
 	recs := make([]*kgo.Record, n)
 	var wg sync.WaitGroup

@@ -18,12 +18,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/flashsale/flashsale"
-	"github.com/flashsale/flashsale/internal/kafka"
-	"github.com/flashsale/flashsale/internal/sales"
-	"github.com/flashsale/flashsale/internal/stock"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/adapter/kafka"
+	"github.com/flashsale/flashsale/internal/adapter/redisstock"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/lua"
 	"github.com/flashsale/flashsale/purchase"
+	"github.com/flashsale/flashsale/sales"
 )
 
 // Faults of the Kafka side: a writer down or killed, Redis losing its data,
@@ -61,7 +61,7 @@ func newOrderLog(t testing.TB, brokers []string) *kafka.OrderLog {
 }
 
 // startService runs a purchase service on st and pub until the test ends.
-func startService(t testing.TB, st *stock.Store, pub purchase.Publisher) *purchase.Service {
+func startService(t testing.TB, st *redisstock.Store, pub purchase.Publisher) *purchase.Service {
 	t.Helper()
 	s := purchase.New(purchase.Config{}, st, pub, nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -91,7 +91,7 @@ func statusCount(t testing.TB, pool *pgxpool.Pool, saleID int64, status string) 
 	return countRows(t, pool, `SELECT count(*) FROM orders WHERE sale_id = $1 AND status = $2`, saleID, status)
 }
 
-func remainingOf(t testing.TB, st *stock.Store, saleID, itemID int64) int64 {
+func remainingOf(t testing.TB, st *redisstock.Store, saleID, itemID int64) int64 {
 	t.Helper()
 	left, err := st.ItemsRemaining(context.Background(), saleID, []int64{itemID})
 	if err != nil {
@@ -257,7 +257,7 @@ func runWriterHelper() int {
 		return fail(err)
 	}
 	w, err := New(Config{Brokers: strings.Split(os.Getenv("FS_HELPER_BROKERS"), ","), SessionTimeout: session, BatchSize: 20},
-		pool, stock.New(rdb), nil, nil)
+		pool, redisstock.New(rdb), nil, nil)
 	if err != nil {
 		return fail(err)
 	}
@@ -324,7 +324,7 @@ func TestWriterKilledAndRestarted(t *testing.T) {
 	}
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { rdb.Close() })
-	st := stock.New(rdb)
+	st := redisstock.New(rdb)
 	sl := sales.NewStore(pool, rdb, st, nil)
 	e := &env{pool: pool, rdb: rdb, stock: st, sales: sl}
 	sale := e.newSale(t, 400)
@@ -415,7 +415,7 @@ func TestSurvivesBrokerRestart(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 			brokers := c.ListenAddrs()
 			e := &env{pool: testenv.Postgres(t), rdb: testenv.Redis(t), kafka: &testenv.Kafka{Cluster: c, Brokers: brokers}}
-			e.stock = stock.New(e.rdb)
+			e.stock = redisstock.New(e.rdb)
 			e.sales = sales.NewStore(e.pool, e.rdb, e.stock, nil)
 			sale := e.newSale(t, 100)
 			item := sale.Items[0]
@@ -525,7 +525,7 @@ func TestFailoverToStaleReplica(t *testing.T) {
 	}})
 	t.Cleanup(func() { rdb.Close() })
 	e := &env{pool: testenv.Postgres(t), rdb: rdb, kafka: testenv.NewKafka(t)}
-	e.stock = stock.New(rdb)
+	e.stock = redisstock.New(rdb)
 	e.sales = sales.NewStore(e.pool, rdb, e.stock, nil)
 	// Reservations go through the shared pipeline, as on a gateway: the
 	// promoted replica has never seen the script (NOSCRIPT), and the

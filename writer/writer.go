@@ -11,11 +11,11 @@
 // refused records are isolated; the good records are still written. A refused
 // record becomes an order row with status REJECTED and a stock_returns outbox
 // row in one transaction; after the commit its unit goes back to Redis
-// (stock.Release), the outbox row is deleted and the record is published to
+// (redisstock.Release), the outbox row is deleted and the record is published to
 // the dead-letter topic with a "reason" field.
 //
 // After the database commit the writer removes the pending members of the
-// batch's orders in Redis (stock.Confirm) while it commits the Kafka offsets,
+// batch's orders in Redis (redisstock.Confirm) while it commits the Kafka offsets,
 // so a crash before the offset commit replays the batch (harmless), and a
 // crash after it may leave pending members, which the reconciler confirms
 // when it finds their rows. The usual batch (every order new, every item
@@ -56,8 +56,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/flashsale/flashsale"
-	"github.com/flashsale/flashsale/internal/prom"
-	"github.com/flashsale/flashsale/internal/stock"
+	"github.com/flashsale/flashsale/internal/adapter/prom"
+	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 )
 
 // Config configures a Writer. Zero values take the defaults.
@@ -176,7 +176,7 @@ const DefaultSessionTimeout = 6 * time.Second
 type Writer struct {
 	cfg   Config
 	pool  *pgxpool.Pool
-	stock *stock.Store
+	stock *redisstock.Store
 	log   *slog.Logger
 	cl    *kgo.Client
 	m     metrics
@@ -261,7 +261,7 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 
 // New returns a Writer consuming cfg.Topic in cfg.Group. It creates the
 // Kafka client but does not consume until Run. reg may be nil.
-func New(cfg Config, pool *pgxpool.Pool, st *stock.Store, logger *slog.Logger, reg prometheus.Registerer) (*Writer, error) {
+func New(cfg Config, pool *pgxpool.Pool, st *redisstock.Store, logger *slog.Logger, reg prometheus.Registerer) (*Writer, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, fmt.Errorf("writer.New: %w", err)
 	}
@@ -546,10 +546,10 @@ func (w *Writer) finish(ctx context.Context, b *batch) {
 
 	// Redis: the committed orders are no longer pending. A failure here is
 	// not fatal: the reconciler finds the member, sees the row and confirms.
-	confirm := make([]stock.Pending, 0, len(res.written)+len(res.duplicate))
+	confirm := make([]redisstock.Pending, 0, len(res.written)+len(res.duplicate))
 	for _, list := range [][]*order{res.written, res.duplicate} {
 		for _, o := range list {
-			confirm = append(confirm, stock.Pending{SaleID: o.msg.SaleID, OrderID: o.msg.OrderID, UserID: o.msg.UserID, ItemID: o.msg.ItemID})
+			confirm = append(confirm, redisstock.Pending{SaleID: o.msg.SaleID, OrderID: o.msg.OrderID, UserID: o.msg.UserID, ItemID: o.msg.ItemID})
 		}
 	}
 	// It runs while the rest of the batch's work goes on: nothing below

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/flashsale/flashsale/internal/app"
+	"github.com/flashsale/flashsale/internal/wiring"
 )
 
 // defaultKafkaDataDir is where the embedded broker keeps its data, beside
@@ -20,7 +20,7 @@ const defaultKafkaDataDir = ".flashsale/kafka"
 // FLASHSALE_KAFKA_BROKERS). It prints its address on stdout, then serves
 // until SIGTERM or SIGINT, when it syncs its data and exits.
 func cmdBroker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg := app.BrokerConfig{Host: envOr("FLASHSALE_KAFKA_HOST", "127.0.0.1"), Port: 9092,
+	cfg := wiring.BrokerConfig{Host: envOr("FLASHSALE_KAFKA_HOST", "127.0.0.1"), Port: 9092,
 		DataDir: envOr("FLASHSALE_KAFKA_DATA_DIR", defaultKafkaDataDir), Partitions: 8}
 	if v := os.Getenv("FLASHSALE_KAFKA_PORT"); v != "" {
 		p, err := strconv.Atoi(v)
@@ -47,7 +47,7 @@ func cmdBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if cfg.DataDir == "" {
 		log.Warn("no data directory: the broker's records are lost when it stops")
 	}
-	b, err := app.StartBroker(cfg, log)
+	b, err := wiring.StartBroker(cfg, log)
 	if err != nil {
 		return err
 	}

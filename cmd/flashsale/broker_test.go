@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/flashsale/flashsale"
-	"github.com/flashsale/flashsale/internal/localsvc"
+	"github.com/flashsale/flashsale/internal/harness/localsvc"
 )
 
 // brokerProc is `flashsale broker` running as a process of its own.

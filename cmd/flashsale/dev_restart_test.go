@@ -17,8 +17,8 @@ import (
 
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/auth"
-	"github.com/flashsale/flashsale/internal/localsvc"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/harness/localsvc"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 )
 
 // devProc is `flashsale dev` in a process of its own.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flashsale/flashsale/internal/localsvc"
+	"github.com/flashsale/flashsale/internal/harness/localsvc"
 )
 
 // localDeps are the services `flashsale dev` started itself.

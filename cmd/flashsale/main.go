@@ -16,7 +16,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/flashsale/flashsale/internal/app"
+	"github.com/flashsale/flashsale/internal/wiring"
 	"github.com/flashsale/flashsale/loadtest"
 )
 
@@ -51,7 +51,7 @@ func main() {
 		}
 		return
 	}
-	app.RaiseFileLimit()
+	wiring.RaiseFileLimit()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -76,7 +76,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"loadtest":    cmdLoadtest,
 		"verify-draw": cmdVerifyDraw,
 		"healthcheck": cmdHealthcheck,
-		"bench":       cmdBench, // hidden: scripts/bench.sh
 	}
 	fn, ok := cmds[args[0]]
 	if !ok {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/auth"
-	"github.com/flashsale/flashsale/internal/app/apptest"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
+	"github.com/flashsale/flashsale/internal/wiring/apptest"
 )
 
 // mainArgsEnv makes the test binary run the command line it holds, as the

@@ -15,15 +15,15 @@ import (
 
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/auth"
-	"github.com/flashsale/flashsale/internal/app"
-	"github.com/flashsale/flashsale/internal/postgres"
+	"github.com/flashsale/flashsale/internal/adapter/postgres"
+	"github.com/flashsale/flashsale/internal/wiring"
 )
 
 const shutdownGrace = 20 * time.Second
 
 // commonFlags registers the flags every serving role shares; they override
 // the environment.
-func commonFlags(fs *flag.FlagSet, c *app.Config) {
+func commonFlags(fs *flag.FlagSet, c *wiring.Config) {
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "public listener (FLASHSALE_HTTP_ADDR)")
 	fs.StringVar(&c.AdminAddr, "admin-addr", c.AdminAddr, "metrics/health listener (FLASHSALE_ADMIN_ADDR)")
 	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "redis://host:port/db (FLASHSALE_REDIS_URL)")
@@ -51,7 +51,7 @@ func splitComma(v string) []string {
 // roleCmd runs one production role against configured dependencies.
 func roleCmd(role string) func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-		cfg := app.Defaults()
+		cfg := wiring.Defaults()
 		if err := cfg.FromEnv(os.Getenv); err != nil {
 			return err
 		}
@@ -64,8 +64,8 @@ func roleCmd(role string) func(ctx context.Context, args []string, stdout, stder
 			return fmt.Errorf("FLASHSALE_KAFKA_BROKERS is not set (only `flashsale dev` embeds a broker)")
 		}
 		log := newLogger(cfg.LogFormat, cfg.LogLevel, stderr).With("role", role)
-		roles := app.Roles{Gateway: role == "gateway", Writer: role == "writer", Expiry: role == "expiry"}
-		a, err := app.Start(ctx, cfg, roles, log)
+		roles := wiring.Roles{Gateway: role == "gateway", Writer: role == "writer", Expiry: role == "expiry"}
+		a, err := wiring.Start(ctx, cfg, roles, log)
 		if err != nil {
 			return err
 		}
@@ -73,7 +73,7 @@ func roleCmd(role string) func(ctx context.Context, args []string, stdout, stder
 	}
 }
 
-func serveUntilDone(ctx context.Context, a *app.App, log *slog.Logger) error {
+func serveUntilDone(ctx context.Context, a *wiring.App, log *slog.Logger) error {
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down", "grace", shutdownGrace)
@@ -89,7 +89,7 @@ func serveUntilDone(ctx context.Context, a *app.App, log *slog.Logger) error {
 }
 
 func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg := app.Defaults()
+	cfg := wiring.Defaults()
 	cfg.LogFormat = "text"
 	if err := cfg.FromEnv(os.Getenv); err != nil {
 		return err
@@ -128,7 +128,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := migrate(ctx, cfg.DatabaseURL); err != nil {
 		return err
 	}
-	a, err := app.Start(ctx, cfg, app.AllRoles, log)
+	a, err := wiring.Start(ctx, cfg, wiring.AllRoles, log)
 	if err != nil {
 		return err
 	}
@@ -159,7 +159,7 @@ func migrate(ctx context.Context, url string) error {
 	return postgres.Migrate(ctx, pool)
 }
 
-func printDevBanner(w io.Writer, a *app.App, cfg app.Config) {
+func printDevBanner(w io.Writer, a *wiring.App, cfg wiring.Config) {
 	abs, _ := filepath.Abs(".")
 	fmt.Fprintf(w, `
 flashsale dev is running (%s)
@@ -173,7 +173,7 @@ flashsale dev is running (%s)
 `, abs, a.PublicURL, a.PublicURL, a.PublicURL, a.AdminURL, a.AdminURL, cfg.RedisURL, cfg.DatabaseURL, a.KafkaBrokers)
 }
 
-func createDemoSale(ctx context.Context, w io.Writer, a *app.App, cfg app.Config) error {
+func createDemoSale(ctx context.Context, w io.Writer, a *wiring.App, cfg wiring.Config) error {
 	now := time.Now()
 	sale, err := a.CreateSale(ctx, flashsale.Sale{
 		Name:                   "Demo drop",

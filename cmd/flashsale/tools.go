@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/auth"
-	"github.com/flashsale/flashsale/internal/app"
-	"github.com/flashsale/flashsale/internal/postgres"
+	"github.com/flashsale/flashsale/internal/adapter/postgres"
+	"github.com/flashsale/flashsale/internal/wiring"
 )
 
 func cmdToken(_ context.Context, args []string, stdout, stderr io.Writer) error {
@@ -42,7 +42,7 @@ func cmdToken(_ context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg := app.Defaults()
+	cfg := wiring.Defaults()
 	if err := cfg.FromEnv(os.Getenv); err != nil {
 		return err
 	}

@@ -9,15 +9,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/flashsale/internal/app"
-	"github.com/flashsale/flashsale/internal/postgres"
-	"github.com/flashsale/flashsale/internal/sales"
-	"github.com/flashsale/flashsale/internal/stock"
+	"github.com/flashsale/flashsale/internal/adapter/postgres"
+	"github.com/flashsale/flashsale/internal/adapter/redisstock"
+	"github.com/flashsale/flashsale/internal/wiring"
+	"github.com/flashsale/flashsale/sales"
 	"github.com/flashsale/flashsale/waitroom"
 )
 
 func cmdVerifyDraw(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg := app.Defaults()
+	cfg := wiring.Defaults()
 	if err := cfg.FromEnv(os.Getenv); err != nil {
 		return err
 	}
@@ -45,7 +45,7 @@ func cmdVerifyDraw(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer pool.Close()
-	sale, err := sales.NewStore(pool, rdb, stock.New(rdb), nil).Get(ctx, *saleID)
+	sale, err := sales.NewStore(pool, rdb, redisstock.New(rdb), nil).Get(ctx, *saleID)
 	if err != nil {
 		return err
 	}

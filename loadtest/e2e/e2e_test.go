@@ -1,5 +1,5 @@
 // Package e2e runs the load harness against a whole in-process stack
-// (internal/app on real Redis, PostgreSQL and kfake) at small N, with both
+// (internal/wiring on real Redis, PostgreSQL and kfake) at small N, with both
 // waiting-room transports:
 //
 //	go test -race -count=1 ./loadtest/...
@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/flashsale/internal/app"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
+	"github.com/flashsale/flashsale/internal/wiring"
 	"github.com/flashsale/flashsale/loadtest"
 )
 
@@ -27,7 +27,7 @@ const secret = "loadtest-e2e-secret"
 // database and PostgreSQL database (testenv hands out a fresh one per
 // call, so they are read once and kept).
 type stack struct {
-	app         *app.App
+	app         *wiring.App
 	redisURL    string
 	databaseURL string
 }
@@ -35,16 +35,16 @@ type stack struct {
 func startApp(t *testing.T) stack {
 	t.Helper()
 	st := stack{redisURL: testenv.RedisURL(t), databaseURL: testenv.DatabaseURL(t)}
-	cfg := app.Defaults()
+	cfg := wiring.Defaults()
 	cfg.HTTPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.RedisURL = st.redisURL
 	cfg.DatabaseURL = st.databaseURL
 	cfg.KafkaBrokers = testenv.NewKafka(t).Brokers
 	cfg.JWTSecret = secret
 	cfg.ExpiryInterval = 200 * time.Millisecond
-	a, err := app.Start(context.Background(), cfg, app.AllRoles, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, err := wiring.Start(context.Background(), cfg, wiring.AllRoles, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
-		t.Fatalf("app.Start: %v", err)
+		t.Fatalf("wiring.Start: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -167,14 +167,14 @@ func TestSmokeAgainstStack(t *testing.T) {
 // nothing stranded, no 5xx).
 func TestGatewayLostAgainstStack(t *testing.T) {
 	st := startApp(t)
-	cfg := app.Defaults()
+	cfg := wiring.Defaults()
 	cfg.HTTPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.RedisURL, cfg.DatabaseURL = st.redisURL, st.databaseURL
 	cfg.KafkaBrokers = st.app.KafkaBrokers
 	cfg.JWTSecret = secret
-	second, err := app.Start(context.Background(), cfg, app.Roles{Gateway: true}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	second, err := wiring.Start(context.Background(), cfg, wiring.Roles{Gateway: true}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
-		t.Fatalf("app.Start (second gateway): %v", err)
+		t.Fatalf("wiring.Start (second gateway): %v", err)
 	}
 	closed := false
 	closeSecond := func() {

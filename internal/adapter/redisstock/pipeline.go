@@ -1,0 +1,177 @@
+package redisstock
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/lua"
+)
+
+// Pipelining of Reserve. While RunPipeline runs, concurrent Reserve calls
+// are handed to a few senders; each takes every call waiting at that moment
+// and sends them to Redis as one pipeline (one write and one read on each
+// side instead of one per call). Each script still runs alone and atomic,
+// in the order sent, so nothing about the reservation changes; only the
+// round trips are shared. A sender takes no more than it finds waiting, so
+// a lone call goes out at once and batches form only while the senders are
+// busy, that is under load.
+
+// DefaultPipelineSenders is the number of pipelines one Store keeps on the
+// wire at most (RunPipeline with senders ≤ 0).
+const DefaultPipelineSenders = 4
+
+// maxPipeline caps the calls of one pipeline.
+const maxPipeline = 256
+
+// pipelineTimeout bounds a pipeline whose calls carry no deadline.
+const pipelineTimeout = 2 * time.Second
+
+// reserveCall is one Reserve waiting for a sender.
+type reserveCall struct {
+	ctx                    context.Context
+	saleID, itemID, userID int64
+	orderID                string
+	nowMs                  int64
+	done                   chan error // buffered 1: the sender never blocks
+}
+
+// pipeline is the state RunPipeline shares with Reserve.
+type pipeline struct {
+	calls   chan *reserveCall // unbuffered: a call is taken by a sender or not at all
+	running atomic.Bool
+	stopped chan struct{} // closed once no sender takes calls any more
+
+	batches, sent atomic.Int64
+}
+
+var callPool = sync.Pool{New: func() any { return &reserveCall{done: make(chan error, 1)} }}
+
+// RunPipeline hands Reserve calls to senders (DefaultPipelineSenders when
+// senders ≤ 0) until ctx ends; calls taken by then are answered before it
+// returns, later calls go straight to Redis again. One run per Store.
+func (s *Store) RunPipeline(ctx context.Context, senders int) error {
+	if senders <= 0 {
+		senders = DefaultPipelineSenders
+	}
+	p := &pipeline{calls: make(chan *reserveCall), stopped: make(chan struct{})}
+	if !s.pipe.CompareAndSwap(nil, p) {
+		return fmt.Errorf("redisstock.RunPipeline: already running")
+	}
+	p.running.Store(true)
+	var wg sync.WaitGroup
+	for range senders {
+		wg.Go(func() { s.send(ctx, p) })
+	}
+	wg.Wait()
+	// Calls blocked in Reserve now see stopped and go straight to Redis.
+	p.running.Store(false)
+	close(p.stopped)
+	return nil
+}
+
+// PipelineStats reports how many pipelines were sent and how many Reserve
+// calls they carried (both 0 when RunPipeline never ran).
+func (s *Store) PipelineStats() (pipelines, calls int64) {
+	if p := s.pipe.Load(); p != nil {
+		return p.batches.Load(), p.sent.Load()
+	}
+	return 0, 0
+}
+
+// send is one sender: it waits for a call, takes the others waiting, and
+// sends them together.
+func (s *Store) send(ctx context.Context, p *pipeline) {
+	batch := make([]*reserveCall, 0, maxPipeline)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case c := <-p.calls:
+			batch = append(batch[:0], c)
+		}
+	more:
+		for len(batch) < maxPipeline {
+			select {
+			case c := <-p.calls:
+				batch = append(batch, c)
+			default:
+				break more
+			}
+		}
+		s.sendBatch(p, batch)
+		clear(batch)
+	}
+}
+
+// sendBatch runs the calls of batch as one pipeline and answers each. The
+// pipeline is bounded by the latest deadline among the calls, so no call
+// is cut shorter than its own bound.
+func (s *Store) sendBatch(p *pipeline, batch []*reserveCall) {
+	deadline := time.Time{}
+	for _, c := range batch {
+		if d, ok := c.ctx.Deadline(); ok && d.After(deadline) {
+			deadline = d
+		}
+	}
+	if deadline.IsZero() {
+		deadline = time.Now().Add(pipelineTimeout)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(batch))
+	for i, c := range batch {
+		cmds[i] = s.reserve.EvalSha(ctx, pipe, reserveKeys(c.saleID), c.itemID, c.userID, c.orderID, c.nowMs)
+	}
+	_, _ = pipe.Exec(ctx) // errors are per command, read below
+	p.batches.Add(1)
+	p.sent.Add(int64(len(batch)))
+	for i, c := range batch {
+		res, err := cmds[i].Slice()
+		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			// Redis forgot the script (restart, SCRIPT FLUSH): this call
+			// did not run; Run loads it again.
+			res, err = s.reserve.Run(ctx, s.rdb, reserveKeys(c.saleID), c.itemID, c.userID, c.orderID, c.nowMs).Slice()
+		}
+		if err != nil {
+			c.done <- fmt.Errorf("redisstock.Reserve: %w", err)
+			continue
+		}
+		c.done <- reserveResult(res)
+	}
+}
+
+// reserveKeys are the KEYS of the reserve script for a sale.
+func reserveKeys(saleID int64) []string {
+	return []string{lua.StockKey(saleID), lua.BuyersKey(saleID), lua.PendingKey(saleID), lua.ReservedKey(saleID)}
+}
+
+// pipelined hands a Reserve to the senders when RunPipeline runs; taken is
+// false when it does not (the caller goes straight to Redis). Once a sender
+// took the call, it waits for the answer whatever ctx does: the script may
+// be on the wire, and only its answer says whether a unit was taken (the
+// sender's pipeline ends by the call's deadline).
+func (s *Store) pipelined(ctx context.Context, saleID, itemID, userID int64, orderID string, nowMs int64) (taken bool, err error) {
+	p := s.pipe.Load()
+	if p == nil || !p.running.Load() {
+		return false, nil
+	}
+	c := callPool.Get().(*reserveCall)
+	c.ctx, c.saleID, c.itemID, c.userID, c.orderID, c.nowMs = ctx, saleID, itemID, userID, orderID, nowMs
+	select {
+	case p.calls <- c:
+		taken, err = true, <-c.done
+	case <-p.stopped:
+	case <-ctx.Done():
+		taken, err = true, fmt.Errorf("redisstock.Reserve: %w", ctx.Err()) // never sent
+	}
+	c.ctx = nil
+	callPool.Put(c)
+	return taken, err
+}

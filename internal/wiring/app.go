@@ -1,0 +1,325 @@
+package wiring
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/admission"
+	"github.com/flashsale/flashsale/auth"
+	"github.com/flashsale/flashsale/defense"
+	"github.com/flashsale/flashsale/internal/adapter/postgres"
+	"github.com/flashsale/flashsale/internal/adapter/prom"
+	"github.com/flashsale/flashsale/internal/adapter/redisstock"
+	"github.com/flashsale/flashsale/sales"
+)
+
+// Roles selects what a process runs.
+type Roles struct {
+	Gateway bool // HTTP API, waiting room, purchase, reconciler
+	Writer  bool // Kafka → PostgreSQL
+	Expiry  bool // payment expiry + stock-return outbox
+}
+
+// AllRoles is what `flashsale dev` runs.
+var AllRoles = Roles{Gateway: true, Writer: true, Expiry: true}
+
+// redisMinIdle is how many Redis connections a process opens at start and
+// keeps idle (of its pool of 256).
+const redisMinIdle = 64
+
+// App is a running set of roles.
+type App struct {
+	// PublicURL and AdminURL are http://host:port of the listeners
+	// (with the real port when the configured one was :0).
+	PublicURL string
+	AdminURL  string
+	// KafkaBrokers are the brokers in use (the embedded ones in dev).
+	KafkaBrokers []string
+
+	cfg    Config
+	log    *slog.Logger
+	reg    *prometheus.Registry
+	rdb    *redis.Client
+	pool   *pgxpool.Pool
+	broker *Broker // the embedded one, when no brokers are configured
+	kping  *kafkaPinger
+
+	guard    *defense.Guard // gateway role only
+	settings *defense.Store
+	stock    *redisstock.Store
+	sales    *sales.Store
+	cache    *sales.Cache
+	access   *auth.Cache
+	signer   *admission.Signer
+
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	errMu     sync.Mutex
+	err       error
+	shutdowns []func(context.Context) error // listeners: run first on Close
+	closers   []func(context.Context) error // resources: run in reverse, last
+	done      chan struct{}
+	stopOnce  sync.Once
+}
+
+// Start connects the dependencies and starts the selected roles. The roles
+// run until ctx ends or Close is called; Wait returns the first role error.
+func Start(ctx context.Context, cfg Config, roles Roles, logger *slog.Logger) (_ *App, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a := &App{cfg: cfg, log: logger, reg: prometheus.NewRegistry(), cancel: cancel, done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			a.Close(context.Background())
+		}
+	}()
+	if _, err := prom.Register(a.reg, collectors.NewGoCollector()); err != nil {
+		return nil, err
+	}
+	if _, err := prom.Register(a.reg, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, err
+	}
+
+	ropt, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("FLASHSALE_REDIS_URL: %w", err)
+	}
+	ropt.PoolSize = 256
+	if ropt.MinIdleConns == 0 {
+		// Connections opened at start (a min_idle_conns in the URL wins):
+		// at a sale's opening every purchase wants one at once, and opening
+		// them then (dial, HELLO, buffers) takes CPU from the purchases
+		// when the machine is busiest.
+		ropt.MinIdleConns = redisMinIdle
+	}
+	a.rdb = redis.NewClient(ropt)
+	a.onClose(func(context.Context) error { return a.rdb.Close() })
+	pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer pcancel()
+	if err := a.rdb.Ping(pctx).Err(); err != nil {
+		return nil, fmt.Errorf("redis at %s: %w", ropt.Addr, err)
+	}
+	a.pool, err = postgres.Open(ctx, postgres.Config{URL: cfg.DatabaseURL, MaxConns: cfg.DBMaxConns, MinConns: cfg.DBMinConns})
+	if err != nil {
+		return nil, err
+	}
+	a.onClose(func(context.Context) error { a.pool.Close(); return nil })
+	if err := postgres.CheckSchema(ctx, a.pool); err != nil {
+		return nil, fmt.Errorf("%w (run `flashsale migrate`)", err)
+	}
+	if len(cfg.KafkaBrokers) == 0 {
+		a.broker, err = StartBroker(BrokerConfig{Port: cfg.KafkaPort, DataDir: cfg.KafkaDataDir}, logger)
+		if err != nil {
+			return nil, err
+		}
+		a.KafkaBrokers = a.broker.Addrs()
+		a.onClose(func(context.Context) error { a.broker.Close(); return nil })
+	} else {
+		a.KafkaBrokers = cfg.KafkaBrokers
+		if err := ensureTopics(ctx, a.KafkaBrokers); err != nil {
+			return nil, err
+		}
+	}
+
+	a.kping, err = newKafkaPinger(a.KafkaBrokers)
+	if err != nil {
+		return nil, err
+	}
+	a.onClose(func(context.Context) error { a.kping.Close(); return nil })
+
+	a.stock = redisstock.New(a.rdb)
+	if err := a.stock.LoadScripts(ctx); err != nil {
+		return nil, err
+	}
+	a.sales = sales.NewStore(a.pool, a.rdb, a.stock, nil)
+	a.cache = sales.NewCache(a.sales, a.rdb, time.Second, logger)
+	if err := a.cache.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	a.goRun("sales-cache", func() error { return a.cache.Run(runCtx) })
+
+	var keyOpts []auth.Option
+	for _, f := range cfg.JWTPublicKeys {
+		k, err := loadPublicKey(f)
+		if err != nil {
+			return nil, err
+		}
+		keyOpts = append(keyOpts, auth.WithPublicKey(k))
+	}
+	a.access = auth.NewCache(auth.NewVerifier(cfg.JWTSecret, keyOpts...), cfg.TokenCacheSize)
+	a.signer, err = admission.NewSigner(admission.Key{ID: 1, Secret: cfg.AdmissionSecret()})
+	if err != nil {
+		return nil, err
+	}
+
+	admin, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		return nil, fmt.Errorf("admin listener: %w", err)
+	}
+	a.AdminURL = "http://" + admin.Addr().String()
+
+	if roles.Gateway {
+		if err := a.startGateway(ctx, runCtx, admin); err != nil {
+			return nil, err
+		}
+	} else {
+		a.startAdminOnly(runCtx, admin)
+	}
+	if roles.Writer {
+		if err := a.startWriter(ctx, runCtx); err != nil {
+			return nil, err
+		}
+	}
+	if roles.Expiry {
+		if err := a.startExpiry(ctx, runCtx); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+func (a *App) onClose(f func(context.Context) error) { a.closers = append(a.closers, f) }
+
+func (a *App) onShutdown(f func(context.Context) error) { a.shutdowns = append(a.shutdowns, f) }
+
+// goRun runs a long-running part; its error (other than at shutdown) stops
+// the whole app.
+func (a *App) goRun(name string, f func() error) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		if err := f(); err != nil && !errors.Is(err, context.Canceled) {
+			a.log.Error("component stopped", "component", name, "err", err)
+			a.errMu.Lock()
+			if a.err == nil {
+				a.err = fmt.Errorf("%s: %w", name, err)
+			}
+			a.errMu.Unlock()
+			a.stop()
+		}
+	}()
+}
+
+func (a *App) stop() {
+	a.stopOnce.Do(func() { close(a.done) })
+}
+
+// Done is closed when a component failed.
+func (a *App) Done() <-chan struct{} { return a.done }
+
+// Err is the first component error.
+func (a *App) Err() error {
+	a.errMu.Lock()
+	defer a.errMu.Unlock()
+	return a.err
+}
+
+// Ready reports whether Redis, PostgreSQL and Kafka are reachable and the
+// schema is current (for /readyz).
+func (a *App) Ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := a.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	if err := postgres.CheckSchema(ctx, a.pool); err != nil {
+		return err
+	}
+	return a.kping.Ping(ctx)
+}
+
+// Close shuts everything down gracefully within ctx: listeners stop
+// accepting, WebSockets are closed with "going away", the producer flushes,
+// the writer finishes its batch and commits, pools close.
+func (a *App) Close(ctx context.Context) error {
+	a.stop()
+	var errs []error
+	for _, f := range a.shutdowns {
+		if err := f(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	a.cancel() // background loops end; the writer commits its last batch
+	a.wg.Wait()
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		if err := a.closers[i](ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Registry is the app's metrics registry.
+func (a *App) Registry() *prometheus.Registry { return a.reg }
+
+func loadPublicKey(path string) (crypto.PublicKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("public key: %w", err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, fmt.Errorf("public key %s: no PEM block", path)
+	}
+	k, err := x509.ParsePKIXPublicKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("public key %s: %w", path, err)
+	}
+	return k, nil
+}
+
+// CreateSale validates and creates a sale as POST /api/admin/sales does:
+// for the demo, tools and tests.
+func (a *App) CreateSale(ctx context.Context, s flashsale.Sale) (flashsale.Sale, error) {
+	if err := s.Validate(); err != nil {
+		return flashsale.Sale{}, fmt.Errorf("wiring.CreateSale: %w", err)
+	}
+	out, err := a.sales.Create(ctx, s)
+	if err != nil {
+		return out, err
+	}
+	return out, a.cache.Refresh(ctx)
+}
+
+// SetDefense stores bot-defense settings (as PUT /api/admin/settings does)
+// and applies them to this process's guard at once, for tests and tools
+// that must not wait for the propagation tick.
+func (a *App) SetDefense(ctx context.Context, actor string, body []byte) error {
+	if a.settings == nil {
+		return errors.New("wiring.SetDefense: no gateway role")
+	}
+	st, err := defense.ParseSettings(body)
+	if err != nil {
+		return err
+	}
+	st, err = a.settings.Put(ctx, actor, st)
+	if err != nil {
+		return err
+	}
+	a.guard.Apply(st)
+	return nil
+}
+
+// SignAdmission signs an admission token as the waiting room does at a
+// shopper's turn (for tests and tools that drive the purchase path
+// directly).
+func (a *App) SignAdmission(userID, saleID int64, ttl time.Duration) string {
+	return a.signer.Sign(flashsale.Admission{UserID: userID, SaleID: saleID, ExpiresAt: time.Now().Add(ttl)})
+}

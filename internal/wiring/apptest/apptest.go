@@ -1,0 +1,147 @@
+// Package apptest starts a whole flashsale stack in-process for end-to-end
+// tests (internal/wiring, browsertest, cmd/flashsale): every role on real Redis
+// and PostgreSQL (internal/harness/testenv) and a kfake broker, with helpers to call
+// the public API as a shopper or an operator.
+package apptest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale/auth"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
+	"github.com/flashsale/flashsale/internal/wiring"
+)
+
+// Secret is the stacks' JWT secret.
+const Secret = "apptest-secret"
+
+// Permissive lifts the per-address and per-user limits: every request of a
+// test comes from one loopback address at a high rate (the defense tests
+// cover the limits).
+const Permissive = `{"rateLimit": {"perIp": {"rps": 100000, "burst": 100000}, "perUser": {"rps": 100000, "burst": 100000}},
+	"pow": {"difficulty": 0}, "blocklist": {"cidrs": [], "users": []}}`
+
+// Stack is a running in-process flashsale.
+type Stack struct {
+	T      testing.TB
+	App    *wiring.App
+	Config wiring.Config
+	Client *http.Client
+}
+
+// Start starts every role on fresh test services (the package's TestMain
+// must call testenv.Main) with permissive rate limits, and closes it when
+// the test ends. mutate may change the configuration first.
+func Start(t testing.TB, mutate ...func(*wiring.Config)) *Stack {
+	t.Helper()
+	cfg := wiring.Defaults()
+	cfg.HTTPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.RedisURL = testenv.RedisURL(t)
+	cfg.DatabaseURL = testenv.DatabaseURL(t)
+	cfg.KafkaBrokers = testenv.NewKafka(t).Brokers
+	cfg.JWTSecret = Secret
+	cfg.ExpiryInterval = 200 * time.Millisecond
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if os.Getenv("FLASHSALE_TEST_LOG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	a, err := wiring.Start(context.Background(), cfg, wiring.AllRoles, log)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := a.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	if err := a.SetDefense(context.Background(), "test", []byte(Permissive)); err != nil {
+		t.Fatalf("settings: %v", err)
+	}
+	return &Stack{T: t, App: a, Config: cfg, Client: &http.Client{Timeout: 10 * time.Second}}
+}
+
+// Token mints an access token for user.
+func (s *Stack) Token(user int64, operator bool) string {
+	s.T.Helper()
+	tok, err := auth.Mint(Secret, user, operator, time.Hour, time.Now())
+	if err != nil {
+		s.T.Fatal(err)
+	}
+	return tok
+}
+
+// Resp is an answer of the API.
+type Resp struct {
+	Status int
+	Header http.Header
+	Body   map[string]any
+	Raw    []byte
+}
+
+// Do calls the public address. body is nil, a string or []byte sent as is,
+// or a value sent as JSON; hdr are header name/value pairs.
+func (s *Stack) Do(method, path, bearer string, body any, hdr ...string) Resp {
+	s.T.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			s.T.Fatal(err)
+		}
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, s.App.PublicURL+path, rd)
+	if err != nil {
+		s.T.Fatal(err)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	r, err := s.Client.Do(req)
+	if err != nil {
+		s.T.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer r.Body.Close()
+	raw, _ := io.ReadAll(r.Body)
+	out := Resp{Status: r.StatusCode, Header: r.Header, Raw: raw}
+	_ = json.Unmarshal(raw, &out.Body)
+	return out
+}
+
+// Want fails the test unless r has the status and, when code is not
+// empty, the error code.
+func (s *Stack) Want(r Resp, status int, code string) {
+	s.T.Helper()
+	if r.Status != status {
+		s.T.Fatalf("status = %d, want %d; body %s", r.Status, status, r.Raw)
+	}
+	if code != "" && r.Body["error"] != code {
+		s.T.Fatalf("error = %v, want %s; body %s", r.Body["error"], code, r.Raw)
+	}
+}

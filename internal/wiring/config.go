@@ -1,0 +1,264 @@
+// Package wiring is the composition root: the one package that builds the
+// adapters and components and wires them into running roles (gateway,
+// writer, expiry) from one resolved configuration. No other package
+// imports the components together. cmd/flashsale builds the
+// configuration from the environment and flags; tests, the load harness and
+// the browser tests start a whole stack in-process through Start.
+package wiring
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/adapter/kafka"
+	"github.com/flashsale/flashsale/waitroom"
+)
+
+// Config is the resolved configuration of every role.
+type Config struct {
+	HTTPAddr  string // public listener
+	AdminAddr string // metrics, health, pprof
+
+	RedisURL     string
+	DatabaseURL  string
+	KafkaBrokers []string // empty: an embedded kfake broker in this process
+	// KafkaPort fixes the embedded broker's port on 127.0.0.1 (0: any free
+	// port), so other processes can reach it (FLASHSALE_KAFKA_PORT).
+	KafkaPort int
+	// KafkaDataDir keeps the embedded broker's data across restarts,
+	// every write synced (FLASHSALE_KAFKA_DATA_DIR; dev: .flashsale/kafka;
+	// "": in memory).
+	KafkaDataDir string
+
+	JWTSecret     string
+	JWTPublicKeys []string // PEM files of extra accepted signing keys
+	AdmissionKey  string   // HMAC key of admission tokens; empty: derived from JWTSecret
+
+	PaymentWindow   time.Duration
+	ExpiryInterval  time.Duration
+	AdmissionTTL    time.Duration
+	TrustedProxies  []netip.Prefix
+	CORSOrigins     []string
+	DBMaxConns      int32
+	DBMinConns      int32 // opened at start and kept (postgres.Config.MinConns)
+	WriterBatchSize int
+	WriterInFlight  int // batches whose transactions run at once (writer.Config.InFlight)
+	WriterMaxConns  int32
+	KafkaProducers  int // idempotent producers per gateway (kafka.ProducerConfig.Producers)
+	ReconcileAfter  time.Duration
+	CapacityFactor  float64
+	TokenCacheSize  int // verified access tokens kept per process
+
+	// KafkaSessionTimeout is the writer group's session timeout
+	// (writer.Config.SessionTimeout, FLASHSALE_KAFKA_SESSION_TIMEOUT).
+	KafkaSessionTimeout time.Duration
+	// WriterInstanceID makes the writer a static group member
+	// (writer.Config.InstanceID, FLASHSALE_WRITER_INSTANCE_ID).
+	WriterInstanceID string
+
+	// WaitingPushes and StatusEvery pace the waiting room's WAITING
+	// statuses (waitroom.Config); 0: its defaults.
+	WaitingPushes int
+	StatusEvery   time.Duration
+	// WSMaxConnsPerAddr caps one client address's room connections on one
+	// gateway (waitroom.Config.MaxConnsPerIP). Raise it for shoppers behind
+	// carrier-grade NAT.
+	WSMaxConnsPerAddr int
+	// AdmittedGrace is how long an admitted shopper may be gone (no
+	// connection on any gateway) before its place stops counting against
+	// the capacity cap (waitroom.Config.AdmittedGrace,
+	// FLASHSALE_ADMITTED_GRACE, at most 30s).
+	AdmittedGrace time.Duration
+
+	LogFormat string // "json" or "text"
+	LogLevel  string
+}
+
+// Defaults returns the contract's defaults.
+func Defaults() Config {
+	return Config{
+		HTTPAddr:          "127.0.0.1:8080",
+		AdminAddr:         "127.0.0.1:9090",
+		PaymentWindow:     10 * time.Minute,
+		ExpiryInterval:    30 * time.Second,
+		AdmissionTTL:      5 * time.Minute,
+		DBMaxConns:        16,
+		DBMinConns:        8,
+		WriterBatchSize:   500,
+		WriterInFlight:    2,
+		WriterMaxConns:    4,
+		KafkaProducers:    kafka.DefaultProducers,
+		ReconcileAfter:    2 * time.Minute,
+		CapacityFactor:    2,
+		TokenCacheSize:    1 << 18,
+		WSMaxConnsPerAddr: waitroom.DefaultMaxConnsPerIP,
+		AdmittedGrace:     waitroom.DefaultAdmittedGrace,
+		LogFormat:         "json",
+		LogLevel:          "info",
+
+		KafkaSessionTimeout: 6 * time.Second,
+	}
+}
+
+// FromEnv overlays FLASHSALE_* environment variables on c.
+func (c *Config) FromEnv(getenv func(string) string) error {
+	var errs []error
+	str := func(name string, dst *string) {
+		if v := getenv(name); v != "" {
+			*dst = v
+		}
+	}
+	dur := func(name string, dst *time.Duration) {
+		if v := getenv(name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				errs = append(errs, fmt.Errorf("%s=%q: want a positive duration like 30s or 10m", name, v))
+				return
+			}
+			*dst = d
+		}
+	}
+	integer := func(name string, dst *int) {
+		if v := getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				errs = append(errs, fmt.Errorf("%s=%q: want a positive integer", name, v))
+				return
+			}
+			*dst = n
+		}
+	}
+	str("FLASHSALE_HTTP_ADDR", &c.HTTPAddr)
+	str("FLASHSALE_ADMIN_ADDR", &c.AdminAddr)
+	str("FLASHSALE_REDIS_URL", &c.RedisURL)
+	str("FLASHSALE_DATABASE_URL", &c.DatabaseURL)
+	if v := getenv("FLASHSALE_KAFKA_BROKERS"); v != "" {
+		c.KafkaBrokers = splitList(v)
+	}
+	integer("FLASHSALE_KAFKA_PORT", &c.KafkaPort)
+	str("FLASHSALE_KAFKA_DATA_DIR", &c.KafkaDataDir)
+	str("FLASHSALE_JWT_SECRET", &c.JWTSecret)
+	if v := getenv("FLASHSALE_JWT_PUBLIC_KEYS"); v != "" {
+		c.JWTPublicKeys = splitList(v)
+	}
+	str("FLASHSALE_ADMISSION_KEY", &c.AdmissionKey)
+	dur("FLASHSALE_PAYMENT_WINDOW", &c.PaymentWindow)
+	dur("FLASHSALE_EXPIRY_INTERVAL", &c.ExpiryInterval)
+	dur("FLASHSALE_ADMISSION_TTL", &c.AdmissionTTL)
+	dur("FLASHSALE_RECONCILE_AFTER", &c.ReconcileAfter)
+	dur("FLASHSALE_KAFKA_SESSION_TIMEOUT", &c.KafkaSessionTimeout)
+	str("FLASHSALE_WRITER_INSTANCE_ID", &c.WriterInstanceID)
+	if v := getenv("FLASHSALE_TRUSTED_PROXIES"); v != "" {
+		p, err := ParsePrefixes(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("FLASHSALE_TRUSTED_PROXIES: %w", err))
+		}
+		c.TrustedProxies = p
+	}
+	if v := getenv("FLASHSALE_CORS_ORIGINS"); v != "" {
+		c.CORSOrigins = splitList(v)
+	}
+	var n int
+	if integer("FLASHSALE_DB_MAX_CONNS", &n); n > 0 {
+		c.DBMaxConns = int32(n)
+	}
+	n = 0
+	if integer("FLASHSALE_DB_MIN_CONNS", &n); n > 0 {
+		c.DBMinConns = int32(n)
+	}
+	integer("FLASHSALE_WRITER_BATCH_SIZE", &c.WriterBatchSize)
+	integer("FLASHSALE_WRITER_IN_FLIGHT", &c.WriterInFlight)
+	integer("FLASHSALE_KAFKA_PRODUCERS", &c.KafkaProducers)
+	n = 0
+	if integer("FLASHSALE_WRITER_MAX_CONNS", &n); n > 0 {
+		c.WriterMaxConns = int32(n)
+	}
+	if v := getenv("FLASHSALE_CAPACITY_FACTOR"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 {
+			errs = append(errs, fmt.Errorf("FLASHSALE_CAPACITY_FACTOR=%q: want a positive number", v))
+		}
+		c.CapacityFactor = f
+	}
+	if v := getenv("FLASHSALE_WAITING_PUSHES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n == 0 || n < -1 {
+			errs = append(errs, fmt.Errorf("FLASHSALE_WAITING_PUSHES=%q: want a positive integer, or -1 for no cap", v))
+		}
+		c.WaitingPushes = n
+	}
+	dur("FLASHSALE_STATUS_EVERY", &c.StatusEvery)
+	integer("FLASHSALE_WS_MAX_CONNS_PER_ADDR", &c.WSMaxConnsPerAddr)
+	dur("FLASHSALE_ADMITTED_GRACE", &c.AdmittedGrace)
+	if c.AdmittedGrace > 30*time.Second {
+		errs = append(errs, fmt.Errorf("FLASHSALE_ADMITTED_GRACE=%s: at most 30s (a gone shopper's place is freed after it)", c.AdmittedGrace))
+	}
+	str("FLASHSALE_LOG_FORMAT", &c.LogFormat)
+	str("FLASHSALE_LOG_LEVEL", &c.LogLevel)
+	return errors.Join(errs...)
+}
+
+// Validate checks what every role needs.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.RedisURL == "" {
+		errs = append(errs, errors.New("FLASHSALE_REDIS_URL is not set"))
+	}
+	if c.DatabaseURL == "" {
+		errs = append(errs, errors.New("FLASHSALE_DATABASE_URL is not set"))
+	}
+	if c.JWTSecret == "" {
+		errs = append(errs, errors.New("FLASHSALE_JWT_SECRET is not set"))
+	}
+	return errors.Join(errs...)
+}
+
+// AdmissionSecret is the admission-token key: configured, or derived from
+// the JWT secret so every gateway of one deployment agrees without extra
+// configuration.
+func (c *Config) AdmissionSecret() []byte {
+	if c.AdmissionKey != "" {
+		return []byte(c.AdmissionKey)
+	}
+	sum := sha256.Sum256([]byte("flashsale admission v1\x00" + c.JWTSecret))
+	return sum[:]
+}
+
+// PowSecret keys proof-of-work challenges, derived like AdmissionSecret.
+func (c *Config) PowSecret() []byte {
+	sum := sha256.Sum256([]byte("flashsale pow v1\x00" + c.JWTSecret))
+	return sum[:]
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// ParsePrefixes parses a comma-separated list of CIDRs or single addresses.
+func ParsePrefixes(v string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range splitList(v) {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("%q is neither a CIDR nor an address", s)
+		}
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
+}

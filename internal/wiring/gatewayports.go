@@ -1,0 +1,60 @@
+package wiring
+
+import (
+	"context"
+	"encoding/json"
+	"net/netip"
+
+	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/gateway"
+	"github.com/flashsale/flashsale/sales"
+	"github.com/flashsale/flashsale/static"
+	"github.com/flashsale/flashsale/waitroom"
+)
+
+// queueAdapter presents the waiting room as the gateway's Queue (whose
+// polling answers are any JSON value).
+type queueAdapter struct{ *waitroom.Room }
+
+func (q queueAdapter) Join(ctx context.Context, p flashsale.Principal, saleID int64, ip netip.Addr, pow json.RawMessage) (any, error) {
+	return q.Room.Join(ctx, p, saleID, ip, pow)
+}
+
+func (q queueAdapter) Status(ctx context.Context, p flashsale.Principal, saleID int64) (any, error) {
+	return q.Room.Status(ctx, p, saleID)
+}
+
+// staticAdapter presents the embedded site as the gateway's StaticFiles.
+type staticAdapter struct{ site *static.Site }
+
+func (s staticAdapter) Lookup(path string) (gateway.StaticFile, bool) {
+	f, ok := s.site.Lookup(path)
+	if !ok {
+		return gateway.StaticFile{}, false
+	}
+	return gateway.StaticFile{Body: f.Body, Gzip: f.Gzip, ContentType: f.ContentType, ETag: f.ETag, GzipETag: f.GzipETag, CacheControl: f.CacheControl}, true
+}
+
+// saleAdmin is the sale store as the operator API sees it: a change is in
+// this gateway's cache before the answer goes out (other gateways follow
+// through the announcement, or their refresh within a second).
+type saleAdmin struct {
+	*sales.Store
+	cache *sales.Cache
+}
+
+func (s saleAdmin) Create(ctx context.Context, in flashsale.Sale) (flashsale.Sale, error) {
+	out, err := s.Store.Create(ctx, in)
+	if err != nil {
+		return out, err
+	}
+	return out, s.cache.Refresh(ctx)
+}
+
+func (s saleAdmin) Update(ctx context.Context, id int64, u flashsale.SaleUpdate) (flashsale.Sale, error) {
+	out, err := s.Store.Update(ctx, id, u)
+	if err != nil {
+		return out, err
+	}
+	return out, s.cache.Refresh(ctx)
+}

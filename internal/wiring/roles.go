@@ -1,0 +1,181 @@
+package wiring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/flashsale/flashsale/defense"
+	"github.com/flashsale/flashsale/expiry"
+	"github.com/flashsale/flashsale/gateway"
+	"github.com/flashsale/flashsale/internal/adapter/kafka"
+	"github.com/flashsale/flashsale/internal/adapter/postgres"
+	"github.com/flashsale/flashsale/orders"
+	"github.com/flashsale/flashsale/purchase"
+	"github.com/flashsale/flashsale/static"
+	"github.com/flashsale/flashsale/waitroom"
+	"github.com/flashsale/flashsale/writer"
+)
+
+func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) error {
+	cfg := a.cfg
+	producer, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: a.KafkaBrokers, Producers: cfg.KafkaProducers}, a.log)
+	if err != nil {
+		return err
+	}
+	a.onClose(func(context.Context) error { producer.Close(); return nil })
+	// Connect to the brokers and load the producer ID now, not at the first
+	// purchase: under a crowd the first dial may find no file descriptor,
+	// and an InitProducerID that times out fails every record behind it.
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	if err := producer.Prepare(wctx); err != nil {
+		a.log.Warn("Kafka not reachable yet; purchases answer 503 until it is", "err", err)
+	}
+	wcancel()
+
+	buy := purchase.New(purchase.Config{}, a.stock, producer, a.log, a.reg)
+	a.goRun("purchase", func() error { return buy.Run(runCtx) })
+	// Concurrent reservations share Redis round trips (internal/adapter/redisstock).
+	a.goRun("reserve-pipeline", func() error { return a.stock.RunPipeline(runCtx, 0) })
+	// The reconciler asks Kafka whether a stale reservation's record is
+	// there, and never declares lost one that is.
+	orderLog, err := kafka.NewOrderLog(a.KafkaBrokers, "", "", a.log)
+	if err != nil {
+		return err
+	}
+	a.onClose(func(context.Context) error { orderLog.Close(); return nil })
+	rec := purchase.NewReconciler(purchase.ReconcilerConfig{After: cfg.ReconcileAfter, PaymentWindow: cfg.PaymentWindow, Orders: orderLog},
+		a.pool, a.stock, a.cache, a.log, a.reg)
+	a.goRun("reconciler", func() error { return rec.Run(runCtx) })
+
+	ord := orders.New(orders.Config{PaymentWindow: cfg.PaymentWindow}, a.pool, a.stock, a.cache, a.log)
+
+	settings := defense.NewStore(a.pool, a.rdb, a.log)
+	guard := defense.NewGuard(defense.GuardConfig{TrustedProxies: cfg.TrustedProxies, PowKey: cfg.PowSecret()},
+		a.rdb, a.log, a.reg)
+	a.goRun("defense", func() error { return guard.Run(runCtx, settings) })
+	a.guard, a.settings = guard, settings
+
+	// The gateway counts its purchase and order requests; the room's
+	// status pacing yields to them.
+	saleRequests := new(atomic.Int64)
+	room := waitroom.New(waitroom.Config{
+		Competing:      saleRequests.Load,
+		AdmissionTTL:   cfg.AdmissionTTL,
+		CapacityFactor: cfg.CapacityFactor,
+		WaitingPushes:  cfg.WaitingPushes,
+		StatusEvery:    cfg.StatusEvery,
+		MaxConns:       maxWebSockets(),
+		MaxConnsPerIP:  cfg.WSMaxConnsPerAddr,
+		OriginPatterns: originPatterns(cfg.CORSOrigins),
+		AdmittedGrace:  cfg.AdmittedGrace,
+		// The queue's tickets, draw and cursor outlive a Redis loss.
+		Durable: waitroom.NewPGDurable(a.pool),
+	}, a.rdb, a.cache, a.stock, a.access, a.signer, guard, a.log, a.reg)
+	a.goRun("waitroom", func() error { return room.Run(runCtx) })
+
+	site, err := static.New()
+	if err != nil {
+		return err
+	}
+	srv := gateway.New(gateway.Config{CORSOrigins: cfg.CORSOrigins, Ready: a.Ready, SaleRequests: saleRequests}, gateway.Deps{
+		Access:    a.access,
+		Admission: a.signer,
+		Sales:     a.cache,
+		Stock:     a.stock,
+		SaleAdmin: availSaleAdmin{saleAdmin{Store: a.sales, cache: a.cache}},
+		Purchase:  buy,
+		Orders:    ord,
+		Queue:     availQueue{queueAdapter{room}},
+		Guard:     guard,
+		Settings:  availSettings{settings.JSON()},
+		Static:    staticAdapter{site},
+		Metrics:   a.reg,
+		Logger:    a.log,
+	})
+	pub, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("public listener: %w", err)
+	}
+	a.PublicURL = "http://" + pub.Addr().String()
+	a.goRun("http", func() error { return ignoreClosed(srv.Serve(pub)) })
+	a.goRun("admin", func() error { return ignoreClosed(srv.ServeAdmin(admin)) })
+	a.onShutdown(func(ctx context.Context) error {
+		rerr := room.Shutdown(ctx)
+		return errors.Join(rerr, srv.Shutdown(ctx))
+	})
+	a.log.Info("gateway listening", "public", a.PublicURL, "admin", a.AdminURL)
+	return nil
+}
+
+// startAdminOnly serves /metrics, /healthz, /readyz and pprof for processes
+// without the gateway role.
+func (a *App) startAdminOnly(runCtx context.Context, admin net.Listener) {
+	srv := &http.Server{Handler: gateway.AdminHandler(a.reg, a.Ready), ReadHeaderTimeout: 5 * time.Second}
+	a.goRun("admin", func() error { return ignoreClosed(srv.Serve(admin)) })
+	a.onShutdown(srv.Shutdown)
+}
+
+func (a *App) startWriter(ctx, runCtx context.Context) error {
+	pool, err := postgres.Open(ctx, postgres.Config{URL: a.cfg.DatabaseURL, MaxConns: a.cfg.WriterMaxConns, MinConns: a.cfg.WriterMaxConns})
+	if err != nil {
+		return err
+	}
+	a.onClose(func(context.Context) error { pool.Close(); return nil })
+	w, err := writer.New(writer.Config{
+		Brokers:        a.KafkaBrokers,
+		BatchSize:      a.cfg.WriterBatchSize,
+		InFlight:       a.cfg.WriterInFlight,
+		MaxConns:       a.cfg.WriterMaxConns,
+		PaymentWindow:  a.cfg.PaymentWindow,
+		SessionTimeout: a.cfg.KafkaSessionTimeout,
+		InstanceID:     a.cfg.WriterInstanceID,
+	}, pool, a.stock, a.log, a.reg)
+	if err != nil {
+		return err
+	}
+	a.onClose(func(context.Context) error { return w.Close() })
+	a.goRun("writer", func() error { return w.Run(runCtx) })
+	return nil
+}
+
+func (a *App) startExpiry(_, runCtx context.Context) error {
+	ord := orders.New(orders.Config{PaymentWindow: a.cfg.PaymentWindow}, a.pool, a.stock, a.cache, a.log)
+	w := expiry.New(expiry.Config{Interval: a.cfg.ExpiryInterval}, a.pool, a.stock, ord, a.log, a.reg)
+	a.goRun("expiry", func() error { return w.Run(runCtx) })
+	return nil
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// originPatterns turns CORS origins (https://cdn.example.com) into the host
+// patterns coder/websocket expects (cdn.example.com).
+func originPatterns(origins []string) []string {
+	var out []string
+	for _, o := range origins {
+		if u, ok := cutScheme(o); ok {
+			out = append(out, u)
+		} else {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func cutScheme(o string) (string, bool) {
+	for _, p := range []string{"https://", "http://"} {
+		if len(o) > len(p) && o[:len(p)] == p {
+			return o[len(p):], true
+		}
+	}
+	return "", false
+}

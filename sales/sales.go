@@ -1,0 +1,276 @@
+// Package sales stores sales in PostgreSQL, loads their stock into Redis and
+// keeps the in-memory sale cache that every gateway reads on its hot paths.
+package sales
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/adapter/redisstock"
+	"github.com/flashsale/flashsale/lua"
+)
+
+// Store is the sale repository.
+type Store struct {
+	pool  *pgxpool.Pool
+	rdb   redis.UniversalClient
+	stock *redisstock.Store
+	now   func() time.Time
+}
+
+// NewStore returns a Store. now may be nil (time.Now).
+func NewStore(pool *pgxpool.Pool, rdb redis.UniversalClient, st *redisstock.Store, now func() time.Time) *Store {
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{pool: pool, rdb: rdb, stock: st, now: now}
+}
+
+var errNotFound = &flashsale.Error{Code: flashsale.CodeNotFound, Message: "no such sale"}
+
+// Commitment returns the hex SHA-256 of the seed bytes.
+func Commitment(seed []byte) string {
+	sum := sha256.Sum256(seed)
+	return hex.EncodeToString(sum[:])
+}
+
+// Create stores a new sale with a fresh shuffle seed and its commitment,
+// assigns ids, loads the stock into Redis and announces the sale. The caller
+// validates the input.
+func (s *Store) Create(ctx context.Context, in flashsale.Sale) (flashsale.Sale, error) {
+	seed := make([]byte, 32)
+	if _, err := rand.Read(seed); err != nil {
+		return flashsale.Sale{}, fmt.Errorf("sales.Create: %w", err)
+	}
+	out := in
+	out.ShuffleSeed = seed
+	out.ShuffleCommitment = Commitment(seed)
+	out.Items = make([]flashsale.Item, len(in.Items))
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var ends *time.Time
+		if !in.EndsAt.IsZero() {
+			ends = &in.EndsAt
+		}
+		if err := tx.QueryRow(ctx, `INSERT INTO sales (name, starts_at, ends_at, admission_rate, shuffle_seed, shuffle_commitment)
+			VALUES ($1, $2, $3, $4, $5, $6) RETURNING id, created_at`,
+			in.Name, in.StartsAt, ends, in.AdmissionRatePerSecond, seed, out.ShuffleCommitment).Scan(&out.ID, &out.CreatedAt); err != nil {
+			return err
+		}
+		for i, it := range in.Items {
+			it.SaleID = out.ID
+			if err := tx.QueryRow(ctx, `INSERT INTO items (sale_id, product_id, quantity, price_cents) VALUES ($1, $2, $3, $4) RETURNING id`,
+				out.ID, it.ProductID, it.Quantity, it.PriceCents).Scan(&it.ID); err != nil {
+				return err
+			}
+			out.Items[i] = it
+		}
+		return audit(ctx, tx, in.CreatedBy, "sale.create", map[string]any{
+			"saleId": out.ID, "name": out.Name, "startsAt": out.StartsAt, "admissionRatePerSecond": out.AdmissionRatePerSecond,
+			"shuffleCommitment": out.ShuffleCommitment, "items": len(out.Items),
+		})
+	})
+	if err != nil {
+		return flashsale.Sale{}, fmt.Errorf("sales.Create: %w", err)
+	}
+	remaining := make(map[int64]int64, len(out.Items))
+	for _, it := range out.Items {
+		remaining[it.ID] = it.Quantity
+	}
+	if err := s.stock.Load(ctx, out.ID, remaining); err != nil {
+		return flashsale.Sale{}, fmt.Errorf("sales.Create: %w", err)
+	}
+	s.announce(ctx, out.ID)
+	return out, nil
+}
+
+func (s *Store) announce(ctx context.Context, id int64) {
+	// Best effort: caches also refresh on a timer.
+	_ = s.rdb.Publish(ctx, lua.SalesChannel, id).Err()
+}
+
+const saleColumns = `id, name, starts_at, coalesce(ends_at, 'epoch'::timestamptz), admission_rate, shuffle_seed, shuffle_commitment, created_at`
+
+func scanSale(row pgx.Row) (flashsale.Sale, error) {
+	var sl flashsale.Sale
+	err := row.Scan(&sl.ID, &sl.Name, &sl.StartsAt, &sl.EndsAt, &sl.AdmissionRatePerSecond, &sl.ShuffleSeed, &sl.ShuffleCommitment, &sl.CreatedAt)
+	if sl.EndsAt.Unix() == 0 {
+		sl.EndsAt = time.Time{}
+	}
+	sl.StartsAt = sl.StartsAt.UTC()
+	sl.CreatedAt = sl.CreatedAt.UTC()
+	return sl, err
+}
+
+// Get returns one sale with its items, or NOT_FOUND.
+func (s *Store) Get(ctx context.Context, id int64) (flashsale.Sale, error) {
+	sl, err := scanSale(s.pool.QueryRow(ctx, `SELECT `+saleColumns+` FROM sales WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return flashsale.Sale{}, errNotFound
+	}
+	if err != nil {
+		return flashsale.Sale{}, fmt.Errorf("sales.Get: %w", err)
+	}
+	items, err := s.items(ctx, `WHERE sale_id = $1`, id)
+	if err != nil {
+		return flashsale.Sale{}, fmt.Errorf("sales.Get: %w", err)
+	}
+	sl.Items = items[id]
+	return sl, nil
+}
+
+func (s *Store) items(ctx context.Context, where string, args ...any) (map[int64][]flashsale.Item, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, sale_id, product_id, quantity, price_cents FROM items `+where+` ORDER BY id`, args...)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int64][]flashsale.Item{}
+	for rows.Next() {
+		var it flashsale.Item
+		if err := rows.Scan(&it.ID, &it.SaleID, &it.ProductID, &it.Quantity, &it.PriceCents); err != nil {
+			return nil, err
+		}
+		out[it.SaleID] = append(out[it.SaleID], it)
+	}
+	return out, rows.Err()
+}
+
+// List returns every sale with its items, newest first.
+func (s *Store) List(ctx context.Context) ([]flashsale.Sale, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+saleColumns+` FROM sales ORDER BY id DESC`)
+	if err != nil {
+		return nil, fmt.Errorf("sales.List: %w", err)
+	}
+	var out []flashsale.Sale
+	for rows.Next() {
+		sl, err := scanSale(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sales.List: %w", err)
+		}
+		out = append(out, sl)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sales.List: %w", err)
+	}
+	items, err := s.items(ctx, ``)
+	if err != nil {
+		return nil, fmt.Errorf("sales.List: %w", err)
+	}
+	for i := range out {
+		out[i].Items = items[out[i].ID]
+	}
+	return out, nil
+}
+
+// Update applies a live change and announces it.
+func (s *Store) Update(ctx context.Context, id int64, u flashsale.SaleUpdate) (flashsale.Sale, error) {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE sales SET
+			name = coalesce($2, name),
+			admission_rate = coalesce($3, admission_rate),
+			ends_at = coalesce($4, ends_at),
+			updated_at = now()
+			WHERE id = $1`, id, u.Name, u.AdmissionRatePerSecond, u.EndsAt)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return errNotFound
+		}
+		change := map[string]any{"saleId": id}
+		if u.Name != nil {
+			change["name"] = *u.Name
+		}
+		if u.AdmissionRatePerSecond != nil {
+			change["admissionRatePerSecond"] = *u.AdmissionRatePerSecond
+		}
+		if u.EndsAt != nil {
+			change["endsAt"] = *u.EndsAt
+		}
+		return audit(ctx, tx, u.Actor, "sale.update", change)
+	})
+	if errors.Is(err, errNotFound) {
+		return flashsale.Sale{}, errNotFound
+	}
+	if err != nil {
+		return flashsale.Sale{}, fmt.Errorf("sales.Update: %w", err)
+	}
+	s.announce(ctx, id)
+	return s.Get(ctx, id)
+}
+
+// Figures returns the live figures of a sale's items: remaining from Redis,
+// the order counts by status from PostgreSQL.
+func (s *Store) Figures(ctx context.Context, saleID int64) ([]flashsale.ItemFigures, error) {
+	sl, err := s.Get(ctx, saleID)
+	if err != nil {
+		return nil, err
+	}
+	remaining, err := s.stock.Remaining(ctx, saleID)
+	if err != nil {
+		return nil, fmt.Errorf("sales.Figures: %w", err)
+	}
+	byItem := make(map[int64]*flashsale.ItemFigures, len(sl.Items))
+	out := make([]flashsale.ItemFigures, len(sl.Items))
+	for i, it := range sl.Items {
+		out[i] = flashsale.ItemFigures{ItemID: it.ID, Remaining: remaining[it.ID]}
+		byItem[it.ID] = &out[i]
+	}
+	rows, err := s.pool.Query(ctx, `SELECT item_id, status, count(*) FROM orders WHERE sale_id = $1 GROUP BY item_id, status`, saleID)
+	if err != nil {
+		return nil, fmt.Errorf("sales.Figures: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var item, n int64
+		var status string
+		if err := rows.Scan(&item, &status, &n); err != nil {
+			return nil, fmt.Errorf("sales.Figures: %w", err)
+		}
+		f := byItem[item]
+		if f == nil {
+			continue
+		}
+		switch flashsale.OrderStatus(status) {
+		case flashsale.OrderPending:
+			f.Sold += n
+		case flashsale.OrderPaid:
+			f.Sold += n
+			f.Paid += n
+		case flashsale.OrderExpired:
+			f.Expired += n
+		case flashsale.OrderCancelled:
+			f.Cancelled += n
+		case flashsale.OrderRejected:
+			f.Rejected += n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sales.Figures: %w", err)
+	}
+	return out, nil
+}
+
+// audit records an operator action in the audit log (the table the
+// bot-defense settings changes are logged in too).
+func audit(ctx context.Context, tx pgx.Tx, actor, action string, body map[string]any) error {
+	if actor == "" {
+		actor = "system"
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO audit_log (actor, action, body) VALUES ($1, $2, $3)`, actor, action, b)
+	return err
+}

@@ -1,0 +1,102 @@
+package sales
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/adapter/redisstock"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func TestCreateGetUpdateFigures(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	st := redisstock.New(rdb)
+	s := NewStore(testenv.Postgres(t), rdb, st, nil)
+	starts := time.Date(2026, 12, 1, 18, 0, 0, 0, time.UTC)
+	in := flashsale.Sale{Name: "Winter drop", StartsAt: starts, AdmissionRatePerSecond: 2000, CreatedBy: "1",
+		Items: []flashsale.Item{{ProductID: 501, Quantity: 10, PriceCents: 1999}, {ProductID: 502, Quantity: 3, PriceCents: 500}}}
+	out, err := s.Create(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(out.ShuffleSeed)
+	if len(out.ShuffleSeed) != 32 || out.ShuffleCommitment != hex.EncodeToString(sum[:]) {
+		t.Fatalf("commitment %s is not sha256 of the 32-byte seed %x", out.ShuffleCommitment, out.ShuffleSeed)
+	}
+	if out.ID == 0 || len(out.Items) != 2 || out.Items[0].ID < 1001 || out.Items[0].SaleID != out.ID {
+		t.Fatalf("ids not assigned: %+v", out)
+	}
+	got, err := s.Get(ctx, out.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Name != in.Name || !got.StartsAt.Equal(starts) || got.ShuffleCommitment != out.ShuffleCommitment || len(got.Items) != 2 {
+		t.Fatalf("Get = %+v, want what was created", got)
+	}
+	rem, err := st.Remaining(ctx, out.ID)
+	if err != nil || rem[out.Items[0].ID] != 10 || rem[out.Items[1].ID] != 3 {
+		t.Fatalf("stock in Redis = %v (%v), want 10 and 3", rem, err)
+	}
+	rate := 50
+	upd, err := s.Update(ctx, out.ID, flashsale.SaleUpdate{Actor: "2", AdmissionRatePerSecond: &rate})
+	if err != nil || upd.AdmissionRatePerSecond != 50 || upd.Name != in.Name {
+		t.Fatalf("Update = %+v, %v", upd, err)
+	}
+	if _, err := s.Update(ctx, 999999, flashsale.SaleUpdate{AdmissionRatePerSecond: &rate}); flashsale.ErrorCode(err) != flashsale.CodeNotFound {
+		t.Fatalf("update of an unknown sale: %v, want NOT_FOUND", err)
+	}
+	if _, err := s.Get(ctx, 999999); flashsale.ErrorCode(err) != flashsale.CodeNotFound {
+		t.Fatalf("get of an unknown sale: %v, want NOT_FOUND", err)
+	}
+	if err := st.Reserve(ctx, out.ID, out.Items[1].ID, 7, "8d3f8a4e-4f0b-4c43-9a57-4d7f3f0c2b11", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	figs, err := s.Figures(ctx, out.ID)
+	if err != nil || len(figs) != 2 || figs[1].Remaining != 2 || figs[0].Remaining != 10 {
+		t.Fatalf("figures %+v, %v", figs, err)
+	}
+}
+
+func TestCache(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	s := NewStore(testenv.Postgres(t), rdb, redisstock.New(rdb), nil)
+	c := NewCache(s, rdb, 20*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if _, ok := c.Sale(1); ok {
+		t.Fatal("empty cache found a sale")
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	defer func() { cancel(); <-done }()
+	sl, err := s.Create(ctx, flashsale.Sale{Name: "x", StartsAt: time.Now(), AdmissionRatePerSecond: 1,
+		Items: []flashsale.Item{{ProductID: 1, Quantity: 1, PriceCents: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if got, item, ok := c.ItemSale(sl.Items[0].ID); ok {
+			if got.ID != sl.ID || item.Quantity != 1 {
+				t.Fatalf("ItemSale = %+v %+v", got, item)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cache did not pick the new sale up")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(c.Sales()) != 1 {
+		t.Fatalf("Sales() = %d, want 1", len(c.Sales()))
+	}
+}
