@@ -448,7 +448,7 @@ func TestShutdownWithSilentConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	time.Sleep(100 * time.Millisecond) // accepted and waiting for its first byte
+	waitRouting(t, e.srv, 1) // accepted and waiting for its first byte
 	// The connection may stay silent for a minute; Shutdown fails with
 	// the context's error if it waits for it.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -458,5 +458,28 @@ func TestShutdownWithSilentConnection(t *testing.T) {
 	}
 	if err := <-served; err != nil {
 		t.Errorf("Serve: %v", err)
+	}
+}
+
+// waitRouting waits until n connections of srv are accepted and waiting
+// for their first request head.
+func waitRouting(t *testing.T, srv *Server, n int) {
+	t.Helper()
+	routing := func() int {
+		srv.mu.Lock()
+		sps := srv.splitters
+		srv.mu.Unlock()
+		total := 0
+		for _, sp := range sps {
+			sp.mu.Lock()
+			total += len(sp.peeked)
+			sp.mu.Unlock()
+		}
+		return total
+	}
+	for deadline := time.Now().Add(30 * time.Second); routing() < n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections routing, want %d", routing(), n)
+		}
 	}
 }

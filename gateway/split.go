@@ -98,12 +98,12 @@ func (sp *splitter) route(conn net.Conn) {
 	}()
 	bp := sp.bufs.Get().(*[]byte)
 	buf := *bp
-	_ = conn.SetReadDeadline(time.Now().Add(sp.idle))
+	sp.setReadDeadline(conn, sp.idle)
 	n := 0
 	for {
 		m, err := conn.Read(buf[n:])
 		if n == 0 && m > 0 {
-			_ = conn.SetReadDeadline(time.Now().Add(sp.timeout))
+			sp.setReadDeadline(conn, sp.timeout)
 		}
 		from := max(n-3, 0)
 		n += m
@@ -150,6 +150,19 @@ func (sp *splitter) close() {
 	_ = sp.ln.Close()
 	_ = sp.httpLn.Close()
 	_ = sp.wsLn.Close()
+}
+
+// setReadDeadline sets the read deadline of a connection in route to d from
+// now, or to now once the splitter is closed. close sets its deadlines
+// under the same lock, so a wait route starts never outlasts close.
+func (sp *splitter) setReadDeadline(conn net.Conn, d time.Duration) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	deadline := time.Now()
+	if !sp.closed {
+		deadline = deadline.Add(d)
+	}
+	_ = conn.SetReadDeadline(deadline)
 }
 
 func (sp *splitter) isClosed() bool {
