@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/flashsale/flashsale/internal/localsvc"
-	"github.com/flashsale/flashsale/internal/postgres"
+	"github.com/flashsale/flashsale/internal/adapter/postgres"
+	"github.com/flashsale/flashsale/internal/harness/localsvc"
 )
 
 // TestRealServices checks the Redis command counter and the PostgreSQL
@@ -91,7 +91,17 @@ func TestRealServices(t *testing.T) {
 		('00000000-0000-0000-0000-000000000011', 8, 1002, 20, 'PAID', 100, '` + at(1500*time.Millisecond) + `', now(), '` + at(4*time.Second) + `'),
 		('00000000-0000-0000-0000-000000000012', 8, 1002, 21, 'PENDING', 100, '` + at(3*time.Second) + `', now(), '` + at(3250*time.Millisecond) + `')`)
 	poll := startOrderPoller(ctx, pg.URL, 8, opens, 20*time.Millisecond)
-	time.Sleep(100 * time.Millisecond)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		poll.mu.Lock()
+		seen := len(poll.series) > 0 && poll.series[len(poll.series)-1].rows == 2
+		poll.mu.Unlock()
+		if seen {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the poller never counted the 2 rows")
+		}
+	}
 	pr := poll.stop(2, opens.UnixMilli(), -1)
 	if pr.Error != "" || pr.InsertedError != "" || pr.Rows != 2 || pr.AllPersistedMs < 0 {
 		t.Errorf("persist report = %+v, want 2 rows seen", pr)
