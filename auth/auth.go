@@ -1,13 +1,17 @@
 // Package auth verifies and mints the access tokens (JWT) that identify
 // shoppers and operators. HS256 is keyed with the bytes of the configured
-// secret string; RS256/ES256/EdDSA public keys may be added for tokens
-// issued by a shop's own identity provider.
+// secret string; RS256/ES256/EdDSA public keys (PEM, or an identity
+// provider's JWK Set, see JWKS) may be added for tokens issued by a shop's
+// own identity provider. HS256 tokens are only ever checked against the
+// secret and asymmetric ones only against the public keys, so a token
+// cannot pass off a public key as an HMAC secret.
 package auth
 
 import (
 	"crypto"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -24,10 +28,13 @@ const MaxTokenLen = 4096
 
 // Verifier checks access tokens.
 type Verifier struct {
-	hmacKey []byte
-	pubKeys []crypto.PublicKey
-	now     func() time.Time
-	parser  *jwt.Parser
+	hmacKey  []byte
+	pubKeys  []crypto.PublicKey
+	jwks     *JWKS
+	issuer   string // of asymmetric tokens, when set
+	audience string // one of an asymmetric token's aud, when set
+	now      func() time.Time
+	parser   *jwt.Parser
 }
 
 // Option configures a Verifier.
@@ -39,6 +46,19 @@ func WithPublicKey(key crypto.PublicKey) Option {
 	return func(v *Verifier) { v.pubKeys = append(v.pubKeys, key) }
 }
 
+// WithJWKS also accepts tokens signed by a key of an identity provider's
+// JWK Set.
+func WithJWKS(k *JWKS) Option { return func(v *Verifier) { v.jwks = k } }
+
+// WithIssuer requires iss = issuer on tokens verified with a public key
+// (PEM or JWKS). Tokens of the HS256 secret are flashsale's own and carry
+// none.
+func WithIssuer(issuer string) Option { return func(v *Verifier) { v.issuer = issuer } }
+
+// WithAudience requires audience among the aud of tokens verified with a
+// public key (PEM or JWKS), as WithIssuer.
+func WithAudience(audience string) Option { return func(v *Verifier) { v.audience = audience } }
+
 // WithClock injects the clock used for exp and nbf.
 func WithClock(now func() time.Time) Option { return func(v *Verifier) { v.now = now } }
 
@@ -49,7 +69,7 @@ func NewVerifier(secret string, opts ...Option) *Verifier {
 		o(v)
 	}
 	algs := []string{"HS256"}
-	if len(v.pubKeys) > 0 {
+	if len(v.pubKeys) > 0 || v.jwks != nil {
 		algs = append(algs, "RS256", "RS384", "RS512", "ES256", "ES384", "EdDSA", "PS256")
 	}
 	v.parser = jwt.NewParser(jwt.WithValidMethods(algs), jwt.WithExpirationRequired(),
@@ -75,15 +95,32 @@ func (v *Verifier) Verify(token string) (flashsale.Principal, error) {
 	return p, err
 }
 
+// generation changes when the public keys change in a way that may refuse
+// a token accepted before (a JWKS fetch removed or replaced a key).
+func (v *Verifier) generation() uint64 {
+	if v.jwks == nil {
+		return 0
+	}
+	return v.jwks.generation()
+}
+
 // verify also returns when the token expires (with the parser's leeway).
 func (v *Verifier) verify(token string) (flashsale.Principal, time.Time, error) {
 	if token == "" || len(token) > MaxTokenLen {
 		return flashsale.Principal{}, time.Time{}, errUnauthenticated
 	}
 	var c Claims
-	_, err := v.parser.ParseWithClaims(token, &c, v.key)
+	t, err := v.parser.ParseWithClaims(token, &c, v.key)
 	if err != nil || c.ExpiresAt == nil {
 		return flashsale.Principal{}, time.Time{}, errUnauthenticated
+	}
+	if _, hmac := t.Method.(*jwt.SigningMethodHMAC); !hmac {
+		if v.issuer != "" && c.Issuer != v.issuer {
+			return flashsale.Principal{}, time.Time{}, errUnauthenticated
+		}
+		if v.audience != "" && !slices.Contains(c.Audience, v.audience) {
+			return flashsale.Principal{}, time.Time{}, errUnauthenticated
+		}
 	}
 	id, err := strconv.ParseInt(c.Subject, 10, 64)
 	if err != nil || id <= 0 {
@@ -100,12 +137,26 @@ func (v *Verifier) key(t *jwt.Token) (any, error) {
 		}
 		return v.hmacKey, nil
 	default:
-		if len(v.pubKeys) == 0 {
-			return nil, errors.New("no public key configured")
+		var keys []jwt.VerificationKey
+		if v.jwks != nil {
+			// A kid the set does not hold starts a (rate-limited) fetch;
+			// without a kid every key of the set is tried.
+			switch k, err := v.jwks.key(t); k := k.(type) {
+			case jwt.VerificationKeySet:
+				keys = append(keys, k.Keys...)
+			case nil:
+				if len(v.pubKeys) == 0 {
+					return nil, err
+				}
+			default:
+				keys = append(keys, k)
+			}
 		}
-		keys := make([]jwt.VerificationKey, len(v.pubKeys))
-		for i, k := range v.pubKeys {
-			keys[i] = k
+		for _, k := range v.pubKeys {
+			keys = append(keys, k)
+		}
+		if len(keys) == 0 {
+			return nil, errors.New("no public key configured")
 		}
 		return jwt.VerificationKeySet{Keys: keys}, nil
 	}

@@ -14,6 +14,12 @@ import (
 // (the flood of clicks at a drop) pay for one signature check, not one per
 // request. Only valid tokens enter it, each until its own expiry, so forged
 // tokens cannot fill it; its size is bounded (a full shard is emptied).
+//
+// A cached verdict never outlives the key that gave it: each entry holds
+// the verifier's key generation, and an entry from before a JWKS fetch that
+// removed or replaced a key is verified again (a token of a rotated-out
+// key is refused from that fetch on, and in any case never past its own
+// exp).
 type Cache struct {
 	v      *Verifier
 	seed   maphash.Seed
@@ -31,6 +37,7 @@ type cacheShard struct {
 type cacheEntry struct {
 	p   flashsale.Principal
 	exp time.Time
+	gen uint64 // Verifier.generation when verified
 }
 
 // NewCache wraps v with a cache of at most size tokens.
@@ -57,10 +64,11 @@ func (c *Cache) VerifyAt(token string, now time.Time) (flashsale.Principal, erro
 	}
 	sh := &c.shards[maphash.String(c.seed, token)%uint64(len(c.shards))]
 	if v, ok := sh.m.Load(token); ok {
-		if e := v.(cacheEntry); now.Before(e.exp) {
+		if e := v.(cacheEntry); now.Before(e.exp) && e.gen == c.v.generation() {
 			return e.p, nil
 		}
 	}
+	gen := c.v.generation() // read before verifying: a fetch meanwhile voids the entry
 	p, exp, err := c.v.verify(token)
 	if err != nil {
 		return p, err
@@ -69,6 +77,6 @@ func (c *Cache) VerifyAt(token string, now time.Time) (flashsale.Principal, erro
 		sh.m.Clear()
 		sh.n.Store(1)
 	}
-	sh.m.Store(strings.Clone(token), cacheEntry{p: p, exp: exp})
+	sh.m.Store(strings.Clone(token), cacheEntry{p: p, exp: exp, gen: gen})
 	return p, nil
 }

@@ -56,16 +56,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/adapter/kafka"
 	"github.com/flashsale/flashsale/internal/adapter/prom"
 	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 )
 
 // Config configures a Writer. Zero values take the defaults.
 type Config struct {
-	Brokers         []string // Kafka seed brokers (required)
-	Topic           string   // default flashsale.TopicOrders
-	DeadLetterTopic string   // default flashsale.TopicDeadLetter
-	Group           string   // consumer group, default "flashsale-writer"
+	Brokers         []string       // Kafka seed brokers (required)
+	Security        kafka.Security // TLS and SASL to the brokers
+	Topic           string         // default flashsale.TopicOrders
+	DeadLetterTopic string         // default flashsale.TopicDeadLetter
+	Group           string         // consumer group, default "flashsale-writer"
 
 	// BatchSize is the most orders written in one database transaction
 	// (and polled from Kafka at once). Default 500.
@@ -287,8 +289,11 @@ func New(cfg Config, pool *pgxpool.Pool, st *redisstock.Store, logger *slog.Logg
 		m:     m,
 		lag:   map[topicPartition]int64{},
 	}
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(cfg.Brokers...),
+	opts, err := kafka.ClientOpts(cfg.Brokers, cfg.Security, w.log)
+	if err != nil {
+		return nil, fmt.Errorf("writer.New: %w", err)
+	}
+	opts = append(opts,
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.HeartbeatInterval(max(cfg.SessionTimeout/3, 100*time.Millisecond)),
@@ -300,12 +305,11 @@ func New(cfg Config, pool *pgxpool.Pool, st *redisstock.Store, logger *slog.Logg
 		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { w.rebalance.Store(true) }),
 		kgo.FetchMaxWait(cfg.FetchWait),
 		kgo.FetchMinBytes(int32(min(cfg.BatchSize*128, 1<<20))),
-		kgo.RecordDeliveryTimeout(30 * time.Second), // bound dead-letter produces
-		kgo.WithLogger(kgoLogger{w.log}),
+		kgo.RecordDeliveryTimeout(30*time.Second), // bound dead-letter produces
 		// A re-created topic (UNKNOWN_TOPIC_ID) reaches Run at its first
 		// fetch, not after franz-go's retries, so readopt runs at once.
 		kgo.KeepRetryableFetchErrors(),
-	}
+	)
 	if cfg.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
 	}
@@ -632,21 +636,5 @@ func (w *Writer) publishDead(ctx context.Context, dead []deadLetter) {
 			// Re-created under a new ID: the next produce finds it again.
 			w.cl.PurgeTopicsFromClient(w.cfg.DeadLetterTopic)
 		}
-	}
-}
-
-// kgoLogger sends franz-go's warnings and errors to slog.
-type kgoLogger struct{ l *slog.Logger }
-
-func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
-
-func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	switch level {
-	case kgo.LogLevelError:
-		k.l.Error(msg, keyvals...)
-	case kgo.LogLevelWarn:
-		k.l.Warn(msg, keyvals...)
-	default:
-		k.l.Debug(msg, keyvals...)
 	}
 }

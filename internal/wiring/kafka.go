@@ -3,6 +3,7 @@ package wiring
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -12,8 +13,9 @@ import (
 
 // ensureTopics creates the order and dead-letter topics on a real Kafka
 // when they are missing.
-func ensureTopics(ctx context.Context, brokers []string) error {
-	if err := kafka.EnsureTopics(ctx, brokers, 8, flashsale.TopicOrders, flashsale.TopicDeadLetter); err != nil {
+func ensureTopics(ctx context.Context, brokers []string, cfg Config, logger *slog.Logger) error {
+	if err := kafka.EnsureTopics(ctx, brokers, cfg.KafkaSecurity, cfg.KafkaTopics, logger.With("component", "kafka-topics"),
+		flashsale.TopicOrders, flashsale.TopicDeadLetter); err != nil {
 		return fmt.Errorf("kafka topics: %w", err)
 	}
 	return nil
@@ -23,8 +25,12 @@ func ensureTopics(ctx context.Context, brokers []string) error {
 // metadata client.
 type kafkaPinger struct{ cl *kgo.Client }
 
-func newKafkaPinger(brokers []string) (*kafkaPinger, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+func newKafkaPinger(brokers []string, sec kafka.Security, logger *slog.Logger) (*kafkaPinger, error) {
+	opts, err := kafka.ClientOpts(brokers, sec, logger.With("component", "kafka-ping"))
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}

@@ -1,10 +1,13 @@
 // Package kafka is the Kafka adapter of the purchase path: a bounded,
 // idempotent, acks=all producer of flashsale.OrderPlaced messages and the
 // topic set-up for a real cluster, and the order log the reconciler reads.
-// Its API carries no franz-go type. It is not the only user of franz-go:
-// the writer consumes with a client of its own and internal/wiring checks the
-// brokers and runs the embedded broker; TestLayout (layout_test.go) lists
-// every package allowed to import franz-go.
+// Its API carries no franz-go type except the client options ClientOpts
+// gives the writer and the wiring, the other franz-go users (TestAPI keeps
+// this true): the writer consumes with a client of its own and
+// internal/wiring checks the brokers and runs the embedded broker, and
+// every client gets its brokers, TLS, SASL and logger from ClientOpts;
+// TestLayout (layout_test.go) lists every package allowed to import
+// franz-go.
 //
 // # Blocking rules
 //
@@ -75,7 +78,8 @@ const (
 
 // ProducerConfig configures a Producer. Zero fields take the defaults.
 type ProducerConfig struct {
-	Brokers []string
+	Brokers  []string
+	Security Security // TLS and SASL to the brokers
 	// Topic receives OrderPlaced messages (default flashsale.TopicOrders);
 	// DeadLetterTopic receives refused ones (default
 	// flashsale.TopicDeadLetter).
@@ -151,14 +155,16 @@ func NewProducer(cfg ProducerConfig, logger *slog.Logger) (*Producer, error) {
 	if cfg.CloseTimeout <= 0 {
 		cfg.CloseTimeout = DefaultCloseTimeout
 	}
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(cfg.Brokers...),
+	opts, err := ClientOpts(cfg.Brokers, cfg.Security, logger)
+	if err != nil {
+		return nil, fmt.Errorf("kafka.NewProducer: %w", err)
+	}
+	opts = append(opts,
 		kgo.DefaultProduceTopic(cfg.Topic),
 		kgo.RequiredAcks(kgo.AllISRAcks()), // idempotence stays on (the default)
 		kgo.ProducerLinger(cfg.Linger),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)), // murmur2 of the key, as Kafka's Java client
-		kgo.WithLogger(kgoLogger{logger}),
-	}
+	)
 	if cfg.MaxBufferedRecords > 0 {
 		opts = append(opts, kgo.MaxBufferedRecords(cfg.MaxBufferedRecords))
 	}
@@ -376,17 +382,42 @@ func (p *Producer) Close() {
 	}
 }
 
-// EnsureTopics creates the topics that do not exist yet, with the given
-// number of partitions and the broker's default replication factor (for a
-// real cluster; the embedded broker creates its topics itself).
-func EnsureTopics(ctx context.Context, brokers []string, partitions int32, topics ...string) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+// TopicSettings are the partitions and replication factor of the topics
+// EnsureTopics creates.
+type TopicSettings struct {
+	// Partitions bounds how many writers share the work (one partition
+	// goes to one writer of the group); 0: DefaultPartitions.
+	Partitions int32
+	// ReplicationFactor is each partition's copies; 0: the broker's
+	// default (default.replication.factor).
+	ReplicationFactor int16
+}
+
+// DefaultPartitions is TopicSettings.Partitions' default.
+const DefaultPartitions = 8
+
+// EnsureTopics creates the topics that do not exist yet with ts (for a
+// real cluster; the embedded broker creates its topics itself). A topic
+// that exists is left as it is.
+func EnsureTopics(ctx context.Context, brokers []string, sec Security, ts TopicSettings, logger *slog.Logger, topics ...string) error {
+	opts, err := ClientOpts(brokers, sec, logger)
+	if err != nil {
+		return fmt.Errorf("kafka.EnsureTopics: %w", err)
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("kafka.EnsureTopics: %w", err)
 	}
 	defer cl.Close()
+	if ts.Partitions <= 0 {
+		ts.Partitions = DefaultPartitions
+	}
+	rf := ts.ReplicationFactor
+	if rf <= 0 {
+		rf = -1 // the broker's default
+	}
 	adm := kadm.NewClient(cl)
-	res, err := adm.CreateTopics(ctx, partitions, -1, nil, topics...)
+	res, err := adm.CreateTopics(ctx, ts.Partitions, rf, nil, topics...)
 	if err != nil {
 		return fmt.Errorf("kafka.EnsureTopics: %w", err)
 	}
@@ -400,20 +431,4 @@ func EnsureTopics(ctx context.Context, brokers []string, partitions int32, topic
 		}
 	}
 	return nil
-}
-
-// kgoLogger sends franz-go's warnings and errors to slog.
-type kgoLogger struct{ l *slog.Logger }
-
-func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
-
-func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	switch level {
-	case kgo.LogLevelError:
-		k.l.Error(msg, keyvals...)
-	case kgo.LogLevelWarn:
-		k.l.Warn(msg, keyvals...)
-	default:
-		k.l.Debug(msg, keyvals...)
-	}
 }

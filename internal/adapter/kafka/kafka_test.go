@@ -259,10 +259,10 @@ func TestEnsureTopics(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// One topic exists already, one is new: both end up there, no error.
-	if err := EnsureTopics(ctx, k.Brokers, 3, flashsale.TopicOrders, "flash-sale-extra"); err != nil {
+	if err := EnsureTopics(ctx, k.Brokers, Security{}, TopicSettings{Partitions: 3}, nil, flashsale.TopicOrders, "flash-sale-extra"); err != nil {
 		t.Fatalf("EnsureTopics: %v", err)
 	}
-	if err := EnsureTopics(ctx, k.Brokers, 3, "flash-sale-extra"); err != nil {
+	if err := EnsureTopics(ctx, k.Brokers, Security{}, TopicSettings{Partitions: 3}, nil, "flash-sale-extra"); err != nil {
 		t.Fatalf("EnsureTopics again: %v", err)
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
@@ -276,6 +276,22 @@ func TestEnsureTopics(t *testing.T) {
 	}
 	if got := len(td["flash-sale-extra"].Partitions); got != 3 {
 		t.Errorf("flash-sale-extra has %d partitions, want 3", got)
+	}
+	// The replication factor is the setting's, and the partitions default.
+	if err := EnsureTopics(ctx, k.Brokers, Security{}, TopicSettings{ReplicationFactor: 1}, nil, "flash-sale-rf"); err != nil {
+		t.Fatalf("EnsureTopics with a replication factor: %v", err)
+	}
+	td, err = kadm.NewClient(cl).ListTopics(ctx, "flash-sale-rf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(td["flash-sale-rf"].Partitions); got != DefaultPartitions {
+		t.Errorf("flash-sale-rf has %d partitions, want %d", got, DefaultPartitions)
+	}
+	for _, p := range td["flash-sale-rf"].Partitions {
+		if got := len(p.Replicas); got != 1 {
+			t.Errorf("flash-sale-rf partition %d has %d replicas, want 1", p.Partition, got)
+		}
 	}
 }
 

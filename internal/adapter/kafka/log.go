@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -22,34 +23,41 @@ const DefaultWriterGroup = "flashsale-writer"
 // tell an order whose record waits in Kafka (never lost, whatever the
 // writer's state) from one whose record never reached the broker.
 type OrderLog struct {
-	brokers      []string
+	opts         []kgo.Opt // brokers, TLS, SASL and logger of every client it opens
 	topic, group string
 	cl           *kgo.Client
 	adm          *kadm.Client
-	log          *slog.Logger
 }
 
-// NewOrderLog returns an OrderLog on topic (default flashsale.TopicOrders)
-// and group (default DefaultWriterGroup). It does not wait for a broker.
-func NewOrderLog(brokers []string, topic, group string, logger *slog.Logger) (*OrderLog, error) {
-	if len(brokers) == 0 {
-		return nil, errors.New("kafka.NewOrderLog: no brokers")
+// OrderLogConfig configures an OrderLog.
+type OrderLogConfig struct {
+	Brokers  []string
+	Security Security // TLS and SASL to the brokers
+	// Topic is the orders topic (default flashsale.TopicOrders); Group the
+	// writer's consumer group (default DefaultWriterGroup).
+	Topic, Group string
+}
+
+// NewOrderLog returns an OrderLog. It does not wait for a broker.
+func NewOrderLog(cfg OrderLogConfig, logger *slog.Logger) (*OrderLog, error) {
+	if cfg.Topic == "" {
+		cfg.Topic = flashsale.TopicOrders
 	}
-	if topic == "" {
-		topic = flashsale.TopicOrders
-	}
-	if group == "" {
-		group = DefaultWriterGroup
+	if cfg.Group == "" {
+		cfg.Group = DefaultWriterGroup
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	logger = logger.With("component", "kafka-order-log")
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.WithLogger(kgoLogger{logger}))
+	opts, err := ClientOpts(cfg.Brokers, cfg.Security, logger.With("component", "kafka-order-log"))
 	if err != nil {
 		return nil, fmt.Errorf("kafka.NewOrderLog: %w", err)
 	}
-	return &OrderLog{brokers: brokers, topic: topic, group: group, cl: cl, adm: kadm.NewClient(cl), log: logger}, nil
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka.NewOrderLog: %w", err)
+	}
+	return &OrderLog{opts: opts, topic: cfg.Topic, group: cfg.Group, cl: cl, adm: kadm.NewClient(cl)}, nil
 }
 
 // Close closes the client.
@@ -130,9 +138,8 @@ func (l *OrderLog) Unconsumed(ctx context.Context, committed, end map[int32]int6
 	if len(from) == 0 {
 		return nil, nil
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(l.brokers...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{l.topic: from}),
-		kgo.WithLogger(kgoLogger{l.log}))
+	opts := append(slices.Clip(l.opts), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{l.topic: from}))
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka.OrderLog.Unconsumed: %w", err)
 	}

@@ -30,7 +30,7 @@ func TestOrderLogProgressAndUnconsumed(t *testing.T) {
 		}
 		at[o.OrderID] = [2]int64{int64(part), off}
 	}
-	l, err := NewOrderLog(k.Brokers, "", "", nil)
+	l, err := NewOrderLog(OrderLogConfig{Brokers: k.Brokers}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
