@@ -83,6 +83,45 @@ func BenchmarkCheckUser(b *testing.B) {
 	})
 }
 
+// BenchmarkCheckUserShared: BenchmarkCheckUser with fleet sharing on:
+// every allowed request is also counted for the spend messages, which a
+// drain collects every 100ms as the gateway's share loop does.
+func BenchmarkCheckUserShared(b *testing.B) {
+	g := benchGuard(b)
+	g.ips.share, g.prefixes.share, g.users.share = true, true, true
+	for i := int64(0); i < 4096; i++ {
+		g.CheckUser(1000+i, ClassPurchase) //nolint:errcheck // warm: buckets exist
+	}
+	stop := make(chan struct{})
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				g.collectSpend()
+			}
+		}
+	}()
+	b.Cleanup(func() { close(stop); <-drained })
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int64(0)
+		for pb.Next() {
+			if _, err := g.CheckUser(1000+i&4095, ClassPurchase); err != nil {
+				b.Error(err)
+				return
+			}
+			i++
+		}
+	})
+}
+
 func BenchmarkClientAddr(b *testing.B) {
 	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
 	peer := netip.MustParseAddr("10.0.0.1")

@@ -43,13 +43,25 @@ type GuardConfig struct {
 	// PollInterval is how often Run checks the stored settings version
 	// (the fallback for a lost pub/sub message); 0: 1 second.
 	PollInterval time.Duration
+	// ShareInterval is how often Run publishes on Redis what this
+	// gateway's rate-limit buckets spent, for the other gateways to take
+	// off theirs, so that the limits hold across the fleet (fleet.go);
+	// 0: no sharing, each gateway limits on its own.
+	ShareInterval time.Duration
+	// GatewayID names this gateway in the fleet's figures (Counters); it
+	// must differ between gateways. Empty: the host name and a random
+	// suffix.
+	GatewayID string
 }
 
-// Counter is the number of decisions of one rule with one outcome.
+// Counter is the number of decisions of one rule with one outcome: the sum
+// over the live gateways, and per gateway id in Gateways (absent without
+// Redis).
 type Counter struct {
-	Rule    string `json:"rule"`
-	Outcome string `json:"outcome"`
-	Count   uint64 `json:"count"`
+	Rule     string            `json:"rule"`
+	Outcome  string            `json:"outcome"`
+	Count    uint64            `json:"count"`
+	Gateways map[string]uint64 `json:"gateways,omitempty"`
 }
 
 // Guard enforces the settings on one gateway, in memory. It is safe for
@@ -71,6 +83,11 @@ type Guard struct {
 	users    *limiterMap[userKey]
 
 	counts [numRules][numOutcomes]atomic.Uint64
+
+	id       string                    // names the gateway in fleet figures
+	instance string                    // tells this process's spend messages from the others'
+	fleet    atomic.Pointer[fleetView] // the other gateways' figures, as last read
+	spendW   spendWriter               // used by runShare only
 }
 
 type addrKey struct {
@@ -183,6 +200,10 @@ func NewGuard(cfg GuardConfig, rdb redis.UniversalClient, logger *slog.Logger, r
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("component", "defense")
+	if cfg.GatewayID == "" || len(cfg.GatewayID) > maxIDLen {
+		cfg.GatewayID = defaultGatewayID()
+	}
+	share := cfg.ShareInterval > 0 && rdb != nil
 	if len(cfg.PowKey) == 0 {
 		cfg.PowKey = make([]byte, 32)
 		rand.Read(cfg.PowKey) //nolint:errcheck // crypto/rand.Read never fails (Go 1.24+)
@@ -194,9 +215,11 @@ func NewGuard(cfg GuardConfig, rdb redis.UniversalClient, logger *slog.Logger, r
 		rdb:      rdb,
 		logger:   logger,
 		classIDs: map[string]uint8{},
-		ips:      newLimiterMap(cfg.MaxKeys, hashAddrKey),
-		prefixes: newLimiterMap(cfg.MaxKeys, hashAddrKey),
-		users:    newLimiterMap(cfg.MaxKeys, hashUserKey),
+		ips:      newLimiterMap(cfg.MaxKeys, hashAddrKey, share),
+		prefixes: newLimiterMap(cfg.MaxKeys, hashAddrKey, share),
+		users:    newLimiterMap(cfg.MaxKeys, hashUserKey, share),
+		id:       cfg.GatewayID,
+		instance: newInstanceID(),
 	}
 	g.Apply(DefaultSettings())
 	if _, err := prom.Register(reg, &guardCollector{g: g}); err != nil {
@@ -512,9 +535,38 @@ func (g *Guard) refuse(c *compiled, rule, outcome int) (shadow bool) {
 
 func (g *Guard) count(rule, outcome int) { g.counts[rule][outcome].Add(1) }
 
-// Counters returns the decision counts of every rule and outcome since the
-// Guard was made.
+// Counters returns the decision counts of every rule and outcome, summed
+// over the live gateways: this one's since its Guard was made, and the
+// others' as read at most figuresEvery ago (Run reads them; a gateway
+// that stopped publishing drops out within figuresTTL plus figuresEvery).
+// Without Redis, or when the others' figures could not be read for
+// figuresTTL, they are this gateway's only, without Gateways. It does no
+// I/O.
 func (g *Guard) Counters() []Counter {
+	out := g.localCounters()
+	v := g.fleet.Load()
+	if v == nil || g.now().Sub(v.at) > figuresTTL {
+		return out
+	}
+	i := 0
+	for r, outs := range ruleOutcomes {
+		for _, o := range outs {
+			c := &out[i]
+			i++
+			c.Gateways = make(map[string]uint64, 1+len(v.others))
+			c.Gateways[g.id] = c.Count
+			for _, f := range v.others {
+				c.Gateways[f.id] = f.counts[r][o]
+				c.Count += f.counts[r][o]
+			}
+		}
+	}
+	return out
+}
+
+// localCounters returns this gateway's decision counts since the Guard was
+// made (the metrics export these: Prometheus sums the fleet itself).
+func (g *Guard) localCounters() []Counter {
 	var out []Counter
 	for r, outs := range ruleOutcomes {
 		for _, o := range outs {
@@ -533,9 +585,17 @@ func (g *Guard) EvictIdle() int {
 
 // Run loads the stored settings, then follows changes: at once on a pub/sub
 // announcement, and by polling the stored version every PollInterval in
-// case an announcement is lost. It also evicts idle buckets. A failing
-// load is logged and retried at the next poll. It returns nil when ctx ends.
+// case an announcement is lost. It also evicts idle buckets and, with
+// Redis, shares the rate-limit spend with the other gateways (when
+// ShareInterval is set) and publishes and reads the fleet's figures. A
+// failing load is logged and retried at the next poll. It returns nil
+// when ctx ends, after the loops it started have stopped.
 func (g *Guard) Run(ctx context.Context, store *Store) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g.startFleet(ctx, &wg)
 	var msgs <-chan *redis.Message
 	if g.rdb != nil {
 		ps := g.rdb.Subscribe(ctx, lua.SettingsChannel)
@@ -623,7 +683,7 @@ func (c *guardCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *guardCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, ct := range c.g.Counters() {
+	for _, ct := range c.g.localCounters() {
 		ch <- prometheus.MustNewConstMetric(decisionsDesc, prometheus.CounterValue, float64(ct.Count), ct.Rule, ct.Outcome)
 	}
 	ch <- prometheus.MustNewConstMetric(keysDesc, prometheus.GaugeValue, float64(c.g.ips.len()), RulePerIP)
