@@ -37,8 +37,16 @@ type Sale struct {
 	// CreatedBy is who created the sale (the operator's user id), for the
 	// audit log; it is not stored with the sale.
 	CreatedBy string
-	Items     []Item
+	// StockShards is how many shards each item's stock is split over in
+	// Redis, each in a hash slot of its own, so that a hot sale's
+	// reservations spread over a cluster's masters (0 means 1; see
+	// internal/adapter/redisstock). It is fixed when the sale is created.
+	StockShards int
+	Items       []Item
 }
+
+// Shards is the number of stock shards of the sale (StockShards, at least 1).
+func (s *Sale) Shards() int { return max(s.StockShards, 1) }
 
 // Open reports whether the sale has started at now (and has not ended).
 func (s *Sale) Open(now time.Time) bool {
@@ -79,10 +87,14 @@ func (s *Sale) Item(id int64) (Item, bool) {
 const (
 	MaxSaleNameLen = 200  // bytes
 	MaxSaleItems   = 1000 // items in one sale
+	// MaxStockShards bounds Sale.StockShards: a reservation on a dry home
+	// shard may ask each other shard in turn.
+	MaxStockShards = 16
 )
 
 // Validate checks a sale before it is created: a name, a start, an end (if
-// any) after the start, an admission rate of at least 1 and 1 to
+// any) after the start, an admission rate of at least 1, a stock shard
+// count of 0 (the default, 1) to MaxStockShards, and 1 to
 // MaxSaleItems items, each with a product id and quantity of at least 1 and
 // a price of 0 or more. It returns the first fault as an INVALID *Error whose
 // message begins with the field as the operator API names it
@@ -101,6 +113,8 @@ func (s *Sale) Validate() error {
 		return Invalid("endsAt", "must be after startsAt")
 	case s.AdmissionRatePerSecond < 1:
 		return Invalid("admissionRatePerSecond", "must be at least 1")
+	case s.StockShards < 0 || s.StockShards > MaxStockShards:
+		return Invalid("stockShards", "must be 1 to %d", MaxStockShards)
 	case len(s.Items) == 0:
 		return Invalid("items", "at least one item required")
 	case len(s.Items) > MaxSaleItems:

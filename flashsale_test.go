@@ -38,6 +38,10 @@ func TestSaleValidate(t *testing.T) {
 		{"end before start", func(s *flashsale.Sale) { s.EndsAt = starts.Add(-time.Second) }, "endsAt: must be after startsAt"},
 		{"rate zero", func(s *flashsale.Sale) { s.AdmissionRatePerSecond = 0 }, "admissionRatePerSecond: must be at least 1"},
 		{"rate negative", func(s *flashsale.Sale) { s.AdmissionRatePerSecond = -5 }, "admissionRatePerSecond: must be at least 1"},
+		{"one shard", func(s *flashsale.Sale) { s.StockShards = 1 }, ""},
+		{"shards at the limit", func(s *flashsale.Sale) { s.StockShards = flashsale.MaxStockShards }, ""},
+		{"too many shards", func(s *flashsale.Sale) { s.StockShards = flashsale.MaxStockShards + 1 }, "stockShards: must be 1 to 16"},
+		{"negative shards", func(s *flashsale.Sale) { s.StockShards = -1 }, "stockShards: must be 1 to 16"},
 		{"no items", func(s *flashsale.Sale) { s.Items = nil }, "items: at least one item required"},
 		{"too many items", func(s *flashsale.Sale) {
 			s.Items = make([]flashsale.Item, flashsale.MaxSaleItems+1)

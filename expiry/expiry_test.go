@@ -37,11 +37,17 @@ type fixture struct {
 
 func newFixture(t *testing.T, quantities ...int64) *fixture {
 	t.Helper()
+	return newShardedFixture(t, 1, quantities...)
+}
+
+// newShardedFixture is newFixture with the sale's stock split over shards.
+func newShardedFixture(t *testing.T, shards int, quantities ...int64) *fixture {
+	t.Helper()
 	ctx := context.Background()
 	rdb := testenv.Redis(t)
 	f := &fixture{pool: testenv.Postgres(t), stock: redisstock.New(rdb)}
 	store := sales.NewStore(f.pool, rdb, f.stock, func() time.Time { return t0 })
-	f.sale = salestest.Create(t, store, t0.Add(-time.Hour), 999, quantities...)
+	f.sale = salestest.CreateSharded(t, store, t0.Add(-time.Hour), 999, shards, quantities...)
 	f.cache = sales.NewCache(store, rdb, time.Hour, slog.New(slog.DiscardHandler))
 	if err := f.cache.Refresh(ctx); err != nil {
 		t.Fatal(err)
@@ -63,12 +69,23 @@ type placed struct {
 // created, items.sold raised, pending members confirmed.
 func (f *fixture) place(t *testing.T, firstUser int64, n int, created time.Time) []placed {
 	t.Helper()
+	us := make([]int64, n)
+	for i := range us {
+		us[i] = firstUser + int64(i)
+	}
+	return f.placeUsers(t, us, created)
+}
+
+// placeUsers is place for the given users.
+func (f *fixture) placeUsers(t *testing.T, us []int64, created time.Time) []placed {
+	t.Helper()
 	ctx := context.Background()
+	n := len(us)
 	out := make([]placed, n)
 	ids, users, items := make([]string, n), make([]int64, n), make([]int64, n)
 	pend := make([]redisstock.Pending, n)
 	for i := range out {
-		p := placed{id: uuid.NewString(), user: firstUser + int64(i), itemID: f.sale.Items[i%len(f.sale.Items)].ID}
+		p := placed{id: uuid.NewString(), user: us[i], itemID: f.sale.Items[i%len(f.sale.Items)].ID}
 		if err := f.stock.Reserve(ctx, f.sale.ID, p.itemID, p.user, p.id, created); err != nil {
 			t.Fatalf("reserve %d: %v", i, err)
 		}
@@ -258,6 +275,42 @@ func TestParallelWorkers(t *testing.T) {
 	f.conserved(t, s)
 	if s.byStatus[flashsale.OrderPaid] != 1 || s.byStatus[flashsale.OrderExpired] != 501 {
 		t.Errorf("orders by status = %v, want 501 EXPIRED, 1 PAID", s.byStatus)
+	}
+}
+
+// TestShardedExpiryReturnsUnitsWhereTheyCameFrom: users all homed on one
+// shard bought the units of every shard; their expiry gives each unit
+// back to the shard it came from, so the shards hold what they held.
+func TestShardedExpiryReturnsUnitsWhereTheyCameFrom(t *testing.T) {
+	ctx := context.Background()
+	const shards = 3
+	f := newShardedFixture(t, shards, 6) // 2 units per shard
+	var users []int64
+	for u := int64(1); len(users) < 6; u++ {
+		if f.stock.HomeShard(f.sale.ID, u) == 0 {
+			users = append(users, u)
+		}
+	}
+	f.placeUsers(t, users, t0.Add(-window-time.Minute))
+	item := f.sale.Items[0].ID
+	for sh := range shards {
+		if m, err := f.stock.ShardRemaining(ctx, f.sale.ID, sh); err != nil || m[item] != 0 {
+			t.Fatalf("shard %d before expiry: %v %v, want 0 units", sh, m, err)
+		}
+	}
+	w := expiry.New(expiry.Config{Now: func() time.Time { return t0 }}, f.pool, f.stock, f.service(func() time.Time { return t0 }), nil, nil)
+	if n, err := w.RunOnce(ctx); err != nil || n != 6 {
+		t.Fatalf("RunOnce = %d, %v; want 6", n, err)
+	}
+	for sh := range shards {
+		if m, err := f.stock.ShardRemaining(ctx, f.sale.ID, sh); err != nil || m[item] != 2 {
+			t.Errorf("shard %d after expiry: %v %v, want 2 units", sh, m, err)
+		}
+	}
+	s := f.state(t)
+	f.conserved(t, s)
+	if s.buyers != 0 || s.outbox != 0 || s.byStatus[flashsale.OrderExpired] != 6 {
+		t.Errorf("buyers %d, outbox %d, by status %v; want 0, 0, 6 EXPIRED", s.buyers, s.outbox, s.byStatus)
 	}
 }
 

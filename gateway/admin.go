@@ -46,6 +46,7 @@ type adminSaleJSON struct {
 	EndsAt                 string                  `json:"endsAt,omitempty"`
 	State                  string                  `json:"state"`
 	AdmissionRatePerSecond int                     `json:"admissionRatePerSecond"`
+	StockShards            int                     `json:"stockShards"`
 	ShuffleCommitment      string                  `json:"shuffleCommitment"`
 	ShuffleSeed            string                  `json:"shuffleSeed,omitempty"`
 	CreatedAt              string                  `json:"createdAt,omitempty"`
@@ -83,6 +84,7 @@ func (s *Server) adminView(sale *flashsale.Sale, figs []flashsale.ItemFigures, n
 		StartsAt:               fmtTime(sale.StartsAt),
 		EndsAt:                 fmtTime(sale.EndsAt),
 		AdmissionRatePerSecond: sale.AdmissionRatePerSecond,
+		StockShards:            sale.Shards(),
 		ShuffleCommitment:      sale.ShuffleCommitment,
 		CreatedAt:              fmtTime(sale.CreatedAt),
 		Items:                  make([]adminItemJSON, len(sale.Items)),
@@ -114,6 +116,7 @@ type createSaleRequest struct {
 	StartsAt               *string             `json:"startsAt"`
 	EndsAt                 *string             `json:"endsAt"`
 	AdmissionRatePerSecond *int                `json:"admissionRatePerSecond"`
+	StockShards            *int                `json:"stockShards"` // absent: 1
 	Items                  []createItemRequest `json:"items"`
 }
 
@@ -158,6 +161,12 @@ func parseSaleRequest(body []byte) (flashsale.Sale, error) {
 		return sale, flashsale.Invalid("admissionRatePerSecond", "required")
 	}
 	sale.AdmissionRatePerSecond = *req.AdmissionRatePerSecond
+	if req.StockShards != nil {
+		if *req.StockShards < 1 {
+			return sale, flashsale.Invalid("stockShards", "must be 1 to %d", flashsale.MaxStockShards)
+		}
+		sale.StockShards = *req.StockShards
+	}
 	sale.Items = make([]flashsale.Item, len(req.Items))
 	for i, it := range req.Items {
 		switch {
@@ -436,7 +445,9 @@ func (s *Server) adminAudit(c *fiber.Ctx) error {
 	return sendRaw(c, body)
 }
 
-// adminDefense is GET /api/admin/defense: the Guard's counters.
+// adminDefense is GET /api/admin/defense: the Guard's counters, which
+// are the fleet's (summed over the live gateways, each one's share in
+// "gateways").
 func (s *Server) adminDefense(c *fiber.Ctx) error {
 	if _, ok := s.operator(c); !ok {
 		return nil

@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/flashsale/flashsale"
 )
 
 func TestParseID(t *testing.T) {
@@ -181,6 +183,7 @@ func FuzzIsWebSocketUpgrade(f *testing.F) {
 func FuzzParseSaleRequest(f *testing.F) {
 	f.Add(`{"name":"n","startsAt":"2026-12-01T18:00:00Z","admissionRatePerSecond":5,"items":[{"productId":1,"quantity":1,"priceCents":0}]}`)
 	f.Add(`{"items":[{}]}`)
+	f.Add(`{"name":"n","startsAt":"2026-12-01T18:00:00Z","admissionRatePerSecond":5,"stockShards":3,"items":[{"productId":1,"quantity":1,"priceCents":0}]}`)
 	f.Add(`{"name":5}`)
 	f.Add(`[]`)
 	f.Fuzz(func(t *testing.T, body string) {
@@ -188,7 +191,8 @@ func FuzzParseSaleRequest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if s.Name == "" || s.AdmissionRatePerSecond < 1 || len(s.Items) == 0 || s.StartsAt.IsZero() {
+		if s.Name == "" || s.AdmissionRatePerSecond < 1 || len(s.Items) == 0 || s.StartsAt.IsZero() ||
+			s.Shards() < 1 || s.Shards() > flashsale.MaxStockShards {
 			t.Fatalf("accepted %q as %+v", body, s)
 		}
 		for _, it := range s.Items {

@@ -291,13 +291,14 @@ func TestAdmin(t *testing.T) {
 				StartsAt               string `json:"startsAt"`
 				State                  string `json:"state"`
 				AdmissionRatePerSecond int    `json:"admissionRatePerSecond"`
+				StockShards            int    `json:"stockShards"`
 				ShuffleCommitment      string `json:"shuffleCommitment"`
 				Items                  []struct {
 					ID, ProductID, Quantity, PriceCents int64
 				} `json:"items"`
 			}
 			r.json(t, &got)
-			if got.ID != 1 || got.Name != "Winter drop" || got.State != "SCHEDULED" || got.AdmissionRatePerSecond != 2000 ||
+			if got.ID != 1 || got.Name != "Winter drop" || got.State != "SCHEDULED" || got.AdmissionRatePerSecond != 2000 || got.StockShards != 1 ||
 				got.StartsAt != "2026-12-01T18:30:00Z" || len(got.ShuffleCommitment) != 64 || len(got.Items) != 2 ||
 				got.Items[0].ID != 1001 || got.Items[0].Quantity != 10000 || got.Items[1].PriceCents != 0 {
 				t.Errorf("created = %s", r.body)
@@ -380,6 +381,23 @@ func TestAdmin(t *testing.T) {
 	})
 }
 
+func TestAdminCreateStockShards(t *testing.T) {
+	e := newEnv(t)
+	op := []string{"Authorization", bearer(e.token(1, true))}
+	r := e.do("POST", "/api/admin/sales", `{"name":"n","startsAt":"2026-12-01T18:00:00Z","admissionRatePerSecond":5,"stockShards":3,
+		"items":[{"productId":501,"quantity":10,"priceCents":1}]}`, op...)
+	var got struct {
+		StockShards int `json:"stockShards"`
+	}
+	r.json(t, &got)
+	if r.status != 201 || got.StockShards != 3 {
+		t.Fatalf("got %d %s; want 201 with stockShards 3", r.status, r.body)
+	}
+	if s := e.admin.sales[1]; s.StockShards != 3 {
+		t.Errorf("stored StockShards = %d, want 3", s.StockShards)
+	}
+}
+
 func TestAdminCreateValidation(t *testing.T) {
 	e := newEnv(t)
 	op := []string{"Authorization", bearer(e.token(1, true))}
@@ -405,6 +423,9 @@ func TestAdminCreateValidation(t *testing.T) {
 		{"no rate", body(`"name":"n","startsAt":"2026-12-01T18:00:00Z","items":[` + item + `]`), "admissionRatePerSecond"},
 		{"rate zero", body(`"name":"n","startsAt":"2026-12-01T18:00:00Z","admissionRatePerSecond":0,"items":[` + item + `]`), "admissionRatePerSecond"},
 		{"rate fraction", body(`"name":"n","startsAt":"2026-12-01T18:00:00Z","admissionRatePerSecond":1.5,"items":[` + item + `]`), "admissionRatePerSecond"},
+		{"shards zero", body(base + `"stockShards":0,"items":[` + item + `]`), "stockShards"},
+		{"too many shards", body(base + `"stockShards":17,"items":[` + item + `]`), "stockShards"},
+		{"shards string", body(base + `"stockShards":"3","items":[` + item + `]`), "stockShards"},
 		{"no items", body(base[:len(base)-1]), "items"},
 		{"empty items", body(base + `"items":[]`), "items"},
 		{"items object", body(base + `"items":{}`), "items"},

@@ -1,15 +1,19 @@
-// Package lua embeds the reservation scripts (reserve, release) and names
+// Package lua embeds the reservation scripts (reserve, release, and the
+// shard_*.lua ones of a sale whose stock is split over shards) and names
 // a sale's stock and order keys, the tag and prefix of the waiting room's
 // keys (QueueKey) and the pub/sub channels of settings and sales. The
 // waiting room's key suffixes, wr:active and its scripts are in
 // waitroom/store.go; the proof-of-work spent markers (fs:pow:spent:) are in
 // defense/pow.go. All keys of one sale share the hash tag {s<saleID>}, so
-// each script touches a single Redis Cluster slot.
+// each script touches a single Redis Cluster slot; a sale whose stock is
+// split over shards (Sale.StockShards > 1) has its reservation keys under
+// one tag per shard (ShardTag), each script still on a single slot.
 package lua
 
 import (
 	_ "embed"
 	"strconv"
+	"strings"
 )
 
 // Reserve atomically checks the buyer, checks and decrements the stock and
@@ -32,6 +36,71 @@ var Reserve string
 //
 //go:embed release.lua
 var Release string
+
+// The scripts of a sale whose stock is split over shards (see
+// internal/adapter/redisstock for the protocol they make up). A sale with
+// one shard runs Reserve and Release only.
+var (
+	// ShardReserve is Reserve on the user's home shard, except that a dry
+	// home shard records a claim and answers ResultClaimed.
+	//
+	//	KEYS: stock, buyers, pending, reserved, claims
+	//	ARGV: itemId, userId, orderId, nowMs
+	//	returns Reserve's codes, {4, ""} claimed, {5, ""} a claim of the
+	//	user is in flight.
+	//
+	//go:embed shard_reserve.lua
+	ShardReserve string
+	// ShardTake takes a unit on a donor shard as a loan to an order.
+	//
+	//	KEYS: stock, loans
+	//	ARGV: itemId, orderId, userId, nowMs
+	//	returns 0 taken, 2 no stock here, 3 no stock record.
+	//
+	//go:embed shard_take.lua
+	ShardTake string
+	// ShardSettle turns the order's claim into a reservation on loan.
+	//
+	//	KEYS: buyers, pending, reserved, claims
+	//	ARGV: userId, orderId, itemId, claim's nowMs, donor shard
+	//	returns 0 settled, 1 no such claim.
+	//
+	//go:embed shard_settle.lua
+	ShardSettle string
+	// ShardAbandon removes the order's claim.
+	//
+	//	KEYS: buyers, claims
+	//	ARGV: userId, orderId, itemId
+	//	returns 1 abandoned (no claim of it left), 0 it holds a unit.
+	//
+	//go:embed shard_abandon.lua
+	ShardAbandon string
+	// ShardRelease is Release on the user's home shard.
+	//
+	//	KEYS: stock, buyers, pending, returning
+	//	ARGV: userId, orderId, itemId
+	//	returns {1, ""} back here, {0, ""} given back before, {2, donor}
+	//	owed to the donor shard, {4, ""} a claim in flight.
+	//
+	//go:embed shard_release.lua
+	ShardRelease string
+	// ShardGive gives a loaned unit back to its donor, once.
+	//
+	//	KEYS: stock, loans
+	//	ARGV: orderId, itemId
+	//	returns 1 given back, 0 no such loan.
+	//
+	//go:embed shard_give.lua
+	ShardGive string
+)
+
+// Result codes of the shard scripts beside the Reserve/Release ones.
+const (
+	ResultClaimed  = 4 // ShardReserve: home shard dry, claim recorded
+	ResultBusy     = 5 // ShardReserve: the user's claim is in flight
+	ResultOwed     = 2 // ShardRelease: the unit is owed to a donor
+	ResultInFlight = 4 // ShardRelease: the order is still a claim
+)
 
 // Reserve/Release result codes.
 const (
@@ -83,6 +152,100 @@ func PendingMember(orderID string, userID, itemID int64) string {
 // BuyerValue is the value of a BuyersKey field.
 func BuyerValue(orderID string, itemID, createdAtMs int64) string {
 	return orderID + "|" + strconv.FormatInt(itemID, 10) + "|" + strconv.FormatInt(createdAtMs, 10)
+}
+
+// Stock shards.
+
+// Key kinds of a shard: the shard's key of a kind is ShardKey(tag, kind).
+// A sale's first shard (0) has the tag Tag(saleID), so its keys are the
+// ones named above (ShardKey(Tag(id), KindStock) == StockKey(id)).
+const (
+	KindStock    = "stock"    // as StockKey: the shard's units
+	KindBuyers   = "buyers"   // as BuyersKey, for the users whose home is the shard; a value with a fourth part names the donor shard of its unit, or is a claim (c)
+	KindPending  = "pending"  // as PendingKey, for the shard's buyers
+	KindReserved = "reserved" // as ReservedKey, counting the shard's buyers
+	KindPlaced   = "placed"   // as PlacedKey, for the shard's buyers
+	// KindLoans is a HASH orderId → "userId|itemId|createdAtMs": units of
+	// this shard held by orders of other shards.
+	KindLoans = "loans"
+	// KindClaims is a ZSET "orderId|userId|itemId" scored by ms: claims of
+	// the shard's buyers looking for a unit on another shard.
+	KindClaims = "claims"
+	// KindReturning is a HASH orderId → "donor|itemId": released units on
+	// loan not yet taken back by their donor.
+	KindReturning = "returning"
+)
+
+// Slots is the number of Redis Cluster hash slots.
+const Slots = 16384
+
+// ShardKey is the key of a kind under a shard's tag.
+func ShardKey(tag, kind string) string { return "fs:" + tag + ":" + kind }
+
+// ShardTag is the hash tag of shard shard (0 ≤ shard < shards) of a sale.
+// Shard 0 has the sale's tag. The slot ring is cut into shards equal arcs
+// [j·16384/shards, (j+1)·16384/shards); shard 0's slot lies in arc a, and
+// shard k > 0 takes arc (a + k) mod shards: its tag is the first of
+// "{s<id>.<k>}", "{s<id>.<k>.1}", "{s<id>.<k>.2}", … whose slot lies in the
+// middle half of that arc, away from its edges. So the shards of a sale sit
+// on distinct slots, and on distinct masters of a cluster whose masters
+// hold equal contiguous slot ranges, as `redis-cli --cluster create` gives
+// them, when shards is the number of masters.
+func ShardTag(saleID int64, shard, shards int) string {
+	if shard <= 0 || shards <= 1 {
+		return Tag(saleID)
+	}
+	arc := (KeySlot(Tag(saleID))*shards/Slots + shard) % shards
+	lo, hi := arc*Slots/shards, (arc+1)*Slots/shards
+	q := (hi - lo) / 4
+	base := "{s" + strconv.FormatInt(saleID, 10) + "." + strconv.Itoa(shard)
+	tag := base + "}"
+	for i := 1; i < 1<<16; i++ {
+		if s := KeySlot(tag); s >= lo+q && s < hi-q {
+			return tag
+		}
+		tag = base + "." + strconv.Itoa(i) + "}"
+	}
+	// Not reached for shards ≤ 16 (a random slot lands in a given middle
+	// half with probability 1/(2·shards)); any tag of the arc would do.
+	return tag
+}
+
+// HomeShard is the shard of a sale with shards shards that holds userID's
+// buyer record, so that one script decides the user's one purchase. The
+// user id is mixed (splitmix64's finaliser) so that consecutive ids spread
+// evenly.
+func HomeShard(userID int64, shards int) int {
+	if shards <= 1 {
+		return 0
+	}
+	z := uint64(userID) + 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return int(z % uint64(shards))
+}
+
+// KeySlot is the Redis Cluster slot of a key (CRC16/XMODEM of the key, or
+// of its hash tag, modulo Slots), as CLUSTER KEYSLOT answers it.
+func KeySlot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % Slots
 }
 
 // Queue keys (waiting room), all under the sale's tag.

@@ -239,6 +239,7 @@ func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashs
 	now := s.now()
 	work := context.WithoutCancel(ctx)
 
+	s.st.SetShards(sale.ID, sale.Shards())
 	rctx, cancel := context.WithTimeout(work, s.redisTimeout)
 	err = s.st.Reserve(rctx, sale.ID, item.ID, userID, orderID, now)
 	cancel()
@@ -247,10 +248,16 @@ func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashs
 		if errors.As(err, &fe) {
 			switch fe.Code {
 			case flashsale.CodeSoldOut:
+				// A sharded sale answers SOLD_OUT only once every shard
+				// was seen empty, so the flag never hides a shard's units.
 				s.setSoldOut(sale.ID, item.ID)
 				s.outcomes[OutcomeSoldOut].Inc()
 			case flashsale.CodeAlreadyPurchased:
 				s.outcomes[OutcomeAlreadyPurchased].Inc()
+			case flashsale.CodeUnavailable:
+				// The user's purchase on a sharded sale is still looking
+				// for a unit: nothing of this one was taken.
+				s.outcomes[OutcomeRedisError].Inc()
 			case flashsale.CodeNotFound:
 				// The item belongs to the sale (the caller found it there),
 				// so a missing stock record is lost data, not a bad id.
@@ -308,7 +315,7 @@ func (s *Service) publish(ctx context.Context, msg flashsale.OrderPlaced) error 
 		return err
 	}
 	select {
-	case s.placed <- redisstock.Placement{SaleID: msg.SaleID, OrderID: msg.OrderID, Partition: part, Offset: off}:
+	case s.placed <- redisstock.Placement{SaleID: msg.SaleID, UserID: msg.UserID, OrderID: msg.OrderID, Partition: part, Offset: off}:
 	default:
 		s.placedDropped.Inc()
 	}

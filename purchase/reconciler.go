@@ -318,10 +318,31 @@ func (r *Reconciler) RunOnce(ctx context.Context) (returned int, err error) {
 }
 
 func (r *Reconciler) reconcileSale(ctx context.Context, sale *flashsale.Sale, cutoff time.Time, view kafkaView) (int, error) {
+	r.st.SetShards(sale.ID, sale.Shards())
+	// A sharded sale's reservations cut short before the cutoff left
+	// claims, loans or returns between shards: settle them first.
+	returned, err := r.st.Sweep(ctx, sale.ID, cutoff)
+	r.returned.Add(float64(returned))
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for shard := range r.st.Shards(sale.ID) {
+		n, err := r.reconcileShard(ctx, sale, shard, cutoff, view)
+		returned += n
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return returned, errors.Join(errs...)
+}
+
+// reconcileShard settles the stale reservations of one shard of the sale.
+func (r *Reconciler) reconcileShard(ctx context.Context, sale *flashsale.Sale, shard int, cutoff time.Time, view kafkaView) (int, error) {
 	returned := 0
 	var skip int64 // reservations left pending so far, oldest first
 	for {
-		ps, err := r.st.PendingBeforeFrom(ctx, sale.ID, cutoff, skip, r.batch)
+		ps, err := r.st.PendingBeforeFrom(ctx, sale.ID, shard, cutoff, skip, r.batch)
 		if err != nil {
 			return returned, err
 		}
@@ -499,6 +520,7 @@ func (r *Reconciler) rebuildIfLost(ctx context.Context, sale *flashsale.Sale) er
 	if len(sale.Items) == 0 {
 		return nil
 	}
+	r.st.SetShards(sale.ID, sale.Shards())
 	ids := make([]int64, len(sale.Items))
 	for i, it := range sale.Items {
 		ids[i] = it.ID
@@ -528,6 +550,22 @@ func (r *Reconciler) rebuildIfLost(ctx context.Context, sale *flashsale.Sale) er
 	r.lostMu.Unlock()
 	if !ok {
 		r.log.Warn("Redis lost the sale's stock; rebuilding once publishes in flight have settled", "sale", sale.ID, "items", len(missing), "wait", r.publish)
+		if r.st.Shards(sale.ID) > 1 {
+			// A node lost some shards of the sale only. The database
+			// knows how many units remain, not on which shard, and the
+			// shards still there keep selling: drop them all, so the
+			// whole sale stands still until it is rebuilt from exact
+			// counts, as one shard would after losing its node.
+			if err := r.st.Drop(ctx, sale.ID); err != nil {
+				r.lostMu.Lock()
+				delete(r.lost, sale.ID)
+				r.lostMu.Unlock()
+				return fmt.Errorf("drop the sale's shards: %w", err)
+			}
+			for _, id := range ids {
+				missing[id] = true
+			}
+		}
 	}
 	if now.Before(seen.Add(r.publish)) {
 		return nil

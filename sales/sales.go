@@ -62,9 +62,9 @@ func (s *Store) Create(ctx context.Context, in flashsale.Sale) (flashsale.Sale, 
 		if !in.EndsAt.IsZero() {
 			ends = &in.EndsAt
 		}
-		if err := tx.QueryRow(ctx, `INSERT INTO sales (name, starts_at, ends_at, admission_rate, shuffle_seed, shuffle_commitment)
-			VALUES ($1, $2, $3, $4, $5, $6) RETURNING id, created_at`,
-			in.Name, in.StartsAt, ends, in.AdmissionRatePerSecond, seed, out.ShuffleCommitment).Scan(&out.ID, &out.CreatedAt); err != nil {
+		if err := tx.QueryRow(ctx, `INSERT INTO sales (name, starts_at, ends_at, admission_rate, shuffle_seed, shuffle_commitment, stock_shards)
+			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id, created_at`,
+			in.Name, in.StartsAt, ends, in.AdmissionRatePerSecond, seed, out.ShuffleCommitment, in.Shards()).Scan(&out.ID, &out.CreatedAt); err != nil {
 			return err
 		}
 		for i, it := range in.Items {
@@ -77,16 +77,18 @@ func (s *Store) Create(ctx context.Context, in flashsale.Sale) (flashsale.Sale, 
 		}
 		return audit(ctx, tx, in.CreatedBy, "sale.create", map[string]any{
 			"saleId": out.ID, "name": out.Name, "startsAt": out.StartsAt, "admissionRatePerSecond": out.AdmissionRatePerSecond,
-			"shuffleCommitment": out.ShuffleCommitment, "items": len(out.Items),
+			"shuffleCommitment": out.ShuffleCommitment, "items": len(out.Items), "stockShards": out.Shards(),
 		})
 	})
 	if err != nil {
 		return flashsale.Sale{}, fmt.Errorf("sales.Create: %w", err)
 	}
+	out.StockShards = out.Shards()
 	remaining := make(map[int64]int64, len(out.Items))
 	for _, it := range out.Items {
 		remaining[it.ID] = it.Quantity
 	}
+	s.stock.SetShards(out.ID, out.StockShards)
 	if err := s.stock.Load(ctx, out.ID, remaining); err != nil {
 		return flashsale.Sale{}, fmt.Errorf("sales.Create: %w", err)
 	}
@@ -99,11 +101,15 @@ func (s *Store) announce(ctx context.Context, id int64) {
 	_ = s.rdb.Publish(ctx, lua.SalesChannel, id).Err()
 }
 
-const saleColumns = `id, name, starts_at, coalesce(ends_at, 'epoch'::timestamptz), admission_rate, shuffle_seed, shuffle_commitment, created_at`
+const saleColumns = `id, name, starts_at, coalesce(ends_at, 'epoch'::timestamptz), admission_rate, shuffle_seed, shuffle_commitment, created_at, stock_shards`
 
-func scanSale(row pgx.Row) (flashsale.Sale, error) {
+// scanSale reads a sale's row and tells the stock store its shard count.
+func (s *Store) scanSale(row pgx.Row) (flashsale.Sale, error) {
 	var sl flashsale.Sale
-	err := row.Scan(&sl.ID, &sl.Name, &sl.StartsAt, &sl.EndsAt, &sl.AdmissionRatePerSecond, &sl.ShuffleSeed, &sl.ShuffleCommitment, &sl.CreatedAt)
+	err := row.Scan(&sl.ID, &sl.Name, &sl.StartsAt, &sl.EndsAt, &sl.AdmissionRatePerSecond, &sl.ShuffleSeed, &sl.ShuffleCommitment, &sl.CreatedAt, &sl.StockShards)
+	if err == nil {
+		s.stock.SetShards(sl.ID, sl.StockShards)
+	}
 	if sl.EndsAt.Unix() == 0 {
 		sl.EndsAt = time.Time{}
 	}
@@ -114,7 +120,7 @@ func scanSale(row pgx.Row) (flashsale.Sale, error) {
 
 // Get returns one sale with its items, or NOT_FOUND.
 func (s *Store) Get(ctx context.Context, id int64) (flashsale.Sale, error) {
-	sl, err := scanSale(s.pool.QueryRow(ctx, `SELECT `+saleColumns+` FROM sales WHERE id = $1`, id))
+	sl, err := s.scanSale(s.pool.QueryRow(ctx, `SELECT `+saleColumns+` FROM sales WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return flashsale.Sale{}, errNotFound
 	}
@@ -153,7 +159,7 @@ func (s *Store) List(ctx context.Context) ([]flashsale.Sale, error) {
 	}
 	var out []flashsale.Sale
 	for rows.Next() {
-		sl, err := scanSale(rows)
+		sl, err := s.scanSale(rows)
 		if err != nil {
 			return nil, fmt.Errorf("sales.List: %w", err)
 		}
@@ -209,8 +215,8 @@ func (s *Store) Update(ctx context.Context, id int64, u flashsale.SaleUpdate) (f
 	return s.Get(ctx, id)
 }
 
-// Figures returns the live figures of a sale's items: remaining from Redis,
-// the order counts by status from PostgreSQL.
+// Figures returns the live figures of a sale's items: remaining from Redis
+// (over every stock shard), the order counts by status from PostgreSQL.
 func (s *Store) Figures(ctx context.Context, saleID int64) ([]flashsale.ItemFigures, error) {
 	sl, err := s.Get(ctx, saleID)
 	if err != nil {

@@ -66,6 +66,64 @@ func TestCreateGetUpdateFigures(t *testing.T) {
 	}
 }
 
+// A sharded sale keeps its shard count, tells every stock store that reads
+// it, and its figures count the units of every shard.
+func TestShardedSale(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	pool := testenv.Postgres(t)
+	s := NewStore(pool, rdb, redisstock.New(rdb), nil)
+	in := flashsale.Sale{Name: "Hot drop", StartsAt: time.Date(2026, 12, 1, 18, 0, 0, 0, time.UTC), AdmissionRatePerSecond: 10,
+		StockShards: 3, Items: []flashsale.Item{{ProductID: 501, Quantity: 10, PriceCents: 1}}}
+	out, err := s.Create(ctx, in)
+	if err != nil || out.StockShards != 3 {
+		t.Fatalf("Create = %+v, %v; want 3 shards", out, err)
+	}
+	// Another process: its stock store learns the count from the sale store.
+	st := redisstock.New(rdb)
+	other := NewStore(pool, rdb, st, nil)
+	if st.Shards(out.ID) != 1 {
+		t.Fatal("a fresh stock store knows the count already")
+	}
+	list, err := other.List(ctx)
+	if err != nil || len(list) != 1 || list[0].StockShards != 3 {
+		t.Fatalf("List = %+v, %v", list, err)
+	}
+	if st.Shards(out.ID) != 3 {
+		t.Fatalf("stock store after List: %d shards, want 3", st.Shards(out.ID))
+	}
+	item := out.Items[0].ID
+	for sh, want := range []int64{4, 3, 3} {
+		m, err := st.ShardRemaining(ctx, out.ID, sh)
+		if err != nil || m[item] != want {
+			t.Errorf("shard %d: %v %v, want %d units", sh, m, err, want)
+		}
+	}
+	var users []int64
+	for u := int64(1); len(users) < 5; u++ {
+		if st.HomeShard(out.ID, u) == 1 {
+			users = append(users, u)
+		}
+	}
+	for i, u := range users { // the last two borrow
+		if err := st.Reserve(ctx, out.ID, item, u, "order-"+string(rune('a'+i)), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	figs, err := other.Figures(ctx, out.ID)
+	if err != nil || len(figs) != 1 || figs[0].Remaining != 5 {
+		t.Fatalf("figures %+v, %v; want 5 remaining", figs, err)
+	}
+	got, err := other.Get(ctx, out.ID)
+	if err != nil || got.Shards() != 3 {
+		t.Fatalf("Get = %+v, %v", got, err)
+	}
+	one, err := s.Create(ctx, flashsale.Sale{Name: "n", StartsAt: in.StartsAt, AdmissionRatePerSecond: 1, Items: in.Items})
+	if err != nil || one.StockShards != 1 {
+		t.Fatalf("default: %+v, %v; want 1 shard", one, err)
+	}
+}
+
 func TestCache(t *testing.T) {
 	ctx := context.Background()
 	rdb := testenv.Redis(t)

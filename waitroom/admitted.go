@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/flashsale/flashsale"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // markPresent marks admitted connections present (admitScript, which
@@ -42,18 +40,18 @@ const maxRequeuePerTick = 1000
 // who bought in the sale (a buyer record in Redis) are not sent back: they
 // are reported in bought, and keep their place.
 func (r *Room) requeue(ctx context.Context, sr *saleRoom, users []int64, now time.Time) (tickets map[int64]int64, bought map[int64]bool, err error) {
-	ids := make([]string, len(users))
-	for i, u := range users {
-		ids[i] = strconv.FormatInt(u, 10)
-	}
-	recs, err := r.rdb.HMGet(ctx, lua.BuyersKey(sr.id), ids...).Result()
+	sr.mu.Lock()
+	sale := sr.sale
+	sr.mu.Unlock()
+	// Each user's buyer record is on its home shard (shards.go).
+	recs, err := buyers(ctx, r.rdb, sale, users, false)
 	if err != nil {
 		return nil, nil, fmt.Errorf("waitroom.requeue: %w", err)
 	}
 	bought = map[int64]bool{}
 	var again []int64
 	for i, u := range users {
-		if recs[i] != nil {
+		if recs[i] {
 			bought[u] = true
 		} else if !slices.Contains(again, u) {
 			again = append(again, u)
@@ -63,9 +61,6 @@ func (r *Room) requeue(ctx context.Context, sr *saleRoom, users []int64, now tim
 	if len(again) == 0 {
 		return tickets, bought, nil
 	}
-	sr.mu.Lock()
-	sale := sr.sale
-	sr.mu.Unlock()
 	_, ts, err := registerJoins(ctx, r.rdb, sale, now.UnixMilli(), r.cfg.AdmissionTTL.Milliseconds(), sr.knownNow(), again)
 	if err != nil {
 		return nil, nil, err

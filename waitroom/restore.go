@@ -82,6 +82,11 @@ func (r *Room) restore(ctx context.Context, sr *saleRoom, now time.Time) error {
 	sr.mu.Unlock()
 	// In ticket order: the script appends tickets beyond its list in turn.
 	slices.SortFunc(in.conns, func(a, b heldConn) int { return cmp.Compare(a.ticket, b.ticket) })
+	if sale, ok := r.sales.Sale(sr.id); ok {
+		if err := restoreShardArgs(ctx, r.rdb, sale, &in); err != nil {
+			return fmt.Errorf("waitroom.restore: sale %d: %w", sr.id, err)
+		}
+	}
 	st, epoch, err := restoreQueue(ctx, r.rdb, sr.id, in)
 	if err != nil {
 		return err

@@ -29,8 +29,9 @@ import (
 //	                  holder a restore could not learn (nobody is there)
 //	wr:{sN}:admitted  HASH userId → "place|admittedAtMs", written once
 //	wr:{sN}:buckets   HASH "a<bucket>" → admissions in that time bucket,
-//	                  "r<bucket>" → the sale's reservation counter
-//	                  (lua.ReservedKey) when the bucket began, "g<bucket>"
+//	                  "r<bucket>" → the sale's reservation counters
+//	                  (lua.ReservedKey, summed over its stock shards)
+//	                  when the bucket began, "g<bucket>"
 //	                  → admitted shoppers of that bucket found gone (for
 //	                  the capacity cap)
 //	wr:{sN}:presence  ZSET userId → last time a gateway held a connection
@@ -149,7 +150,9 @@ return {n and tonumber(n) or -1, serving, out}
 //	      gone, admitted, buyers (lua.BuyersKey), holes
 //	ARGV: me, nowMs, opensAtMs, leaseMs, rate, capLimit (-1: do not
 //	      admit), ttlMs, bucketMs, graceMs (0: nobody is counted gone),
-//	      knownSeq, knownN, knownServing, guard
+//	      knownSeq, knownN, knownServing, guard, and for a sale with stock
+//	      shards (tickShardArgs): the other shards' reservations, userId
+//	      (bought on another shard)...
 //	returns {leader 0/1, seq, n or -1, serving, stale 0/1, epoch}
 var tickScript = redis.NewScript(staleCheck + `
 local me = ARGV[1]
@@ -180,10 +183,12 @@ if leader == 1 then
   -- counter instead. One who comes back is taken off again (admitScript).
   local grace = tonumber(ARGV[9])
   if grace > 0 then
+    local elsewhere = {}
+    for i = 15, #ARGV do elsewhere[ARGV[i]] = true end
     local lapsed = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. (now - grace), 'LIMIT', 0, 1000)
     for _, uid in ipairs(lapsed) do
       redis.call('ZREM', KEYS[5], uid)
-      if redis.call('HEXISTS', KEYS[8], uid) == 0 and redis.call('HEXISTS', KEYS[6], uid) == 0 then
+      if redis.call('HEXISTS', KEYS[8], uid) == 0 and not elsewhere[uid] and redis.call('HEXISTS', KEYS[6], uid) == 0 then
         local a = redis.call('HGET', KEYS[7], uid)
         local at = a and tonumber(string.match(a, '|(%d+)$'))
         if at and at + ttl > now then
@@ -199,7 +204,7 @@ if leader == 1 then
   local rate = tonumber(ARGV[5])
   local capLimit = tonumber(ARGV[6])
   if n and rate > 0 and capLimit >= 0 then
-    local reserved = tonumber(redis.call('GET', KEYS[4]) or '0')
+    local reserved = tonumber(redis.call('GET', KEYS[4]) or '0') + tonumber(ARGV[14] or '0')
     local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
     local serving = tonumber(redis.call('HGET', KEYS[1], 'serving') or '0')
     -- the rate's credit starts at the opening, so the first tick after it
@@ -320,8 +325,10 @@ return out
 //	      reserved, holes
 //	ARGV: nowMs, newEpoch, ttlMs, bucketMs, seq (tickets known: the order
 //	      list is padded to it), n (-1 unknown), serving, P (checkpointed
-//	      tickets 0..P-1 that follow), userId × P, then per connection:
-//	      userId, ticket, place (-1 unknown), admittedAtMs (0: none)
+//	      tickets 0..P-1 that follow), the other stock shards'
+//	      reservations, B, userId (bought on another shard) × B, userId × P,
+//	      then per connection: userId, ticket, place (-1 unknown),
+//	      admittedAtMs (0: none)
 //	returns {seq, n or -1, serving, epoch}
 var restoreScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
@@ -343,7 +350,9 @@ local function pad(upto)
   if #buf > 0 then redis.call('RPUSH', KEYS[3], unpack(buf)) end
 end
 local p = tonumber(ARGV[8])
-local base = 8
+local elsewhere = {}
+for i = 11, 10 + tonumber(ARGV[10]) do elsewhere[ARGV[i]] = true end
+local base = 10 + tonumber(ARGV[10])
 if p > seq then
   local buf = {}
   for t = seq, p - 1 do
@@ -359,7 +368,7 @@ if p > seq then
   if #buf > 0 then redis.call('RPUSH', KEYS[3], unpack(buf)) end
   seq = p
 end
-local reserved = redis.call('GET', KEYS[8]) or '0'
+local reserved = tonumber(redis.call('GET', KEYS[8]) or '0') + tonumber(ARGV[9])
 for i = base + p + 1, #ARGV, 4 do
   local uid, t = ARGV[i], tonumber(ARGV[i + 1])
   local place, at = ARGV[i + 2], tonumber(ARGV[i + 3])
@@ -378,7 +387,7 @@ for i = base + p + 1, #ARGV, 4 do
   if cur < t then redis.call('HSET', KEYS[2], uid, t) end
   if at > 0 and at + ttl > now and tonumber(place) >= 0 then
     if redis.call('HSETNX', KEYS[4], uid, place .. '|' .. at) == 1
-        and redis.call('HEXISTS', KEYS[7], uid) == 0 then
+        and redis.call('HEXISTS', KEYS[7], uid) == 0 and not elsewhere[uid] then
       -- an admitted shopper still here counts against the cap again, in
       -- the bucket of its admission
       local kb = math.floor(at / bms)
@@ -512,6 +521,11 @@ func tickSale(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.Sa
 	keys = append(keys, lua.BuyersKey(sale.ID), lua.QueueKey(sale.ID, keyHoles))
 	args := []any{a.me, a.nowMs, sale.StartsAt.UnixMilli(), a.leaseMs, a.rate, a.capLimit, a.ttlMs, a.bucketMs, a.graceMs}
 	args = append(args, a.known.args()...)
+	more, err := tickShardArgs(ctx, rdb, sale, a)
+	if err != nil {
+		return tickReply{}, fmt.Errorf("waitroom.tick: %w", err)
+	}
+	args = append(args, more...)
 	res, err := tickScript.Run(ctx, rdb, keys, args...).Slice()
 	if err != nil {
 		return tickReply{}, fmt.Errorf("waitroom.tick: %w", err)
@@ -563,6 +577,9 @@ type restoreInput struct {
 	st           queueState // the highest figures known (checkpoint or memory)
 	users        []int64    // checkpointed tickets 0..len-1 (0: unknown holder)
 	conns        []heldConn
+	// a sale's other stock shards (restoreShardArgs)
+	otherReserved   int64
+	boughtElsewhere []int64
 }
 
 // restoreQueue runs restoreScript for one sale; it returns the queue's
@@ -570,8 +587,12 @@ type restoreInput struct {
 func restoreQueue(ctx context.Context, rdb redis.UniversalClient, saleID int64, in restoreInput) (queueState, string, error) {
 	keys := saleKeys(saleID, keyState, keyTickets, keyOrder, keyAdmitted, keyBuckets, keyPresence)
 	keys = append(keys, lua.BuyersKey(saleID), lua.ReservedKey(saleID), lua.QueueKey(saleID, keyHoles))
-	args := make([]any, 0, 8+len(in.users)+4*len(in.conns))
-	args = append(args, in.nowMs, in.epoch, in.ttlMs, int64(bucketMs), in.st.Seq, in.st.N, in.st.Serving, len(in.users))
+	args := make([]any, 0, 10+len(in.boughtElsewhere)+len(in.users)+4*len(in.conns))
+	args = append(args, in.nowMs, in.epoch, in.ttlMs, int64(bucketMs), in.st.Seq, in.st.N, in.st.Serving, len(in.users),
+		in.otherReserved, len(in.boughtElsewhere))
+	for _, u := range in.boughtElsewhere {
+		args = append(args, u)
+	}
 	for _, u := range in.users {
 		args = append(args, u)
 	}

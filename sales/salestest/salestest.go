@@ -16,7 +16,13 @@ import (
 // startsAt with an admission rate of 100/s.
 func Create(t testing.TB, store *sales.Store, startsAt time.Time, priceCents int64, quantities ...int64) flashsale.Sale {
 	t.Helper()
-	in := flashsale.Sale{Name: "test", StartsAt: startsAt, AdmissionRatePerSecond: 100}
+	return CreateSharded(t, store, startsAt, priceCents, 1, quantities...)
+}
+
+// CreateSharded is Create for a sale whose stock is split over shards.
+func CreateSharded(t testing.TB, store *sales.Store, startsAt time.Time, priceCents int64, shards int, quantities ...int64) flashsale.Sale {
+	t.Helper()
+	in := flashsale.Sale{Name: "test", StartsAt: startsAt, AdmissionRatePerSecond: 100, StockShards: shards}
 	for i, q := range quantities {
 		in.Items = append(in.Items, flashsale.Item{ProductID: int64(500 + i), Quantity: q, PriceCents: priceCents})
 	}

@@ -1,0 +1,31 @@
+-- The reserve of a sale whose stock is split over shards, run on the
+-- user's home shard. As reserve.lua, except that a dry home shard records
+-- a claim (the buyer record with the mark c, and a member of the claims
+-- ZSET) in place of answering SOLD_OUT: the caller then takes a unit from
+-- another shard and settles the claim (shard_settle.lua), or abandons it
+-- (shard_abandon.lua).
+-- KEYS[1] stock HASH, KEYS[2] buyers HASH, KEYS[3] pending ZSET,
+-- KEYS[4] reserved counter, KEYS[5] claims ZSET
+-- ARGV[1] itemId, ARGV[2] userId, ARGV[3] orderId, ARGV[4] nowMs
+local prev = redis.call('HGET', KEYS[2], ARGV[2])
+if prev then
+  if string.sub(prev, -2) == '|c' then
+    return {5, ''}
+  end
+  local sep = string.find(prev, '|', 1, true)
+  return {1, string.sub(prev, 1, sep - 1)}
+end
+local left = redis.call('HGET', KEYS[1], ARGV[1])
+if not left then
+  return {3, ''}
+end
+if tonumber(left) <= 0 then
+  redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. ARGV[1] .. '|' .. ARGV[4] .. '|c')
+  redis.call('ZADD', KEYS[5], ARGV[4], ARGV[3] .. '|' .. ARGV[2] .. '|' .. ARGV[1])
+  return {4, ''}
+end
+redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. ARGV[1] .. '|' .. ARGV[4])
+redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3] .. '|' .. ARGV[2] .. '|' .. ARGV[1])
+redis.call('INCR', KEYS[4])
+return {0, ARGV[3]}

@@ -1,0 +1,194 @@
+package purchase
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/adapter/redisstock"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
+	"github.com/flashsale/flashsale/sales"
+	"github.com/flashsale/flashsale/sales/salestest"
+)
+
+// newShardedEnv is newEnv with the sale's stock split over shards.
+func newShardedEnv(t testing.TB, shards int, quantities ...int64) *env {
+	t.Helper()
+	rdb := testenv.Redis(t)
+	pool := testenv.Postgres(t)
+	st := redisstock.New(rdb)
+	sl := salestest.CreateSharded(t, sales.NewStore(pool, rdb, st, nil), t0, 1999, shards, quantities...)
+	return &env{rdb: rdb, pool: pool, st: st, sale: &sl}
+}
+
+// usersHomedOn returns n users whose records live on the given shard.
+func (e *env) usersHomedOn(n, shard int) []int64 {
+	var out []int64
+	for u := int64(1); len(out) < n; u++ {
+		if e.st.HomeShard(e.sale.ID, u) == shard {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+func (e *env) shardUnits(t testing.TB, shard int, item int64) int64 {
+	t.Helper()
+	m, err := e.st.ShardRemaining(context.Background(), e.sale.ID, shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m[item]
+}
+
+// The local sold-out flag of a sharded sale is set only once every shard
+// is empty: buyers of a dry home shard still buy the other shards' units,
+// and a unit given back to any shard clears the flag.
+func TestShardedSoldOutFlag(t *testing.T) {
+	e := newShardedEnv(t, 3, 3) // one unit per shard
+	ctx := context.Background()
+	s := New(Config{SoldOutRecheck: 20 * time.Millisecond}, e.st, &recorder{}, nil, nil)
+	item := e.item(0)
+	users := e.usersHomedOn(5, 0)
+	orders := make([]string, 3)
+	for i := range 3 {
+		id, err := s.Reserve(ctx, e.sale, item, users[i])
+		if err != nil {
+			t.Fatalf("buyer %d of 3: %v", i+1, err)
+		}
+		orders[i] = id
+		if s.SoldOut(item.ID) {
+			t.Fatalf("flagged after %d of 3 units (home shard dry, others not)", i+1)
+		}
+	}
+	if _, err := s.Reserve(ctx, e.sale, item, users[3]); codeOf(err) != flashsale.CodeSoldOut {
+		t.Fatalf("fourth buyer: %v, want SOLD_OUT", err)
+	}
+	if !s.SoldOut(item.ID) {
+		t.Fatal("not flagged once every shard was empty")
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.Run(runCtx) })
+	defer func() { stop(); wg.Wait() }()
+	// The third buyer's unit was lent by shard 1 or 2; it goes back there.
+	if ok, err := e.st.Release(ctx, e.sale.ID, users[2], item.ID, orders[2]); err != nil || !ok {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	if e.shardUnits(t, 0, item.ID) != 0 {
+		t.Fatal("a borrowed unit went back to the home shard")
+	}
+	deadline := time.Now().Add(10 * time.Second) // guards against a hang only
+	for s.SoldOut(item.ID) {
+		if time.Now().After(deadline) {
+			t.Fatal("flag still set 10s after a unit came back to a shard")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := s.Reserve(ctx, e.sale, item, users[4]); err != nil {
+		t.Errorf("a buyer of the dry home shard after the flag cleared: %v, want a reservation", err)
+	}
+}
+
+// The reconciler looks at every shard's pending reservations, and a lost
+// one whose unit was borrowed gives it back to its donor.
+func TestShardedReconcilerReturnsLostReservation(t *testing.T) {
+	t.Parallel()
+	e := newShardedEnv(t, 3, 3)
+	ctx := context.Background()
+	clk := newClock(t0)
+	item := e.item(0)
+	home2 := e.usersHomedOn(2, 2)
+	ids := []string{uuid.NewString(), uuid.NewString()}
+	for i, u := range home2 { // the second borrows shard 0's unit
+		if err := e.st.Reserve(ctx, e.sale.ID, item.ID, u, ids[i], t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e.shardUnits(t, 0, item.ID) != 0 || e.shardUnits(t, 2, item.ID) != 0 {
+		t.Fatal("the reservations did not take shard 2's and shard 0's units")
+	}
+	r := NewReconciler(ReconcilerConfig{Now: clk.now, PaymentWindow: 10 * time.Minute}, e.pool, e.st, e, nil, nil)
+	clk.add(3 * time.Minute)
+	if n, err := r.RunOnce(ctx); err != nil || n != 2 {
+		t.Fatalf("RunOnce = %d, %v; want 2 units back", n, err)
+	}
+	for sh := range 3 {
+		if got := e.shardUnits(t, sh, item.ID); got != 1 {
+			t.Errorf("shard %d has %d units, want 1", sh, got)
+		}
+	}
+	if n := e.pending(t); n != 0 {
+		t.Errorf("%d pending left", n)
+	}
+	for _, id := range ids {
+		assertOrder(t, e.pool, id, flashsale.OrderRejected)
+	}
+}
+
+// A node that loses some shards of a sale: the reconciler drops the
+// others too, so the sale stands still, and rebuilds every shard from the
+// database's exact count.
+func TestShardedRebuildAfterPartialLoss(t *testing.T) {
+	t.Parallel()
+	e := newShardedEnv(t, 3, 9) // 3 units per shard
+	ctx := context.Background()
+	item := e.item(0)
+	live := map[int64]string{}
+	for _, u := range e.usersHomedOn(3, 0) { // shard 0's units
+		id := uuid.NewString()
+		if err := e.st.Reserve(ctx, e.sale.ID, item.ID, u, id, t0); err != nil {
+			t.Fatal(err)
+		}
+		insertOrder(t, e, id, item.ID, u, flashsale.OrderPending)
+		live[u] = id
+	}
+	// shard 1's keys are lost
+	keys, err := e.rdb.Keys(ctx, "fs:{s"+strconv.FormatInt(e.sale.ID, 10)+".1*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("shard 1 keys %v %v", keys, err)
+	}
+	if err := e.rdb.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clk := newClock(t0)
+	r := NewReconciler(ReconcilerConfig{Now: clk.now}, e.pool, e.st, e, nil, nil)
+	if _, err := r.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The whole sale answers "no stock record" until the rebuild.
+	for sh := range 3 {
+		if got, err := e.st.ShardRemaining(ctx, e.sale.ID, sh); err != nil || len(got) != 0 {
+			t.Errorf("shard %d before the rebuild: %v %v, want no record", sh, got, err)
+		}
+	}
+	if err := e.st.Reserve(ctx, e.sale.ID, item.ID, e.usersHomedOn(1, 2)[0], uuid.NewString(), t0); flashsale.ErrorCode(err) != flashsale.CodeNotFound {
+		t.Errorf("Reserve before the rebuild: %v, want NOT_FOUND", err)
+	}
+	clk.add(DefaultPublishTimeout)
+	if _, err := r.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.remaining(t, item); got != 6 {
+		t.Errorf("remaining %d after the rebuild, want 6 (9 - 3 live)", got)
+	}
+	for sh := range 3 {
+		if got := e.shardUnits(t, sh, item.ID); got != 2 {
+			t.Errorf("shard %d has %d units, want 2", sh, got)
+		}
+	}
+	for u, id := range live {
+		if b, ok := e.buyer(t, u); !ok || b.OrderID != id {
+			t.Errorf("user %d buyer %+v %v, want order %s", u, b, ok, id)
+		}
+		if err := e.st.Reserve(ctx, e.sale.ID, item.ID, u, uuid.NewString(), t0); flashsale.ErrorCode(err) != flashsale.CodeAlreadyPurchased {
+			t.Errorf("live buyer %d buys again: %v, want ALREADY_PURCHASED", u, err)
+		}
+	}
+}
