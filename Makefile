@@ -2,6 +2,8 @@
 # runs every test (race detector on). See README.md.
 GO        ?= go
 PKGS      ?= ./...
+# Run a second time on a local 3-master Redis Cluster (testenv).
+CLUSTER_PKGS ?= ./internal/harness/testenv/ ./internal/adapter/redisstock/ ./waitroom/ ./defense/ ./purchase/ ./internal/wiring/
 BIN       := bin/flashsale
 GOFLAGS   ?=
 export GOTOOLCHAIN ?= local
@@ -18,10 +20,12 @@ run: build
 	./$(BIN) dev --demo
 
 # The allocation checks the race detector cannot make (sync.Pool is
-# randomised under -race), then every test under the race detector.
+# randomised under -race), then every test under the race detector, then
+# the packages that run Redis scripts again on a Redis Cluster.
 test: vet
 	$(GO) test -count=1 -run 'Allocs' ./admission/
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	FLASHSALE_TEST_REDIS=cluster $(GO) test -race -count=1 -parallel 1 -timeout 20m $(CLUSTER_PKGS)
 
 # gofmt, go vet and staticcheck (pinned in go.mod as a tool dependency).
 vet:

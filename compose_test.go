@@ -32,6 +32,28 @@ func TestComposeConfig(t *testing.T) {
 			t.Errorf("service %q missing from compose.yaml (have %v)", want, got)
 		}
 	}
+	// The cluster override puts every role on a three-master Redis
+	// Cluster and no role on the single node's URL.
+	cmd = exec.Command(bin, "-f", "compose.yaml", "-f", "compose.cluster.yaml", "config")
+	cmd.Env = append(os.Environ(), "FLASHSALE_JWT_SECRET=compose-test")
+	out, err = cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker-compose config with compose.cluster.yaml: %v\n%s", err, out)
+	}
+	cfg := string(out)
+	for _, want := range []string{"redis-2:", "redis-3:", "redis-cluster-init:", "--cluster-enabled"} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("the cluster stack has no %q", want)
+		}
+	}
+	const seeds = "FLASHSALE_REDIS_CLUSTER: redis:6379,redis-2:6379,redis-3:6379"
+	if n := strings.Count(cfg, seeds); n != 5 {
+		t.Errorf("%d services with %q, want 5 (migrate, two gateways, writer, expiry)", n, seeds)
+	}
+	if n := strings.Count(cfg, "FLASHSALE_REDIS_URL: redis://"); n != 0 {
+		t.Errorf("%d services of the cluster stack still on FLASHSALE_REDIS_URL", n)
+	}
+
 	// Without the secret the file must refuse to render.
 	cmd = exec.Command(bin, "-f", "compose.yaml", "config")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}

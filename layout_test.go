@@ -58,8 +58,9 @@ var layout = map[string]imports{
 	"waitroom": {code: "flashsale admission internal/adapter/prom lua",
 		tests: "auth internal/harness/localsvc internal/harness/testenv"},
 	// The writer's tests reserve and publish through purchase, the
-	// writer's upstream.
-	"writer": {code: "flashsale internal/adapter/prom internal/adapter/redisstock",
+	// writer's upstream. Its consumer takes the brokers, TLS, SASL and
+	// logger from the Kafka adapter, the one place they are built.
+	"writer": {code: "flashsale internal/adapter/kafka internal/adapter/prom internal/adapter/redisstock",
 		tests: "lua purchase internal/adapter/kafka internal/adapter/postgres sales sales/salestest internal/harness/localsvc internal/harness/testenv"},
 
 	// Adapters, named after their dependency. prom registers every
@@ -68,26 +69,31 @@ var layout = map[string]imports{
 	"internal/adapter/kafka":      {code: "flashsale", tests: "internal/harness/testenv"},
 	"internal/adapter/postgres":   {tests: "internal/harness/localsvc internal/harness/testenv"},
 	"internal/adapter/redisstock": {code: "flashsale lua", tests: "internal/harness/testenv"},
+	// redisconn builds every Redis client from the settings (one node,
+	// cluster, Sentinel); its tests start those topologies for real and
+	// reserve through redisstock while a cluster node is down.
+	"internal/adapter/redisconn": {tests: "lua internal/adapter/redisstock internal/harness/localsvc internal/harness/testenv"},
 
 	// The composition root and the binaries.
-	"internal/wiring": {code: "flashsale admission auth defense expiry gateway orders purchase sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock",
+	"internal/wiring": {code: "flashsale admission auth defense expiry gateway orders purchase sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn",
 		tests: "internal/wiring/apptest internal/harness/localsvc internal/harness/testenv"},
-	"cmd/flashsale": {code: "flashsale auth sales waitroom loadtest internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock",
+	"cmd/flashsale": {code: "flashsale auth sales waitroom loadtest internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock internal/adapter/redisconn",
 		tests: "internal/wiring/apptest internal/harness/testenv"},
 	"cmd/flashsale-bench": {code: "internal/bench internal/wiring"},
 
 	// Tools that drive a stack from outside. The load harness mints access
 	// tokens, solves the proof of work and warns against the waiting room's
-	// per-address connection cap.
-	"loadtest":       {code: "flashsale auth defense waitroom", tests: "internal/harness/localsvc internal/adapter/postgres"},
+	// per-address connection cap; it counts Redis commands over a Redis
+	// connected like the server's (redisconn).
+	"loadtest":       {code: "flashsale auth defense waitroom internal/adapter/redisconn", tests: "internal/harness/localsvc internal/adapter/postgres"},
 	"loadtest/e2e":   {tests: "internal/wiring internal/harness/testenv loadtest"},
 	"browsertest":    {tests: "static internal/wiring internal/wiring/apptest internal/harness/testenv"},
-	"internal/bench": {code: "flashsale admission auth gateway internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock"},
+	"internal/bench": {code: "flashsale admission auth gateway internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock internal/adapter/redisconn"},
 
 	// The harness of dev and tests. localsvc is also in the binary, for
 	// `flashsale dev`.
 	"internal/harness/localsvc": {},
-	"internal/harness/testenv":  {code: "flashsale internal/harness/localsvc internal/adapter/postgres"},
+	"internal/harness/testenv":  {code: "flashsale internal/harness/localsvc internal/adapter/postgres internal/adapter/redisconn"},
 	"sales/salestest":           {code: "flashsale sales"},
 	"internal/wiring/apptest":   {code: "auth internal/wiring internal/harness/testenv"},
 }

@@ -66,6 +66,7 @@ func (a *admin) createSale(ctx context.Context, cfg Config, now time.Time) (*adm
 		Name:                   fmt.Sprintf("%s %s", name, now.UTC().Format(time.RFC3339)),
 		StartsAt:               now.Add(cfg.StartsIn).UTC(),
 		AdmissionRatePerSecond: cfg.AdmissionRate,
+		StockShards:            cfg.StockShards,
 	}
 	for i := range cfg.Items {
 		q := cfg.Quantity / cfg.Items
@@ -91,6 +92,9 @@ func (a *admin) createSale(ctx context.Context, cfg Config, now time.Time) (*adm
 		"startsAt":               sale.StartsAt.Format(time.RFC3339Nano),
 		"admissionRatePerSecond": sale.AdmissionRatePerSecond,
 		"items":                  items,
+	}
+	if sale.StockShards > 0 {
+		body["stockShards"] = sale.StockShards
 	}
 	r, err := do(ctx, a.hc, http.MethodPost, a.bases[0]+"/api/admin/sales", bearer(a.tok), body)
 	if err != nil {

@@ -7,22 +7,26 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/adapter/redisconn"
 )
 
-// redisCounter reads INFO stats total_commands_processed.
-type redisCounter struct{ c *redis.Client }
+// redisCounter reads INFO stats total_commands_processed, summed over
+// every master (a cluster's nodes each count their own commands).
+type redisCounter struct{ c redis.UniversalClient }
 
-func newRedisCounter(url string) (*redisCounter, error) {
-	opt, err := redis.ParseURL(url)
+func newRedisCounter(cfg redisconn.Config) (*redisCounter, error) {
+	cfg.PoolSize = 1
+	c, err := redisconn.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("loadtest: redis url: %w", err)
+		return nil, fmt.Errorf("loadtest: redis: %w", err)
 	}
-	opt.PoolSize = 1
-	return &redisCounter{c: redis.NewClient(opt)}, nil
+	return &redisCounter{c: c}, nil
 }
 
 func (r *redisCounter) close() { r.c.Close() }
@@ -30,11 +34,28 @@ func (r *redisCounter) close() { r.c.Close() }
 func (r *redisCounter) total(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	s, err := r.c.Info(ctx, "stats").Result()
+	var (
+		mu  sync.Mutex // ForEachMaster runs fn on the masters at once
+		sum int64
+	)
+	err := redisconn.ForEachMaster(ctx, r.c, func(ctx context.Context, c *redis.Client) error {
+		s, err := c.Info(ctx, "stats").Result()
+		if err != nil {
+			return err
+		}
+		n, err := parseTotalCommands(s)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		sum += n
+		mu.Unlock()
+		return nil
+	})
 	if err != nil {
 		return 0, fmt.Errorf("loadtest: redis INFO: %w", err)
 	}
-	return parseTotalCommands(s)
+	return sum, nil
 }
 
 func parseTotalCommands(info string) (int64, error) {

@@ -4,7 +4,7 @@
 // and reports outcomes, latencies and the invariant checks.
 //
 // A run: create a sale (or use a given one), a hostile-only phase before
-// opening (counting Redis commands when RedisURL is given), shoppers who
+// opening (counting Redis commands when Redis is given), shoppers who
 // join the waiting room (WebSocket or polling), wait for admission, buy,
 // wait for the order to become payable and pay with probability
 // PayFraction, then a wait until the system is quiet, the read-back of
@@ -59,6 +59,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/flashsale/flashsale/internal/adapter/redisconn"
 )
 
 // WorkerEnv is the environment variable that marks a forked worker process.
@@ -96,11 +98,12 @@ type Config struct {
 
 	SaleID        int64         `json:"saleId,omitempty"` // 0: create a sale
 	Shoppers      int           `json:"shoppers"`
-	UserBase      int64         `json:"userBase,omitempty"` // shoppers are users UserBase+1 … UserBase+Shoppers
-	Quantity      int           `json:"quantity"`           // units of a created sale, split over Items
-	Items         int           `json:"items"`              // items of a created sale
-	AdmissionRate int           `json:"admissionRate"`      // admissionRatePerSecond of a created sale
-	StartsIn      time.Duration `json:"startsIn"`           // a created sale opens this long after the run starts
+	UserBase      int64         `json:"userBase,omitempty"`    // shoppers are users UserBase+1 … UserBase+Shoppers
+	Quantity      int           `json:"quantity"`              // units of a created sale, split over Items
+	Items         int           `json:"items"`                 // items of a created sale
+	StockShards   int           `json:"stockShards,omitempty"` // stockShards of a created sale (0: the gateway's default, one)
+	AdmissionRate int           `json:"admissionRate"`         // admissionRatePerSecond of a created sale
+	StartsIn      time.Duration `json:"startsIn"`              // a created sale opens this long after the run starts
 	// JoinSpread spreads the shoppers' joins evenly over this long from the
 	// start of the shopper phase (0: 80% of the time left before opening,
 	// at least 200 ms).
@@ -146,9 +149,9 @@ type Config struct {
 	QuietTimeout time.Duration `json:"quietTimeout,omitempty"`
 	Seed         uint64        `json:"seed,omitempty"` // who pays and item choice are drawn from it
 
-	Progress    io.Writer `json:"-"` // live progress line (\r-updated); nil: none
-	DatabaseURL string    `json:"-"` // optional: invariants straight from PostgreSQL
-	RedisURL    string    `json:"-"` // optional: Redis command counter around the hostile phase
+	Progress    io.Writer        `json:"-"` // live progress line (\r-updated); nil: none
+	DatabaseURL string           `json:"-"` // optional: invariants straight from PostgreSQL
+	Redis       redisconn.Config `json:"-"` // optional: Redis command counter around the hostile phase
 
 	// SolvePow answers a waiting-room proof-of-work challenge (the whole
 	// challenge message in, the "pow" object of the next join out). Nil:

@@ -242,9 +242,9 @@ func hostilePhase(ctx context.Context, cfg Config, sh *shard, opensAt time.Time,
 	}
 	var rr *RedisReport
 	var rc *redisCounter
-	if cfg.RedisURL != "" {
+	if cfg.Redis.Set() {
 		var err error
-		rc, err = newRedisCounter(cfg.RedisURL)
+		rc, err = newRedisCounter(cfg.Redis)
 		if err != nil {
 			return &RedisReport{Error: err.Error()}
 		}

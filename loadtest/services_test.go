@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flashsale/flashsale/internal/adapter/postgres"
+	"github.com/flashsale/flashsale/internal/adapter/redisconn"
 	"github.com/flashsale/flashsale/internal/harness/localsvc"
 )
 
@@ -30,7 +32,7 @@ func TestRealServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rs.Stop() })
-	rc, err := newRedisCounter(rs.URL)
+	rc, err := newRedisCounter(redisconn.Config{URL: rs.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,5 +127,50 @@ func TestRealServices(t *testing.T) {
 	}
 	if r.Err() == nil {
 		t.Error("broken database: want an error")
+	}
+}
+
+// TestRedisCounterCluster: on a Redis Cluster the counter sums every
+// master's commands, so keys on any slot count, and one INFO per master
+// is all it adds.
+func TestRedisCounterCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := localsvc.StartRedisCluster(ctx, localsvc.RedisClusterOptions{Dir: t.TempDir()})
+	if errors.Is(err, localsvc.ErrMissing) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	rc, err := newRedisCounter(redisconn.Config{Cluster: c.Addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.close()
+	a, err := rc.total(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Keys spread over the slots of every master.
+	const keys = 30
+	for i := range keys {
+		if err := rc.c.Set(ctx, "k"+strconv.Itoa(i), "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := rc.total(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every SET is counted, whichever master holds its key (one master
+	// alone holds about a third of them); the client's own commands (INFO,
+	// connection set-up) come on top.
+	if got := b - a; got < keys {
+		t.Errorf("commands between two sums around %d SETs = %d, want at least %d", keys, got, keys)
 	}
 }

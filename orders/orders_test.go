@@ -29,7 +29,7 @@ var t0 = time.Date(2026, 12, 1, 18, 30, 0, 0, time.UTC)
 
 type fixture struct {
 	pool  *pgxpool.Pool
-	rdb   *redis.Client
+	rdb   redis.UniversalClient
 	stock *redisstock.Store
 	cache *sales.Cache
 	sale  flashsale.Sale

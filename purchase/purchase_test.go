@@ -38,7 +38,7 @@ func (c *clock) add(d time.Duration) { c.ns.Add(int64(d)) }
 
 // env is one test's Redis, PostgreSQL and a sale stored in both.
 type env struct {
-	rdb  *redis.Client
+	rdb  redis.UniversalClient
 	pool *pgxpool.Pool
 	st   *redisstock.Store
 	sale *flashsale.Sale
@@ -480,7 +480,7 @@ func TestSoldOutFlagStaysWhileStockRecordMissing(t *testing.T) {
 	s := New(Config{}, e.st, &recorder{}, nil, nil)
 	item := e.item(0)
 	s.setSoldOut(e.sale.ID, item.ID)
-	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+	if err := testenv.Flush(ctx, e.rdb); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.recheckSoldOut(ctx); err != nil {
@@ -547,7 +547,7 @@ func TestReserveWithStockRecordLostIsUnavailable(t *testing.T) {
 	rec := &recorder{}
 	s := New(Config{}, e.st, rec, nil, nil)
 	item := e.item(0)
-	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+	if err := testenv.Flush(ctx, e.rdb); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {

@@ -241,7 +241,7 @@ func TestReconcilerRebuildsAfterRedisLoss(t *testing.T) {
 			live[o.user] = id
 		}
 	}
-	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+	if err := testenv.Flush(ctx, e.rdb); err != nil {
 		t.Fatal(err)
 	}
 	// The stock script answers NOT_FOUND until the rebuild.
@@ -353,7 +353,7 @@ func TestReconcilerPagesPastHeldReservations(t *testing.T) {
 	if err := kadm.NewClient(cl).CommitAllOffsets(ctx, kafka.DefaultWriterGroup, offs); err != nil {
 		t.Fatal(err)
 	}
-	orders, err := kafka.NewOrderLog(k.Brokers, "", "", nil)
+	orders, err := kafka.NewOrderLog(kafka.OrderLogConfig{Brokers: k.Brokers}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

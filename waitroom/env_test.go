@@ -102,7 +102,7 @@ func newSale(t testing.TB, id int64, startsAt time.Time, rate int, qty int64) *f
 // any number of rooms ("gateways").
 type env struct {
 	t      testing.TB
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	sales  *fakeSales
 	stock  *fakeStock
 	clock  *clock

@@ -26,7 +26,7 @@ import (
 // its connections drop.
 type killable struct {
 	*gateway
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
@@ -38,10 +38,17 @@ func (e *env) newKillable(cfg Config, opt *redis.Options) *killable {
 		cfg.Tick = 10 * time.Millisecond
 	}
 	cfg.Now = e.clock.Now
-	if opt == nil {
-		opt = e.rdb.Options()
+	// A client of its own (same server, or the same cluster), so that
+	// killing the gateway drops its connections alone.
+	var rdb redis.UniversalClient
+	if c, ok := e.rdb.(*redis.ClusterClient); ok && opt == nil {
+		rdb = redis.NewClusterClient(c.Options())
+	} else {
+		if opt == nil {
+			opt = e.rdb.(*redis.Client).Options()
+		}
+		rdb = redis.NewClient(opt)
 	}
-	rdb := redis.NewClient(opt)
 	reg := prometheus.NewRegistry()
 	r := New(cfg, rdb, e.sales, e.stock, e.access, e.signer, nil, nil, reg)
 	ctx, cancel := context.WithCancel(context.Background())

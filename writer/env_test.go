@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 // env is one test's world: its own database, Redis database and Kafka.
 type env struct {
 	pool  *pgxpool.Pool
-	rdb   *redis.Client
+	rdb   redis.UniversalClient
 	stock *redisstock.Store
 	sales *sales.Store
 	kafka *testenv.Kafka
@@ -268,7 +268,7 @@ func countRows(t testing.TB, pool *pgxpool.Pool, query string, args ...any) int 
 	return n
 }
 
-func pendingCount(t testing.TB, rdb *redis.Client, saleID int64) int64 {
+func pendingCount(t testing.TB, rdb redis.UniversalClient, saleID int64) int64 {
 	t.Helper()
 	return intResult(t, rdb.ZCard(context.Background(), lua.PendingKey(saleID)))
 }

@@ -52,7 +52,7 @@ func newProducer(t testing.TB, brokers []string) *kafka.Producer {
 
 func newOrderLog(t testing.TB, brokers []string) *kafka.OrderLog {
 	t.Helper()
-	l, err := kafka.NewOrderLog(brokers, "", "", nil)
+	l, err := kafka.NewOrderLog(kafka.OrderLogConfig{Brokers: brokers}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func buy(t testing.TB, s *purchase.Service, sale *flashsale.Sale, item flashsale
 	return id
 }
 
-func placedCount(t testing.TB, rdb *redis.Client, saleID int64) int64 {
+func placedCount(t testing.TB, rdb redis.UniversalClient, saleID int64) int64 {
 	t.Helper()
 	return intResult(t, rdb.HLen(context.Background(), lua.PlacedKey(saleID)))
 }
@@ -194,7 +194,7 @@ func TestRebuildCountsOrdersInKafka(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+	if err := testenv.Flush(ctx, e.rdb); err != nil {
 		t.Fatal(err)
 	}
 	// While the stock record is missing: 503, nothing reserved, no flag.

@@ -28,6 +28,7 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	shoppers := fs.Int("shoppers", -1, "simulated shoppers (default: the scenario's)")
 	quantity := fs.Int("quantity", -1, "units of the created sale")
 	items := fs.Int("items", -1, "items of the created sale")
+	stockShards := fs.Int("stock-shards", 0, "stockShards of the created sale: each item's stock split over this many Redis hash slots (0: one)")
 	rate := fs.Int("rate", -1, "admission rate per second of the created sale")
 	startsIn := fs.Duration("starts-in", 0, "the created sale opens this long after the start")
 	transport := fs.String("transport", "", "ws or polling")
@@ -44,6 +45,7 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	quiet := fs.Duration("quiet-timeout", 0, "how long to wait for conservation after the shoppers (default: 15s, at most a fifth of the duration); cover the server's FLASHSALE_RECONCILE_AFTER when publishes may fail")
 	dbURL := fs.String("database-url", os.Getenv("FLASHSALE_DATABASE_URL"), "PostgreSQL URL for the invariant checks (optional)")
 	redisURL := fs.String("redis-url", os.Getenv("FLASHSALE_REDIS_URL"), "Redis URL for the command counter (optional)")
+	redisCluster := fs.String("redis-cluster", os.Getenv("FLASHSALE_REDIS_CLUSTER"), "Redis Cluster seeds for the command counter, summed over every master (optional)")
 	keepWaiting := fs.Bool("keep-waiting", false, "shoppers who saw SOLD_OUT stay in the room until the run ends, so stock that comes back sells again (default: the scenario's)")
 	untilPaid := fs.Bool("until-paid", false, "end the shopper phase once paid = quantity (default: the scenario's)")
 	joinSpread := fs.Duration("join-spread", 0, "spread the shoppers' joins over this long (default: 80% of the time before opening)")
@@ -63,7 +65,12 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	cfg.BaseURL, cfg.BaseURLs = urls[0], urls[1:]
 	cfg.AdminURL, cfg.JWTSecret, cfg.SaleID = *adminURL, *secret, *sale
-	cfg.DatabaseURL, cfg.RedisURL = *dbURL, *redisURL
+	cfg.DatabaseURL = *dbURL
+	// The counter connects like the server (redisconn): a URL, a cluster
+	// or Sentinel, with the same password and CA settings.
+	cfg.Redis.URL, cfg.Redis.Cluster = *redisURL, splitComma(*redisCluster)
+	cfg.Redis.Sentinels, cfg.Redis.Master = splitComma(os.Getenv("FLASHSALE_REDIS_SENTINELS")), os.Getenv("FLASHSALE_REDIS_MASTER")
+	cfg.Redis.Password, cfg.Redis.TLSCA = os.Getenv("FLASHSALE_REDIS_PASSWORD"), os.Getenv("FLASHSALE_REDIS_TLS_CA")
 	cfg.Progress = stderr
 	setInt := func(dst *int, v int) {
 		if v >= 0 {
@@ -72,6 +79,7 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	setInt(&cfg.Shoppers, *shoppers)
 	setInt(&cfg.Quantity, *quantity)
+	cfg.StockShards = *stockShards
 	setInt(&cfg.Items, *items)
 	setInt(&cfg.AdmissionRate, *rate)
 	setInt(&cfg.Hostile.PurchaseFlood, *flood)

@@ -60,10 +60,12 @@ func installDebian(ctx context.Context, log *slog.Logger, pkgs ...string) error 
 }
 
 // startLocalDeps starts redis-server and PostgreSQL under dataDir for every
-// URL left empty, and fills the URLs in.
-func startLocalDeps(ctx context.Context, log *slog.Logger, dataDir string, redisURL, dbURL *string) (*localDeps, error) {
+// dependency left unconfigured, and fills the URLs in. redisSet is true
+// when any Redis setting is given (URL, cluster, Sentinel, password, CA):
+// then no redis-server is started.
+func startLocalDeps(ctx context.Context, log *slog.Logger, dataDir string, redisSet bool, redisURL, dbURL *string) (*localDeps, error) {
 	d := &localDeps{}
-	if *redisURL == "" {
+	if !redisSet {
 		r, err := localsvc.StartRedis(ctx, localsvc.RedisOptions{Dir: filepath.Join(dataDir, "redis"), Persist: true})
 		if errors.Is(err, localsvc.ErrMissing) {
 			if err = installDebian(ctx, log, "redis-server"); err == nil {

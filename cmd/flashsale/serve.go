@@ -26,7 +26,7 @@ const shutdownGrace = 20 * time.Second
 func commonFlags(fs *flag.FlagSet, c *wiring.Config) {
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "public listener (FLASHSALE_HTTP_ADDR)")
 	fs.StringVar(&c.AdminAddr, "admin-addr", c.AdminAddr, "metrics/health listener (FLASHSALE_ADMIN_ADDR)")
-	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "redis://host:port/db (FLASHSALE_REDIS_URL)")
+	redisFlags(fs, c)
 	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "postgres://... (FLASHSALE_DATABASE_URL)")
 	fs.Func("kafka-brokers", "comma-separated seed brokers (FLASHSALE_KAFKA_BROKERS)", func(v string) error {
 		c.KafkaBrokers = splitComma(v)
@@ -36,6 +36,23 @@ func commonFlags(fs *flag.FlagSet, c *wiring.Config) {
 	fs.DurationVar(&c.ExpiryInterval, "expiry-interval", c.ExpiryInterval, "expiry scan interval (FLASHSALE_EXPIRY_INTERVAL)")
 	fs.DurationVar(&c.AdmissionTTL, "admission-ttl", c.AdmissionTTL, "admission token lifetime (FLASHSALE_ADMISSION_TTL)")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "json or text (FLASHSALE_LOG_FORMAT)")
+}
+
+// redisFlags registers the Redis topology flags. The password has no flag,
+// so that it never shows in a process list: FLASHSALE_REDIS_PASSWORD or
+// the URL carry it.
+func redisFlags(fs *flag.FlagSet, c *wiring.Config) {
+	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "one Redis node: redis://host:port/db or rediss:// (FLASHSALE_REDIS_URL)")
+	fs.Func("redis-cluster", "comma-separated host:port seeds of a Redis Cluster (FLASHSALE_REDIS_CLUSTER)", func(v string) error {
+		c.RedisCluster = splitComma(v)
+		return nil
+	})
+	fs.Func("redis-sentinels", "comma-separated host:port of Redis Sentinels (FLASHSALE_REDIS_SENTINELS)", func(v string) error {
+		c.RedisSentinels = splitComma(v)
+		return nil
+	})
+	fs.StringVar(&c.RedisMaster, "redis-master", c.RedisMaster, "the master's name the Sentinels monitor (FLASHSALE_REDIS_MASTER)")
+	fs.StringVar(&c.RedisTLSCA, "redis-tls-ca", c.RedisTLSCA, "PEM file of the CA of the Redis nodes' certificates (FLASHSALE_REDIS_TLS_CA)")
 }
 
 func splitComma(v string) []string {
@@ -120,7 +137,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
 		return err
 	}
-	deps, err := startLocalDeps(ctx, log, *dataDir, &cfg.RedisURL, &cfg.DatabaseURL)
+	deps, err := startLocalDeps(ctx, log, *dataDir, cfg.Redis().Set(), &cfg.RedisURL, &cfg.DatabaseURL)
 	defer deps.stop(log)
 	if err != nil {
 		return err
@@ -170,7 +187,7 @@ flashsale dev is running (%s)
   Redis            %s
   PostgreSQL       %s
   Kafka            %v
-`, abs, a.PublicURL, a.PublicURL, a.PublicURL, a.AdminURL, a.AdminURL, cfg.RedisURL, cfg.DatabaseURL, a.KafkaBrokers)
+`, abs, a.PublicURL, a.PublicURL, a.PublicURL, a.AdminURL, a.AdminURL, cfg.Redis(), cfg.DatabaseURL, a.KafkaBrokers)
 }
 
 func createDemoSale(ctx context.Context, w io.Writer, a *wiring.App, cfg wiring.Config) error {

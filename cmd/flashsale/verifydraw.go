@@ -7,9 +7,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/flashsale/flashsale/internal/adapter/postgres"
+	"github.com/flashsale/flashsale/internal/adapter/redisconn"
 	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 	"github.com/flashsale/flashsale/internal/wiring"
 	"github.com/flashsale/flashsale/sales"
@@ -23,7 +22,7 @@ func cmdVerifyDraw(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	fs := newFlagSet("verify-draw", stderr)
 	saleID := fs.Int64("sale", 0, "sale id")
-	fs.StringVar(&cfg.RedisURL, "redis-url", cfg.RedisURL, "redis://host:port/db (FLASHSALE_REDIS_URL)")
+	redisFlags(fs, &cfg)
 	fs.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "postgres://... (FLASHSALE_DATABASE_URL)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -31,14 +30,13 @@ func cmdVerifyDraw(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if *saleID <= 0 {
 		return fmt.Errorf("--sale must be a sale id")
 	}
-	if cfg.RedisURL == "" || cfg.DatabaseURL == "" {
-		return fmt.Errorf("FLASHSALE_REDIS_URL and FLASHSALE_DATABASE_URL must be set")
+	if cfg.DatabaseURL == "" {
+		return fmt.Errorf("FLASHSALE_DATABASE_URL must be set")
 	}
-	opt, err := redis.ParseURL(cfg.RedisURL)
+	rdb, err := redisconn.Open(ctx, cfg.Redis())
 	if err != nil {
 		return err
 	}
-	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	pool, err := postgres.Open(ctx, postgres.Config{URL: cfg.DatabaseURL, MaxConns: 2})
 	if err != nil {

@@ -20,11 +20,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/admission"
 	"github.com/flashsale/flashsale/auth"
+	"github.com/flashsale/flashsale/internal/adapter/redisconn"
 	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 	"github.com/flashsale/flashsale/internal/wiring"
 )
@@ -212,11 +211,12 @@ func Run(ctx context.Context, o Options) ([]Sample, error) {
 	fmt.Fprintf(o.Progress, "baseline server %s (pid %d), gateway %s (pid %d), redis %s\n",
 		base.info.URL, base.info.PID, gw.info.URL, gw.info.PID, gw.info.RedisURL)
 
-	ropt, err := redis.ParseURL(gw.info.RedisURL)
+	// The bench's server starts its own redis-server; the driver connects
+	// to it the way every binary does (redisconn).
+	rdb, err := redisconn.New(redisconn.Config{URL: gw.info.RedisURL})
 	if err != nil {
 		return nil, err
 	}
-	rdb := redis.NewClient(ropt)
 	defer rdb.Close()
 	st := redisstock.New(rdb)
 

@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"github.com/flashsale/flashsale/defense"
 	"github.com/flashsale/flashsale/internal/adapter/postgres"
 	"github.com/flashsale/flashsale/internal/adapter/prom"
+	"github.com/flashsale/flashsale/internal/adapter/redisconn"
 	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 	"github.com/flashsale/flashsale/sales"
 )
@@ -42,6 +44,11 @@ var AllRoles = Roles{Gateway: true, Writer: true, Expiry: true}
 // keeps idle (of its pool of 256).
 const redisMinIdle = 64
 
+// sentinelReplicaWait bounds how long a reservation waits for a replica's
+// acknowledgement behind Sentinel; it stays well inside the purchase's
+// Redis timeout.
+const sentinelReplicaWait = 500 * time.Millisecond
+
 // App is a running set of roles.
 type App struct {
 	// PublicURL and AdminURL are http://host:port of the listeners
@@ -54,7 +61,7 @@ type App struct {
 	cfg    Config
 	log    *slog.Logger
 	reg    *prometheus.Registry
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	pool   *pgxpool.Pool
 	broker *Broker // the embedded one, when no brokers are configured
 	kping  *kafkaPinger
@@ -65,6 +72,7 @@ type App struct {
 	sales    *sales.Store
 	cache    *sales.Cache
 	access   *auth.Cache
+	jwks     *auth.JWKS // nil without FLASHSALE_JWT_JWKS_URL
 	signer   *admission.Signer
 
 	cancel    context.CancelFunc
@@ -96,26 +104,22 @@ func Start(ctx context.Context, cfg Config, roles Roles, logger *slog.Logger) (_
 	if _, err := prom.Register(a.reg, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, err
 	}
+	if _, err := prom.Register(a.reg, buildInfo()); err != nil {
+		return nil, err
+	}
 
-	ropt, err := redis.ParseURL(cfg.RedisURL)
-	if err != nil {
-		return nil, fmt.Errorf("FLASHSALE_REDIS_URL: %w", err)
-	}
-	ropt.PoolSize = 256
-	if ropt.MinIdleConns == 0 {
-		// Connections opened at start (a min_idle_conns in the URL wins):
-		// at a sale's opening every purchase wants one at once, and opening
-		// them then (dial, HELLO, buffers) takes CPU from the purchases
-		// when the machine is busiest.
-		ropt.MinIdleConns = redisMinIdle
-	}
-	a.rdb = redis.NewClient(ropt)
-	a.onClose(func(context.Context) error { return a.rdb.Close() })
+	rcfg := cfg.Redis()
+	// Per node. Connections opened at start (a min_idle_conns in the URL
+	// wins): at a sale's opening every purchase wants one at once, and
+	// opening them then (dial, HELLO, buffers) takes CPU from the purchases
+	// when the machine is busiest.
+	rcfg.PoolSize, rcfg.MinIdleConns = 256, redisMinIdle
 	pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer pcancel()
-	if err := a.rdb.Ping(pctx).Err(); err != nil {
-		return nil, fmt.Errorf("redis at %s: %w", ropt.Addr, err)
+	if a.rdb, err = redisconn.Open(pctx, rcfg); err != nil {
+		return nil, err
 	}
+	a.onClose(func(context.Context) error { return a.rdb.Close() })
 	a.pool, err = postgres.Open(ctx, postgres.Config{URL: cfg.DatabaseURL, MaxConns: cfg.DBMaxConns, MinConns: cfg.DBMinConns})
 	if err != nil {
 		return nil, err
@@ -133,18 +137,39 @@ func Start(ctx context.Context, cfg Config, roles Roles, logger *slog.Logger) (_
 		a.onClose(func(context.Context) error { a.broker.Close(); return nil })
 	} else {
 		a.KafkaBrokers = cfg.KafkaBrokers
-		if err := ensureTopics(ctx, a.KafkaBrokers); err != nil {
-			return nil, err
-		}
 	}
 
-	a.kping, err = newKafkaPinger(a.KafkaBrokers)
+	a.kping, err = newKafkaPinger(a.KafkaBrokers, cfg.KafkaSecurity, logger)
 	if err != nil {
 		return nil, err
 	}
 	a.onClose(func(context.Context) error { a.kping.Close(); return nil })
+	if len(cfg.KafkaBrokers) > 0 {
+		// A broker that refuses the TLS handshake or the credentials is a
+		// configuration error: it fails the start with the broker's
+		// reason, not a gateway answering 503 for ever.
+		kctx, kcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer kcancel()
+		if err := a.kping.Ping(kctx); err != nil {
+			hint := ""
+			if errors.Is(err, io.EOF) && cfg.KafkaSecurity.SASLMechanism != "" {
+				hint = " (a broker that closes the connection during SASL authentication has usually refused the mechanism, username or password)"
+			}
+			return nil, fmt.Errorf("kafka at %v (%v): %w%s", a.KafkaBrokers, cfg.KafkaSecurity, err, hint)
+		}
+		if err := ensureTopics(kctx, a.KafkaBrokers, cfg, logger); err != nil {
+			return nil, err
+		}
+	}
 
 	a.stock = redisstock.New(a.rdb)
+	if len(cfg.RedisSentinels) > 0 {
+		// A master Sentinel may replace: a reservation counts once a
+		// replica holds it, so a promotion never loses an acknowledged
+		// unit (redisstock.RequireReplicas); a purchase answers 503 while
+		// no replica is attached.
+		a.stock.RequireReplicas(1, sentinelReplicaWait)
+	}
 	if err := a.stock.LoadScripts(ctx); err != nil {
 		return nil, err
 	}
@@ -162,6 +187,22 @@ func Start(ctx context.Context, cfg Config, roles Roles, logger *slog.Logger) (_
 			return nil, err
 		}
 		keyOpts = append(keyOpts, auth.WithPublicKey(k))
+	}
+	if cfg.JWTJWKSURL != "" {
+		// The key set is fetched now and refreshed until the app stops; a
+		// provider down at start does not stop it (its tokens answer 401
+		// and /readyz 503 until the keys load).
+		a.jwks, err = auth.NewJWKS(runCtx, auth.JWKSConfig{URL: cfg.JWTJWKSURL}, logger)
+		if err != nil {
+			return nil, fmt.Errorf("FLASHSALE_JWT_JWKS_URL: %w", err)
+		}
+		keyOpts = append(keyOpts, auth.WithJWKS(a.jwks))
+	}
+	if cfg.JWTIssuer != "" {
+		keyOpts = append(keyOpts, auth.WithIssuer(cfg.JWTIssuer))
+	}
+	if cfg.JWTAudience != "" {
+		keyOpts = append(keyOpts, auth.WithAudience(cfg.JWTAudience))
 	}
 	a.access = auth.NewCache(auth.NewVerifier(cfg.JWTSecret, keyOpts...), cfg.TokenCacheSize)
 	a.signer, err = admission.NewSigner(admission.Key{ID: 1, Secret: cfg.AdmissionSecret()})
@@ -231,18 +272,25 @@ func (a *App) Err() error {
 	return a.err
 }
 
-// Ready reports whether Redis, PostgreSQL and Kafka are reachable and the
-// schema is current (for /readyz).
+// Ready reports whether Redis, PostgreSQL and Kafka are reachable, the
+// schema is current and, with a JWKS URL, the identity provider's keys are
+// loaded (for /readyz).
 func (a *App) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if err := a.rdb.Ping(ctx).Err(); err != nil {
+	if err := redisconn.Ping(ctx, a.rdb); err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
 	if err := postgres.CheckSchema(ctx, a.pool); err != nil {
 		return err
 	}
-	return a.kping.Ping(ctx)
+	if err := a.kping.Ping(ctx); err != nil {
+		return err
+	}
+	if a.jwks != nil {
+		return a.jwks.Ready(ctx)
+	}
+	return nil
 }
 
 // Close shuts everything down gracefully within ctx: listeners stop

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/internal/adapter/kafka"
+	"github.com/flashsale/flashsale/internal/adapter/redisconn"
 	"github.com/flashsale/flashsale/waitroom"
 )
 
@@ -24,9 +25,17 @@ type Config struct {
 	HTTPAddr  string // public listener
 	AdminAddr string // metrics, health, pprof
 
-	RedisURL     string
-	DatabaseURL  string
-	KafkaBrokers []string // empty: an embedded kfake broker in this process
+	RedisURL    string
+	DatabaseURL string
+	// RedisCluster, RedisSentinels with RedisMaster, RedisPassword and
+	// RedisTLSCA are the other Redis topologies and their credentials
+	// (redisconn.Config; exactly one topology is set).
+	RedisCluster   []string
+	RedisSentinels []string
+	RedisMaster    string
+	RedisPassword  string
+	RedisTLSCA     string
+	KafkaBrokers   []string // empty: an embedded kfake broker in this process
 	// KafkaPort fixes the embedded broker's port on 127.0.0.1 (0: any free
 	// port), so other processes can reach it (FLASHSALE_KAFKA_PORT).
 	KafkaPort int
@@ -34,10 +43,26 @@ type Config struct {
 	// every write synced (FLASHSALE_KAFKA_DATA_DIR; dev: .flashsale/kafka;
 	// "": in memory).
 	KafkaDataDir string
+	// KafkaSecurity is the TLS and SASL of every client to configured
+	// brokers (FLASHSALE_KAFKA_TLS*, FLASHSALE_KAFKA_SASL_MECHANISM,
+	// FLASHSALE_KAFKA_USERNAME, FLASHSALE_KAFKA_PASSWORD); the embedded
+	// broker speaks neither.
+	KafkaSecurity kafka.Security
+	// KafkaTopics are the partitions and replication factor of the topics
+	// flashsale creates on configured brokers (FLASHSALE_KAFKA_PARTITIONS,
+	// FLASHSALE_KAFKA_REPLICATION_FACTOR).
+	KafkaTopics kafka.TopicSettings
 
 	JWTSecret     string
 	JWTPublicKeys []string // PEM files of extra accepted signing keys
 	AdmissionKey  string   // HMAC key of admission tokens; empty: derived from JWTSecret
+	// JWTJWKSURL is an identity provider's JWK Set, whose keys are also
+	// accepted (FLASHSALE_JWT_JWKS_URL); JWTIssuer and JWTAudience, when
+	// set, are required in the iss and aud of tokens verified with a
+	// public key (FLASHSALE_JWT_ISSUER, FLASHSALE_JWT_AUDIENCE).
+	JWTJWKSURL  string
+	JWTIssuer   string
+	JWTAudience string
 
 	PaymentWindow   time.Duration
 	ExpiryInterval  time.Duration
@@ -74,6 +99,15 @@ type Config struct {
 	// the capacity cap (waitroom.Config.AdmittedGrace,
 	// FLASHSALE_ADMITTED_GRACE, at most 30s).
 	AdmittedGrace time.Duration
+	// DefenseShareInterval is how often a gateway shares its rate-limit
+	// spend with the others so that limits hold across the fleet
+	// (defense.GuardConfig.ShareInterval, FLASHSALE_DEFENSE_SHARE_INTERVAL,
+	// at most 1s; 0: each gateway limits on its own).
+	DefenseShareInterval time.Duration
+	// GatewayID names this gateway in the fleet's defense figures
+	// (defense.GuardConfig.GatewayID, FLASHSALE_GATEWAY_ID; empty: host
+	// name and a random suffix).
+	GatewayID string
 
 	LogFormat string // "json" or "text"
 	LogLevel  string
@@ -102,6 +136,8 @@ func Defaults() Config {
 		LogLevel:          "info",
 
 		KafkaSessionTimeout: 6 * time.Second,
+
+		DefenseShareInterval: 100 * time.Millisecond,
 	}
 }
 
@@ -136,16 +172,55 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 	str("FLASHSALE_HTTP_ADDR", &c.HTTPAddr)
 	str("FLASHSALE_ADMIN_ADDR", &c.AdminAddr)
 	str("FLASHSALE_REDIS_URL", &c.RedisURL)
+	if v := getenv("FLASHSALE_REDIS_CLUSTER"); v != "" {
+		c.RedisCluster = splitList(v)
+	}
+	if v := getenv("FLASHSALE_REDIS_SENTINELS"); v != "" {
+		c.RedisSentinels = splitList(v)
+	}
+	str("FLASHSALE_REDIS_MASTER", &c.RedisMaster)
+	str("FLASHSALE_REDIS_PASSWORD", &c.RedisPassword)
+	str("FLASHSALE_REDIS_TLS_CA", &c.RedisTLSCA)
 	str("FLASHSALE_DATABASE_URL", &c.DatabaseURL)
 	if v := getenv("FLASHSALE_KAFKA_BROKERS"); v != "" {
 		c.KafkaBrokers = splitList(v)
 	}
 	integer("FLASHSALE_KAFKA_PORT", &c.KafkaPort)
 	str("FLASHSALE_KAFKA_DATA_DIR", &c.KafkaDataDir)
+	if v := getenv("FLASHSALE_KAFKA_TLS"); v != "" {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("FLASHSALE_KAFKA_TLS=%q: want 1 or 0", v))
+		}
+		c.KafkaSecurity.TLS = on
+	}
+	str("FLASHSALE_KAFKA_TLS_CA", &c.KafkaSecurity.CAFile)
+	str("FLASHSALE_KAFKA_TLS_CERT", &c.KafkaSecurity.CertFile)
+	str("FLASHSALE_KAFKA_TLS_KEY", &c.KafkaSecurity.KeyFile)
+	str("FLASHSALE_KAFKA_SASL_MECHANISM", &c.KafkaSecurity.SASLMechanism)
+	str("FLASHSALE_KAFKA_USERNAME", &c.KafkaSecurity.Username)
+	str("FLASHSALE_KAFKA_PASSWORD", &c.KafkaSecurity.Password)
+	if v := getenv("FLASHSALE_KAFKA_PARTITIONS"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n <= 0 {
+			errs = append(errs, fmt.Errorf("FLASHSALE_KAFKA_PARTITIONS=%q: want a positive integer", v))
+		}
+		c.KafkaTopics.Partitions = int32(n)
+	}
+	if v := getenv("FLASHSALE_KAFKA_REPLICATION_FACTOR"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 16)
+		if err != nil || n <= 0 {
+			errs = append(errs, fmt.Errorf("FLASHSALE_KAFKA_REPLICATION_FACTOR=%q: want a positive integer", v))
+		}
+		c.KafkaTopics.ReplicationFactor = int16(n)
+	}
 	str("FLASHSALE_JWT_SECRET", &c.JWTSecret)
 	if v := getenv("FLASHSALE_JWT_PUBLIC_KEYS"); v != "" {
 		c.JWTPublicKeys = splitList(v)
 	}
+	str("FLASHSALE_JWT_JWKS_URL", &c.JWTJWKSURL)
+	str("FLASHSALE_JWT_ISSUER", &c.JWTIssuer)
+	str("FLASHSALE_JWT_AUDIENCE", &c.JWTAudience)
 	str("FLASHSALE_ADMISSION_KEY", &c.AdmissionKey)
 	dur("FLASHSALE_PAYMENT_WINDOW", &c.PaymentWindow)
 	dur("FLASHSALE_EXPIRY_INTERVAL", &c.ExpiryInterval)
@@ -198,6 +273,26 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 	if c.AdmittedGrace > 30*time.Second {
 		errs = append(errs, fmt.Errorf("FLASHSALE_ADMITTED_GRACE=%s: at most 30s (a gone shopper's place is freed after it)", c.AdmittedGrace))
 	}
+	if v := getenv("FLASHSALE_DEFENSE_SHARE_INTERVAL"); v != "" {
+		// The fleet's overshoot grows with the interval: past a second it
+		// is no longer a fleet-wide limit.
+		d, err := time.ParseDuration(v)
+		if v == "0" {
+			d, err = 0, nil
+		}
+		if err != nil || d < 0 || d > time.Second {
+			errs = append(errs, fmt.Errorf("FLASHSALE_DEFENSE_SHARE_INTERVAL=%q: want a duration up to 1s like 100ms, or 0 for none", v))
+		} else {
+			c.DefenseShareInterval = d
+		}
+	}
+	if v := getenv("FLASHSALE_GATEWAY_ID"); v != "" {
+		if len(v) > 64 || strings.ContainsFunc(v, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+			errs = append(errs, fmt.Errorf("FLASHSALE_GATEWAY_ID=%q: want at most 64 characters without spaces", v))
+		} else {
+			c.GatewayID = v
+		}
+	}
 	str("FLASHSALE_LOG_FORMAT", &c.LogFormat)
 	str("FLASHSALE_LOG_LEVEL", &c.LogLevel)
 	return errors.Join(errs...)
@@ -206,8 +301,8 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 // Validate checks what every role needs.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.RedisURL == "" {
-		errs = append(errs, errors.New("FLASHSALE_REDIS_URL is not set"))
+	if err := c.Redis().Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.DatabaseURL == "" {
 		errs = append(errs, errors.New("FLASHSALE_DATABASE_URL is not set"))
@@ -215,7 +310,22 @@ func (c *Config) Validate() error {
 	if c.JWTSecret == "" {
 		errs = append(errs, errors.New("FLASHSALE_JWT_SECRET is not set"))
 	}
+	if (c.JWTIssuer != "" || c.JWTAudience != "") && c.JWTJWKSURL == "" && len(c.JWTPublicKeys) == 0 {
+		errs = append(errs, errors.New("FLASHSALE_JWT_ISSUER/FLASHSALE_JWT_AUDIENCE are checked on tokens of public keys, but neither FLASHSALE_JWT_JWKS_URL nor FLASHSALE_JWT_PUBLIC_KEYS is set"))
+	}
+	if err := c.KafkaSecurity.Check(); err != nil {
+		errs = append(errs, fmt.Errorf("kafka TLS/SASL (FLASHSALE_KAFKA_TLS*, FLASHSALE_KAFKA_SASL_MECHANISM, FLASHSALE_KAFKA_USERNAME, FLASHSALE_KAFKA_PASSWORD): %w", err))
+	}
+	if c.KafkaSecurity != (kafka.Security{}) && len(c.KafkaBrokers) == 0 {
+		errs = append(errs, errors.New("kafka TLS/SASL is set but FLASHSALE_KAFKA_BROKERS is not (the embedded broker speaks neither)"))
+	}
 	return errors.Join(errs...)
+}
+
+// Redis is the Redis topology of the configuration.
+func (c *Config) Redis() redisconn.Config {
+	return redisconn.Config{URL: c.RedisURL, Cluster: c.RedisCluster, Sentinels: c.RedisSentinels,
+		Master: c.RedisMaster, Password: c.RedisPassword, TLSCA: c.RedisTLSCA}
 }
 
 // AdmissionSecret is the admission-token key: configured, or derived from

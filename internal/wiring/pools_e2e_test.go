@@ -8,12 +8,15 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 )
 
 // TestPoolsWarmAtStart: a started stack holds open Redis and PostgreSQL
 // connections before any request needs them (a sale's opening would
 // otherwise open them all at once).
 func TestPoolsWarmAtStart(t *testing.T) {
+	testenv.SkipOnCluster(t, "counts the clients of one node")
 	s := startStack(t)
 	ctx := context.Background()
 	opt, err := redis.ParseURL(s.Config.RedisURL)

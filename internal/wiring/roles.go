@@ -23,7 +23,7 @@ import (
 
 func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) error {
 	cfg := a.cfg
-	producer, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: a.KafkaBrokers, Producers: cfg.KafkaProducers}, a.log)
+	producer, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: a.KafkaBrokers, Security: cfg.KafkaSecurity, Producers: cfg.KafkaProducers}, a.log)
 	if err != nil {
 		return err
 	}
@@ -43,7 +43,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	a.goRun("reserve-pipeline", func() error { return a.stock.RunPipeline(runCtx, 0) })
 	// The reconciler asks Kafka whether a stale reservation's record is
 	// there, and never declares lost one that is.
-	orderLog, err := kafka.NewOrderLog(a.KafkaBrokers, "", "", a.log)
+	orderLog, err := kafka.NewOrderLog(kafka.OrderLogConfig{Brokers: a.KafkaBrokers, Security: cfg.KafkaSecurity}, a.log)
 	if err != nil {
 		return err
 	}
@@ -55,7 +55,10 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	ord := orders.New(orders.Config{PaymentWindow: cfg.PaymentWindow}, a.pool, a.stock, a.cache, a.log)
 
 	settings := defense.NewStore(a.pool, a.rdb, a.log)
-	guard := defense.NewGuard(defense.GuardConfig{TrustedProxies: cfg.TrustedProxies, PowKey: cfg.PowSecret()},
+	// The guard shares its rate-limit spend and its counters with the
+	// other gateways through Redis (defense/fleet.go).
+	guard := defense.NewGuard(defense.GuardConfig{TrustedProxies: cfg.TrustedProxies, PowKey: cfg.PowSecret(),
+		ShareInterval: cfg.DefenseShareInterval, GatewayID: cfg.GatewayID},
 		a.rdb, a.log, a.reg)
 	a.goRun("defense", func() error { return guard.Run(runCtx, settings) })
 	a.guard, a.settings = guard, settings
@@ -128,6 +131,7 @@ func (a *App) startWriter(ctx, runCtx context.Context) error {
 	a.onClose(func(context.Context) error { pool.Close(); return nil })
 	w, err := writer.New(writer.Config{
 		Brokers:        a.KafkaBrokers,
+		Security:       a.cfg.KafkaSecurity,
 		BatchSize:      a.cfg.WriterBatchSize,
 		InFlight:       a.cfg.WriterInFlight,
 		MaxConns:       a.cfg.WriterMaxConns,

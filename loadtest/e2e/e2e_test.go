@@ -81,7 +81,7 @@ func TestSmokeAgainstStack(t *testing.T) {
 				t.Fatal(err)
 			}
 			cfg.BaseURL, cfg.AdminURL, cfg.JWTSecret = st.app.PublicURL, st.app.AdminURL, secret
-			cfg.RedisURL, cfg.DatabaseURL = st.redisURL, st.databaseURL
+			cfg.Redis.URL, cfg.DatabaseURL = st.redisURL, st.databaseURL
 			cfg.Transport = transport
 			cfg.PollInterval = 200 * time.Millisecond
 			cfg.SourceAddrs = 8

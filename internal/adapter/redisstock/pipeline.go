@@ -32,13 +32,24 @@ const maxPipeline = 256
 // pipelineTimeout bounds a pipeline whose calls carry no deadline.
 const pipelineTimeout = 2 * time.Second
 
-// reserveCall is one Reserve waiting for a sender.
+// reserveCall is one Reserve waiting for a sender: the reserve script of
+// a sale, or the home-shard one of a sharded sale, with its keys.
 type reserveCall struct {
-	ctx                    context.Context
-	saleID, itemID, userID int64
-	orderID                string
-	nowMs                  int64
-	done                   chan error // buffered 1: the sender never blocks
+	ctx            context.Context
+	script         *redis.Script
+	keys           []string
+	itemID, userID int64
+	orderID        string
+	nowMs          int64
+	done           chan callReply // buffered 1: the sender never blocks
+}
+
+// callReply is the script's reply to one call, and the WAIT that followed
+// it (nil when RequireReplicas asks for none).
+type callReply struct {
+	res  []any
+	err  error
+	wait *redis.Cmd
 }
 
 // pipeline is the state RunPipeline shares with Reserve.
@@ -50,7 +61,7 @@ type pipeline struct {
 	batches, sent atomic.Int64
 }
 
-var callPool = sync.Pool{New: func() any { return &reserveCall{done: make(chan error, 1)} }}
+var callPool = sync.Pool{New: func() any { return &reserveCall{done: make(chan callReply, 1)} }}
 
 // RunPipeline hands Reserve calls to senders (DefaultPipelineSenders when
 // senders ≤ 0) until ctx ends; calls taken by then are answered before it
@@ -127,8 +138,10 @@ func (s *Store) sendBatch(p *pipeline, batch []*reserveCall) {
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, c := range batch {
-		cmds[i] = s.reserve.EvalSha(ctx, pipe, reserveKeys(c.saleID), c.itemID, c.userID, c.orderID, c.nowMs)
+		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.itemID, c.userID, c.orderID, c.nowMs)
 	}
+	// One WAIT covers every script before it on this connection.
+	wait := s.waitCmd(ctx, pipe)
 	_, _ = pipe.Exec(ctx) // errors are per command, read below
 	p.batches.Add(1)
 	p.sent.Add(int64(len(batch)))
@@ -136,14 +149,12 @@ func (s *Store) sendBatch(p *pipeline, batch []*reserveCall) {
 		res, err := cmds[i].Slice()
 		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 			// Redis forgot the script (restart, SCRIPT FLUSH): this call
-			// did not run; Run loads it again.
-			res, err = s.reserve.Run(ctx, s.rdb, reserveKeys(c.saleID), c.itemID, c.userID, c.orderID, c.nowMs).Slice()
-		}
-		if err != nil {
-			c.done <- fmt.Errorf("redisstock.Reserve: %w", err)
+			// did not run; run it alone, which loads it again (with its
+			// own WAIT).
+			c.done <- s.runScript(ctx, c.script, c.keys, c.itemID, c.userID, c.orderID, c.nowMs)
 			continue
 		}
-		c.done <- reserveResult(res)
+		c.done <- callReply{res: res, err: err, wait: wait}
 	}
 }
 
@@ -152,26 +163,28 @@ func reserveKeys(saleID int64) []string {
 	return []string{lua.StockKey(saleID), lua.BuyersKey(saleID), lua.PendingKey(saleID), lua.ReservedKey(saleID)}
 }
 
-// pipelined hands a Reserve to the senders when RunPipeline runs; taken is
-// false when it does not (the caller goes straight to Redis). Once a sender
-// took the call, it waits for the answer whatever ctx does: the script may
-// be on the wire, and only its answer says whether a unit was taken (the
-// sender's pipeline ends by the call's deadline).
-func (s *Store) pipelined(ctx context.Context, saleID, itemID, userID int64, orderID string, nowMs int64) (taken bool, err error) {
+// pipelined hands a Reserve's script call to the senders when RunPipeline
+// runs, and returns the script's reply; taken is false when it does not
+// run (the caller goes straight to Redis). Once a sender took the call, it
+// waits for the answer whatever ctx does: the script may be on the wire,
+// and only its answer says whether a unit was taken (the sender's pipeline
+// ends by the call's deadline).
+func (s *Store) pipelined(ctx context.Context, script *redis.Script, keys []string, itemID, userID int64, orderID string, nowMs int64) (taken bool, r callReply) {
 	p := s.pipe.Load()
 	if p == nil || !p.running.Load() {
-		return false, nil
+		return false, callReply{}
 	}
 	c := callPool.Get().(*reserveCall)
-	c.ctx, c.saleID, c.itemID, c.userID, c.orderID, c.nowMs = ctx, saleID, itemID, userID, orderID, nowMs
+	c.ctx, c.script, c.keys = ctx, script, keys
+	c.itemID, c.userID, c.orderID, c.nowMs = itemID, userID, orderID, nowMs
 	select {
 	case p.calls <- c:
-		taken, err = true, <-c.done
+		taken, r = true, <-c.done
 	case <-p.stopped:
 	case <-ctx.Done():
-		taken, err = true, fmt.Errorf("redisstock.Reserve: %w", ctx.Err()) // never sent
+		taken, r = true, callReply{err: ctx.Err()} // never sent
 	}
-	c.ctx = nil
+	c.ctx, c.script, c.keys = nil, nil, nil
 	callPool.Put(c)
-	return taken, err
+	return taken, r
 }

@@ -1,6 +1,59 @@
 // Package redisstock is the Redis adapter for a sale's stock: the only Go code
 // that runs the reservation scripts of lua/. Script return codes become
 // domain errors here and nowhere else.
+//
+// # Stock shards
+//
+// A sale with one shard (the default) keeps every key under its hash tag
+// and runs one reserve and one release script per call. A sale created
+// with StockShards S > 1 splits each item's units over S shards, each
+// under a tag of its own in its own cluster slot (lua.ShardTag), so that
+// one hot sale's reservations spread over a cluster's masters. A Store
+// learns a sale's S from SetShards (the sale store calls it for every
+// sale it reads); a sale it was never told of has one shard.
+//
+// Each user has a home shard (lua.HomeShard) that holds the user's buyer
+// record, pending member, Kafka position and the shard's reservation
+// counter: the record that allows one purchase per user per sale is
+// decided by one script, atomically with the unit taken on the home
+// shard. While the home shard has a unit, a reservation is that one
+// script, one round trip (pipelined with the others, RunPipeline).
+//
+// When the home shard is dry, the same script records a claim instead
+// (the buyer record marked c, and a member of the shard's claims set),
+// so the user's other purchases answer UNAVAILABLE while it runs. The
+// other shards are then asked in turn, from the one after home, to lend
+// a unit (lua.ShardTake: decrement and a loan record naming the order);
+// the first that has one is named in the settled buyer record
+// (lua.ShardSettle), and the claim becomes an ordinary reservation. If
+// every shard answers dry, the claim is abandoned and the answer is
+// SOLD_OUT. A release on the home shard gives a home unit back there; a
+// borrowed one moves the buyer record to the returning hash and gives the
+// unit back to its lender, where removing the loan is what puts the unit
+// back, so no unit goes back twice.
+//
+// The rule that keeps units from being sold twice: a loan belongs to its
+// order only while the home shard holds the order's settled record, and
+// settle succeeds only on the order's own claim. Once a claim is
+// abandoned (by the reserve itself, by Sweep, or by Drop) it can never be
+// settled, so any loan to it may go back at once. Sweep, run by the
+// reconciler, abandons claims older than its bound (a reservation cut
+// short between its calls) and gives their loans back, and finishes
+// returns a release left half done.
+//
+// The guarantee, without failures: every unit is sold before any buyer
+// is refused SOLD_OUT, and nobody buys twice. A SOLD_OUT answer means
+// every shard was seen empty during the call (each at its own moment), so
+// a refusal can meet a unit only if one came back (expiry, cancel,
+// rejection) after its shard was read, as with one shard; the local
+// sold-out flag of purchase/ is set only on that answer and cleared when
+// any shard has a unit again. With failures: a reservation cut short
+// between its calls leaves its unit lent to a claim until Sweep runs
+// (after FLASHSALE_RECONCILE_AFTER), a release cut short leaves the unit
+// owed until the next Release of the order or Sweep: units are held back
+// for a while, never sold twice. A reservation costs one call more per
+// dry shard it asks, and S + 1 calls when the whole sale is sold out; the
+// sold-out flag spares Redis those.
 package redisstock
 
 import (
@@ -9,6 +62,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +78,52 @@ type Store struct {
 	reserve *redis.Script
 	release *redis.Script
 	pipe    atomic.Pointer[pipeline] // set by RunPipeline
+
+	layouts   sync.Map // saleID → *layout, sales with more than one shard (SetShards)
+	shardOnce sync.Once
+	sh        *shardScripts
+
+	// replicas and replicaWait: a reservation counts only once this many
+	// replicas hold it (WAIT), see RequireReplicas.
+	replicas    int
+	replicaWait time.Duration
+}
+
+// errUnreplicated: the reservation ran on the master but no replica
+// acknowledged it in time. It may be lost at a failover, so no 202 may
+// rest on it; the caller releases it (a no-op where it was lost) and
+// answers 503.
+var errUnreplicated = errors.New("redisstock.Reserve: the reservation reached no replica in time")
+
+// RequireReplicas makes a reservation succeed only once n replicas
+// acknowledged it (WAIT n, at most wait), for a master with replicas that
+// a failover may promote (Sentinel): with asynchronous replication, the
+// last writes of a master are lost when a replica that has not received
+// them is promoted, and a unit sold there would be sold again. Call it
+// before use.
+func (s *Store) RequireReplicas(n int, wait time.Duration) {
+	s.replicas, s.replicaWait = n, wait
+}
+
+// waitCmd queues the WAIT of RequireReplicas on pipe (nil when none is
+// required).
+func (s *Store) waitCmd(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
+	if s.replicas <= 0 {
+		return nil
+	}
+	return pipe.Do(ctx, "WAIT", s.replicas, s.replicaWait.Milliseconds())
+}
+
+// replicated turns a reservation's result into errUnreplicated when WAIT
+// did not see enough replicas.
+func (s *Store) replicated(err error, wait *redis.Cmd) error {
+	if err != nil || wait == nil {
+		return err
+	}
+	if n, werr := wait.Int64(); werr != nil || n < int64(s.replicas) {
+		return errUnreplicated
+	}
+	return nil
 }
 
 // New returns a Store on rdb.
@@ -49,6 +149,9 @@ func (s *Store) Load(ctx context.Context, saleID int64, remaining map[int64]int6
 	if len(remaining) == 0 {
 		return nil
 	}
+	if l := s.layout(saleID); l != nil {
+		return s.loadSharded(ctx, l, remaining)
+	}
 	vals := make([]any, 0, 2*len(remaining))
 	for id, n := range remaining {
 		vals = append(vals, strconv.FormatInt(id, 10), n)
@@ -73,6 +176,9 @@ func (s *Store) Load(ctx context.Context, saleID int64, remaining map[int64]int6
 // lost counter no longer held would otherwise look unused for the whole
 // admission lifetime and keep the queue from moving.
 func (s *Store) Restore(ctx context.Context, saleID int64, remaining map[int64]int64, buyers map[int64]Buyer) (int, error) {
+	if l := s.layout(saleID); l != nil {
+		return s.restoreSharded(ctx, l, remaining, buyers)
+	}
 	var stockCmds, buyerCmds []*redis.BoolCmd
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for id, n := range remaining {
@@ -111,14 +217,46 @@ func (s *Store) Restore(ctx context.Context, saleID int64, remaining map[int64]i
 // error: ALREADY_PURCHASED (with the existing order's id), SOLD_OUT,
 // NOT_FOUND (no stock record for the item).
 func (s *Store) Reserve(ctx context.Context, saleID, itemID, userID int64, orderID string, now time.Time) error {
-	if taken, err := s.pipelined(ctx, saleID, itemID, userID, orderID, now.UnixMilli()); taken {
-		return err
+	if l := s.layout(saleID); l != nil {
+		return s.reserveSharded(ctx, l, itemID, userID, orderID, now.UnixMilli())
 	}
-	res, err := s.reserve.Run(ctx, s.rdb, reserveKeys(saleID), itemID, userID, orderID, now.UnixMilli()).Slice()
-	if err != nil {
-		return fmt.Errorf("redisstock.Reserve: %w", err)
+	keys := reserveKeys(saleID)
+	taken, r := s.pipelined(ctx, s.reserve, keys, itemID, userID, orderID, now.UnixMilli())
+	if !taken {
+		r = s.runScript(ctx, s.reserve, keys, itemID, userID, orderID, now.UnixMilli())
 	}
-	return reserveResult(res)
+	if r.err != nil {
+		return fmt.Errorf("redisstock.Reserve: %w", r.err)
+	}
+	return s.replicated(reserveResult(r.res), r.wait)
+}
+
+// runScript runs one reservation script outside the pipeline, followed by
+// the WAIT of RequireReplicas on the same connection (WAIT counts the
+// replicas holding that connection's writes).
+func (s *Store) runScript(ctx context.Context, script *redis.Script, keys []string, itemID, userID int64, orderID string, nowMs int64) callReply {
+	if s.replicas <= 0 {
+		res, err := script.Run(ctx, s.rdb, keys, itemID, userID, orderID, nowMs).Slice()
+		return callReply{res: res, err: err}
+	}
+	run := func(load bool) callReply {
+		pipe := s.rdb.Pipeline()
+		var cmd *redis.Cmd
+		if load {
+			cmd = script.Eval(ctx, pipe, keys, itemID, userID, orderID, nowMs)
+		} else {
+			cmd = script.EvalSha(ctx, pipe, keys, itemID, userID, orderID, nowMs)
+		}
+		wait := s.waitCmd(ctx, pipe)
+		_, _ = pipe.Exec(ctx) // errors are per command, read below
+		res, err := cmd.Slice()
+		return callReply{res: res, err: err, wait: wait}
+	}
+	r := run(false)
+	if r.err != nil && strings.HasPrefix(r.err.Error(), "NOSCRIPT") {
+		r = run(true)
+	}
+	return r
 }
 
 var (
@@ -157,6 +295,9 @@ func reserveResult(res []any) error {
 // went back, false when it had been given back before (or the user's buyer
 // record names another order). It also removes the order's pending member.
 func (s *Store) Release(ctx context.Context, saleID, userID, itemID int64, orderID string) (bool, error) {
+	if l := s.layout(saleID); l != nil {
+		return s.releaseSharded(ctx, l, userID, itemID, orderID)
+	}
 	n, err := s.release.Run(ctx, s.rdb,
 		[]string{lua.StockKey(saleID), lua.BuyersKey(saleID), lua.PendingKey(saleID)},
 		userID, orderID, itemID).Int64()
@@ -168,6 +309,9 @@ func (s *Store) Release(ctx context.Context, saleID, userID, itemID int64, order
 
 // Remaining returns itemID → remaining units of a sale.
 func (s *Store) Remaining(ctx context.Context, saleID int64) (map[int64]int64, error) {
+	if l := s.layout(saleID); l != nil {
+		return s.remainingSharded(ctx, l)
+	}
 	m, err := s.rdb.HGetAll(ctx, lua.StockKey(saleID)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redisstock.Remaining: %w", err)
@@ -190,6 +334,9 @@ func (s *Store) ItemsRemaining(ctx context.Context, saleID int64, itemIDs []int6
 	fields := make([]string, len(itemIDs))
 	for i, id := range itemIDs {
 		fields[i] = strconv.FormatInt(id, 10)
+	}
+	if l := s.layout(saleID); l != nil {
+		return s.itemsRemainingSharded(ctx, l, fields)
 	}
 	vals, err := s.rdb.HMGet(ctx, lua.StockKey(saleID), fields...).Result()
 	if err != nil {
@@ -216,7 +363,7 @@ type Buyer struct {
 
 // Buyer returns the user's reservation in the sale, if any.
 func (s *Store) Buyer(ctx context.Context, saleID, userID int64) (Buyer, bool, error) {
-	v, err := s.rdb.HGet(ctx, lua.BuyersKey(saleID), strconv.FormatInt(userID, 10)).Result()
+	v, err := s.rdb.HGet(ctx, s.shardKey(saleID, userID, lua.KindBuyers), strconv.FormatInt(userID, 10)).Result()
 	if errors.Is(err, redis.Nil) {
 		return Buyer{}, false, nil
 	}
@@ -244,8 +391,13 @@ func (s *Store) Paid(ctx context.Context, saleID int64, orderID string) (bool, e
 	return ok, nil
 }
 
+// parseBuyer reads a buyer record; a claim (a sharded sale's reservation
+// still looking for a unit) is none.
 func parseBuyer(v string) (Buyer, bool) {
 	parts := strings.Split(v, "|")
+	if len(parts) == 4 && parts[3] != "c" {
+		parts = parts[:3]
+	}
 	if len(parts) != 3 {
 		return Buyer{}, false
 	}
@@ -257,13 +409,25 @@ func parseBuyer(v string) (Buyer, bool) {
 	return Buyer{OrderID: parts[0], ItemID: item, CreatedAt: time.UnixMilli(ms)}, true
 }
 
-// BuyerCount is the number of users holding a reservation in the sale.
+// BuyerCount is the number of users holding a reservation in the sale
+// (over every shard, counting the claims in flight).
 func (s *Store) BuyerCount(ctx context.Context, saleID int64) (int64, error) {
-	n, err := s.rdb.HLen(ctx, lua.BuyersKey(saleID)).Result()
-	if err != nil {
-		return 0, fmt.Errorf("redisstock.BuyerCount: %w", err)
+	keys := []string{lua.BuyersKey(saleID)}
+	if l := s.layout(saleID); l != nil {
+		keys = keys[:0]
+		for sh := range l.shards {
+			keys = append(keys, l.key(sh, lua.KindBuyers))
+		}
 	}
-	return n, nil
+	var total int64
+	for _, k := range keys {
+		n, err := s.rdb.HLen(ctx, k).Result()
+		if err != nil {
+			return 0, fmt.Errorf("redisstock.BuyerCount: %w", err)
+		}
+		total += n
+	}
+	return total, nil
 }
 
 // Pending is a reservation not yet confirmed in PostgreSQL.
@@ -283,6 +447,7 @@ type Pending struct {
 // Placement is where Kafka acknowledged an order's record.
 type Placement struct {
 	SaleID    int64
+	UserID    int64 // names the shard of a sharded sale's records
 	OrderID   string
 	Partition int32
 	Offset    int64
@@ -296,7 +461,7 @@ func (s *Store) RecordPlaced(ctx context.Context, ps []Placement) error {
 	}
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, o := range ps {
-			p.HSet(ctx, lua.PlacedKey(o.SaleID), o.OrderID, strconv.FormatInt(int64(o.Partition), 10)+":"+strconv.FormatInt(o.Offset, 10))
+			p.HSet(ctx, s.shardKey(o.SaleID, o.UserID, lua.KindPlaced), o.OrderID, strconv.FormatInt(int64(o.Partition), 10)+":"+strconv.FormatInt(o.Offset, 10))
 		}
 		return nil
 	})
@@ -314,8 +479,8 @@ func (s *Store) Confirm(ctx context.Context, orders []Pending) error {
 	}
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, o := range orders {
-			p.ZRem(ctx, lua.PendingKey(o.SaleID), lua.PendingMember(o.OrderID, o.UserID, o.ItemID))
-			p.HDel(ctx, lua.PlacedKey(o.SaleID), o.OrderID)
+			p.ZRem(ctx, s.shardKey(o.SaleID, o.UserID, lua.KindPending), lua.PendingMember(o.OrderID, o.UserID, o.ItemID))
+			p.HDel(ctx, s.shardKey(o.SaleID, o.UserID, lua.KindPlaced), o.OrderID)
 		}
 		return nil
 	})
@@ -326,15 +491,23 @@ func (s *Store) Confirm(ctx context.Context, orders []Pending) error {
 }
 
 // PendingBefore returns up to limit reservations of a sale made before t and
-// still unconfirmed, oldest first.
+// still unconfirmed, oldest first (over every shard).
 func (s *Store) PendingBefore(ctx context.Context, saleID int64, t time.Time, limit int64) ([]Pending, error) {
-	return s.PendingBeforeFrom(ctx, saleID, t, 0, limit)
+	if l := s.layout(saleID); l != nil {
+		return s.pendingBeforeSharded(ctx, l, saleID, t, limit)
+	}
+	return s.PendingBeforeFrom(ctx, saleID, 0, t, 0, limit)
 }
 
-// PendingBeforeFrom is PendingBefore after skipping the skip oldest ones
-// (those a caller leaves pending on purpose).
-func (s *Store) PendingBeforeFrom(ctx context.Context, saleID int64, t time.Time, skip, limit int64) ([]Pending, error) {
-	zs, err := s.rdb.ZRangeByScoreWithScores(ctx, lua.PendingKey(saleID), &redis.ZRangeBy{
+// PendingBeforeFrom is PendingBefore on one shard of the sale (0 ≤ shard <
+// Shards(saleID)) after skipping the skip oldest ones (those a caller
+// leaves pending on purpose).
+func (s *Store) PendingBeforeFrom(ctx context.Context, saleID int64, shard int, t time.Time, skip, limit int64) ([]Pending, error) {
+	pendingKey, placedKey := lua.PendingKey(saleID), lua.PlacedKey(saleID)
+	if l := s.layout(saleID); l != nil && shard > 0 && shard < l.shards {
+		pendingKey, placedKey = l.key(shard, lua.KindPending), l.key(shard, lua.KindPlaced)
+	}
+	zs, err := s.rdb.ZRangeByScoreWithScores(ctx, pendingKey, &redis.ZRangeBy{
 		Min: "-inf", Max: "(" + strconv.FormatInt(t.UnixMilli(), 10), Offset: skip, Count: limit,
 	}).Result()
 	if err != nil {
@@ -361,7 +534,7 @@ func (s *Store) PendingBeforeFrom(ctx context.Context, saleID int64, t time.Time
 	for i, p := range out {
 		ids[i] = p.OrderID
 	}
-	placed, err := s.rdb.HMGet(ctx, lua.PlacedKey(saleID), ids...).Result()
+	placed, err := s.rdb.HMGet(ctx, placedKey, ids...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redisstock.PendingBefore: %w", err)
 	}
@@ -404,8 +577,13 @@ func (s *Store) Incarnation(ctx context.Context) (id string, ok bool, err error)
 
 // Drop deletes a sale's stock and buyer records, so that reservations of
 // the sale answer "no stock record" until they are rebuilt (after Redis may
-// have lost writes: a stale stock count would sell units again).
+// have lost writes: a stale stock count would sell units again). For a
+// sharded sale it deletes them on every shard, with the loans, claims and
+// returns between shards, which the rebuild does not carry over.
 func (s *Store) Drop(ctx context.Context, saleID int64) error {
+	if l := s.layout(saleID); l != nil {
+		return s.dropSharded(ctx, l)
+	}
 	if err := s.rdb.Del(ctx, lua.StockKey(saleID), lua.BuyersKey(saleID)).Err(); err != nil {
 		return fmt.Errorf("redisstock.Drop: %w", err)
 	}
@@ -413,16 +591,38 @@ func (s *Store) Drop(ctx context.Context, saleID int64) error {
 }
 
 // Commands returns Redis's total count of processed commands (INFO stats),
-// used by benchmarks and tests to prove a path never reached Redis.
+// used by benchmarks and tests to prove a path never reached Redis. On a
+// cluster it is the sum over every master, each counting its own.
 func (s *Store) Commands(ctx context.Context) (int64, error) {
-	info, err := s.rdb.Info(ctx, "stats").Result()
+	c, ok := s.rdb.(*redis.ClusterClient)
+	if !ok {
+		n, err := commands(ctx, s.rdb)
+		if err != nil {
+			return 0, fmt.Errorf("redisstock.Commands: %w", err)
+		}
+		return n, nil
+	}
+	var sum atomic.Int64 // ForEachMaster runs fn on the masters at once
+	err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		n, err := commands(ctx, m)
+		sum.Add(n)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("redisstock.Commands: %w", err)
+	}
+	return sum.Load(), nil
+}
+
+func commands(ctx context.Context, rdb redis.Cmdable) (int64, error) {
+	info, err := rdb.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, err
 	}
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
 			return strconv.ParseInt(v, 10, 64)
 		}
 	}
-	return 0, errors.New("redisstock.Commands: total_commands_processed not in INFO")
+	return 0, errors.New("total_commands_processed not in INFO")
 }

@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 var t0 = time.Date(2026, 12, 1, 18, 0, 0, 0, time.UTC)
 
-func newStore(t testing.TB, saleID int64, stock map[int64]int64) (*Store, *redis.Client) {
+func newStore(t testing.TB, saleID int64, stock map[int64]int64) (*Store, redis.UniversalClient) {
 	t.Helper()
 	rdb := testenv.Redis(t)
 	st := New(rdb)
@@ -390,7 +390,7 @@ func TestItemsRemainingAndRestore(t *testing.T) {
 	if want := []int64{0, 4, -1}; len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
 		t.Errorf("ItemsRemaining = %v, want %v", got, want)
 	}
-	if err := rdb.FlushDB(ctx).Err(); err != nil {
+	if err := testenv.Flush(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}
 	buyers := map[int64]Buyer{5: {OrderID: "o5", ItemID: 1001, CreatedAt: t0}}
@@ -501,4 +501,28 @@ func benchReserve(b *testing.B, pipelined bool) {
 		b.ReportMetric(float64(calls)/float64(n), "calls/pipeline")
 	}
 	_ = rdb.Del(ctx, lua.BuyersKey(sale), lua.PendingKey(sale), lua.StockKey(sale))
+}
+
+// TestRequireReplicasRefusesUnreplicated: behind Sentinel a reservation no
+// replica acknowledged is an error (the caller releases it and answers
+// 503), never a success a promotion could lose; without the requirement
+// the same Redis reserves.
+func TestRequireReplicasRefusesUnreplicated(t *testing.T) {
+	ctx := context.Background()
+	st, _ := newStore(t, 31, map[int64]int64{310: 2})
+	st.RequireReplicas(1, 10*time.Millisecond) // the test's Redis has no replica
+	err := st.Reserve(ctx, 31, 310, 1, "o1", t0)
+	if !errors.Is(err, errUnreplicated) || code(err) != flashsale.CodeInternal {
+		t.Fatalf("Reserve without a replica = %v, want errUnreplicated, no domain error", err)
+	}
+	if _, err := st.Release(ctx, 31, 1, 310, "o1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := remaining(t, st, 31, 310); got != 2 {
+		t.Fatalf("remaining after the refused reservation's release = %d, want 2", got)
+	}
+	st.RequireReplicas(0, 0)
+	if err := st.Reserve(ctx, 31, 310, 1, "o2", t0); err != nil {
+		t.Fatalf("Reserve without the requirement = %v", err)
+	}
 }

@@ -41,6 +41,7 @@ func FreePort() (int, error) {
 type Redis struct {
 	URL  string
 	Addr string
+	Dir  string
 	cmd  *exec.Cmd
 }
 
@@ -50,6 +51,14 @@ type RedisOptions struct {
 	Port      int    // 0: a free port
 	Databases int    // 0: 16
 	Persist   bool   // appendonly on (dev); off for tests
+	// Cluster starts the node with cluster mode on (its nodes.conf in Dir);
+	// StartRedisCluster joins such nodes into one cluster.
+	Cluster bool
+	// Password, when set, is required of every client (requirepass).
+	Password string
+	// ReplicaOf is the host:port of a master to replicate (a Sentinel
+	// set-up's replica).
+	ReplicaOf string
 }
 
 // StartRedis starts redis-server and waits until it answers.
@@ -63,6 +72,11 @@ func StartRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("localsvc.StartRedis: %w", err)
+	}
+	if o.Port == 0 && o.Cluster {
+		if o.Port, err = freeClusterPort(); err != nil {
+			return nil, fmt.Errorf("localsvc.StartRedis: %w", err)
+		}
 	}
 	if o.Port == 0 {
 		if o.Port, err = FreePort(); err != nil {
@@ -82,12 +96,28 @@ func StartRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
+	if o.Cluster {
+		// A short node timeout so a test's stopped node is marked failed
+		// soon; there are no replicas to promote.
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(o.Dir, "nodes.conf"),
+			"--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "yes")
+	}
+	if o.Password != "" {
+		args = append(args, "--requirepass", o.Password, "--masterauth", o.Password)
+	}
+	if o.ReplicaOf != "" {
+		host, port, err := net.SplitHostPort(o.ReplicaOf)
+		if err != nil {
+			return nil, fmt.Errorf("localsvc.StartRedis: ReplicaOf: %w", err)
+		}
+		args = append(args, "--replicaof", host, port)
+	}
 	cmd := exec.Command(bin, args...)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("localsvc.StartRedis: %w", err)
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(o.Port)
-	r := &Redis{URL: "redis://" + addr + "/0", Addr: addr, cmd: cmd}
+	r := &Redis{URL: "redis://" + addr + "/0", Addr: addr, Dir: o.Dir, cmd: cmd}
 	if err := waitTCP(ctx, addr, 10*time.Second); err != nil {
 		r.Stop()
 		return nil, fmt.Errorf("localsvc.StartRedis: %w (log: %s)", err, filepath.Join(o.Dir, "redis.log"))

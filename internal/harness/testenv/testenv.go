@@ -4,11 +4,20 @@
 // logical database and its own PostgreSQL database created from a migrated
 // template, so tests are isolated and may run in parallel.
 //
+// With FLASHSALE_TEST_REDIS=cluster, Main starts a local 3-master Redis
+// Cluster instead of the one redis-server, and Redis and RedisConfig hand
+// out clients of that cluster. A cluster has only database 0, so each test
+// that asks for Redis finds every master flushed; run that pass with
+// `-parallel 1` so no two tests share the cluster at once (Main refuses to
+// run it otherwise). Tests that need one node's features (a logical
+// database's URL, replicaof, a killed server) skip there with the reason.
+//
 //	func TestMain(m *testing.M) { testenv.Main(m) }
 package testenv
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log"
 	"os"
@@ -25,6 +34,7 @@ import (
 
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/internal/adapter/postgres"
+	"github.com/flashsale/flashsale/internal/adapter/redisconn"
 	"github.com/flashsale/flashsale/internal/harness/localsvc"
 )
 
@@ -36,6 +46,7 @@ const (
 var (
 	env struct {
 		redis   *localsvc.Redis
+		cluster *localsvc.RedisCluster // FLASHSALE_TEST_REDIS=cluster
 		pg      *localsvc.Postgres
 		dir     string
 		started bool
@@ -43,7 +54,16 @@ var (
 	nextRedisDB atomic.Int64
 	nextPGDB    atomic.Int64
 	pgCreateMu  sync.Mutex // CREATE DATABASE ... TEMPLATE takes the template exclusively
+
+	// clusterMu guards clusterOwner, the test the cluster was last flushed
+	// for: its later calls share the cluster rather than flush it again.
+	clusterMu    sync.Mutex
+	clusterOwner testing.TB
 )
+
+// ClusterModeEnv selects the Redis the harness starts: "cluster" for a
+// local 3-master Redis Cluster, empty for one redis-server.
+const ClusterModeEnv = "FLASHSALE_TEST_REDIS"
 
 // Main starts the services, runs the package's tests and stops the services.
 // It never returns.
@@ -65,12 +85,32 @@ func run(m *testing.M) (int, error) {
 	}
 	env.dir = dir
 	defer os.RemoveAll(dir)
-	r, err := localsvc.StartRedis(ctx, localsvc.RedisOptions{Dir: filepath.Join(dir, "redis"), Databases: redisDatabases})
-	if err != nil {
-		return 1, err
+	switch mode := os.Getenv(ClusterModeEnv); mode {
+	case "":
+		r, err := localsvc.StartRedis(ctx, localsvc.RedisOptions{Dir: filepath.Join(dir, "redis"), Databases: redisDatabases})
+		if err != nil {
+			return 1, err
+		}
+		env.redis = r
+		defer r.Stop()
+	case "cluster":
+		// Tests share the cluster's one database: they must run one at a
+		// time, or one test's flush would empty another's keys.
+		if !flag.Parsed() {
+			flag.Parse() // m.Run would parse them later; -parallel is needed now
+		}
+		if p := flag.Lookup("test.parallel"); p == nil || p.Value.String() != "1" {
+			return 1, fmt.Errorf("%s=cluster needs go test -parallel 1 (tests share the cluster's one database)", ClusterModeEnv)
+		}
+		c, err := localsvc.StartRedisCluster(ctx, localsvc.RedisClusterOptions{Dir: filepath.Join(dir, "redis-cluster")})
+		if err != nil {
+			return 1, err
+		}
+		env.cluster = c
+		defer c.Stop()
+	default:
+		return 1, fmt.Errorf("%s=%q: want cluster or nothing", ClusterModeEnv, mode)
 	}
-	env.redis = r
-	defer r.Stop()
 	pg, err := localsvc.StartPostgres(ctx, localsvc.PostgresOptions{Dir: filepath.Join(dir, "pg"), Fast: true})
 	if err != nil {
 		return 1, err
@@ -108,11 +148,26 @@ func mustStarted(t testing.TB) {
 	}
 }
 
+// Cluster reports whether this run hands out a Redis Cluster
+// (FLASHSALE_TEST_REDIS=cluster).
+func Cluster() bool { return env.cluster != nil }
+
+// SkipOnCluster skips a test that needs one node's features when the run
+// is on a Redis Cluster.
+func SkipOnCluster(t testing.TB, why string) {
+	t.Helper()
+	if Cluster() {
+		t.Skipf("testenv: needs a single Redis node (%s); this run is on a Redis Cluster", why)
+	}
+}
+
 // RedisURL returns the URL of a fresh, empty Redis logical database for this
-// test.
+// test. A cluster has no logical databases: there the test is skipped (use
+// RedisConfig).
 func RedisURL(t testing.TB) string {
 	t.Helper()
 	mustStarted(t)
+	SkipOnCluster(t, "a redis:// URL of its own logical database")
 	n := nextRedisDB.Add(1)
 	if n >= redisDatabases {
 		t.Fatalf("testenv: more than %d Redis databases used in one package", redisDatabases-1)
@@ -120,22 +175,61 @@ func RedisURL(t testing.TB) string {
 	return fmt.Sprintf("redis://%s/%d", env.redis.Addr, n)
 }
 
-// Redis returns a client on a fresh Redis logical database, closed when the
-// test ends.
-func Redis(t testing.TB) *redis.Client {
+// RedisConfig returns the settings of an empty Redis for this test: a
+// fresh logical database of the package's redis-server, or (cluster mode)
+// the cluster's seeds, every master flushed on the test's first call.
+func RedisConfig(t testing.TB) redisconn.Config {
 	t.Helper()
-	opt, err := redis.ParseURL(RedisURL(t))
+	mustStarted(t)
+	if env.cluster == nil {
+		return redisconn.Config{URL: RedisURL(t)}
+	}
+	cfg := redisconn.Config{Cluster: env.cluster.Addrs}
+	clusterMu.Lock()
+	defer clusterMu.Unlock()
+	if clusterOwner != t {
+		rdb, err := redisconn.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rdb.Close()
+		if err := Flush(context.Background(), rdb); err != nil {
+			t.Fatalf("testenv: flush the cluster: %v", err)
+		}
+		clusterOwner = t
+	}
+	return cfg
+}
+
+// Redis returns a client on an empty Redis (see RedisConfig), closed when
+// the test ends.
+func Redis(t testing.TB) redis.UniversalClient {
+	t.Helper()
+	c, err := redisconn.New(RedisConfig(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := redis.NewClient(opt)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
 
+// Flush empties the database of every master rdb reaches (FLUSHDB on one
+// node would leave a cluster's other masters' keys): tests of Redis loss.
+func Flush(ctx context.Context, rdb redis.UniversalClient) error {
+	return redisconn.ForEachMaster(ctx, rdb, func(ctx context.Context, c *redis.Client) error {
+		return c.FlushDB(ctx).Err()
+	})
+}
+
 // RedisAddr is the address of the package's redis-server (for tools that
-// look at the whole server, such as INFO commandstats).
-func RedisAddr() string { return env.redis.Addr }
+// look at the whole server, such as INFO commandstats); on a cluster, the
+// first master's.
+func RedisAddr() string {
+	if env.cluster != nil {
+		return env.cluster.Addrs[0]
+	}
+	return env.redis.Addr
+}
 
 // DatabaseURL creates a fresh database with the current schema for this test
 // and returns its URL; it is dropped when the test ends.

@@ -2,14 +2,17 @@ package testenv
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func TestMain(m *testing.M) { Main(m) }
 
 func TestServicesIsolated(t *testing.T) {
+	SkipOnCluster(t, "two logical databases in one test")
 	ctx := context.Background()
 	a, b := Redis(t), Redis(t)
 	if err := a.Set(ctx, "k", "a", 0).Err(); err != nil {
@@ -35,4 +38,44 @@ func TestServicesIsolated(t *testing.T) {
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "flash-sale-orders", Value: []byte("x")}).FirstErr(); err != nil {
 		t.Fatalf("produce: %v", err)
 	}
+}
+
+// TestClusterMode: in cluster mode Redis hands out a cluster client that
+// reaches every master, and each test starts on an empty cluster.
+func TestClusterMode(t *testing.T) {
+	if !Cluster() {
+		t.Skip("FLASHSALE_TEST_REDIS is not cluster")
+	}
+	ctx := context.Background()
+	rdb := Redis(t)
+	if _, ok := rdb.(*redis.ClusterClient); !ok {
+		t.Fatalf("Redis(t) = %T, want a cluster client", rdb)
+	}
+	for _, k := range []string{"a", "b", "c", "d", "e", "f"} {
+		if err := rdb.Set(ctx, k, "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := keyCount(t, rdb); got != 6 {
+		t.Fatalf("keys over the masters = %d, want 6", got)
+	}
+	t.Run("next test", func(t *testing.T) {
+		if got := keyCount(t, Redis(t)); got != 0 {
+			t.Fatalf("a new test finds %d keys, want an empty cluster", got)
+		}
+	})
+}
+
+func keyCount(t *testing.T, rdb redis.UniversalClient) int64 {
+	t.Helper()
+	var n atomic.Int64
+	err := rdb.(*redis.ClusterClient).ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		k, err := c.DBSize(ctx).Result()
+		n.Add(k)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.Load()
 }

@@ -45,7 +45,9 @@ func Start(t testing.TB, mutate ...func(*wiring.Config)) *Stack {
 	t.Helper()
 	cfg := wiring.Defaults()
 	cfg.HTTPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.RedisURL = testenv.RedisURL(t)
+	// One node's logical database, or the cluster of a cluster-mode run.
+	rc := testenv.RedisConfig(t)
+	cfg.RedisURL, cfg.RedisCluster = rc.URL, rc.Cluster
 	cfg.DatabaseURL = testenv.DatabaseURL(t)
 	cfg.KafkaBrokers = testenv.NewKafka(t).Brokers
 	cfg.JWTSecret = Secret
