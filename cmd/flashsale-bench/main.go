@@ -8,7 +8,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -49,45 +48,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "flashsale-bench: unknown command %q\n%s\n", args[0], usage)
 		return 2
 	}
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		return 2
-	default:
+	if err != nil {
 		fmt.Fprintf(stderr, "flashsale-bench %s: %v\n", args[0], err)
 		return 1
 	}
+	return 0
 }
 
-// errUsage marks an error the flag set has already explained.
-var errUsage = errors.New("usage")
-
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "unexpected argument %q\n", fs.Arg(0))
-		return errUsage
-	}
-	return nil
+// newFlags is a flag set that exits on a bad flag (2) or -h (0), as a
+// tool run by scripts/bench.sh may.
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("flashsale-bench "+name, flag.ExitOnError)
+	fs.SetOutput(stderr)
+	return fs
 }
 
 func cmdServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o bench.ServerOptions
-	fs := flag.NewFlagSet("flashsale-bench server", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("server", stderr)
 	fs.StringVar(&o.Mode, "mode", bench.ModeGateway, "baseline (bare fiber 410) or gateway (wiring.Start on local Redis and PostgreSQL)")
 	fs.StringVar(&o.Addr, "addr", "127.0.0.1:0", "public listener")
 	fs.StringVar(&o.Dir, "dir", "", "scratch directory for Redis and PostgreSQL (default: a temporary one)")
 	fs.StringVar(&o.JWTSecret, "jwt-secret", os.Getenv("FLASHSALE_JWT_SECRET"), "access-token secret (gateway mode)")
 	logLevel := fs.String("log-level", "warn", "server log level")
-	if err := parse(fs, args); err != nil {
-		return err
+	_ = fs.Parse(args) // ExitOnError
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -99,8 +85,7 @@ func cmdServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 func cmdHTTP(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o bench.Options
-	fs := flag.NewFlagSet("flashsale-bench http", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("http", stderr)
 	fs.StringVar(&o.Out, "out", "out/bench", "directory for wrk reports, scripts, server logs and http.txt")
 	fs.StringVar(&o.Wrk, "wrk", "wrk", "wrk binary")
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "every wrk run and the idle window")
@@ -110,8 +95,9 @@ func cmdHTTP(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&o.Users, "users", 250_000, "distinct in-stock shoppers per round")
 	fs.BoolVar(&o.CPUProfile, "cpuprofile", false, "record a CPU profile of the gateway in every gateway run (OUT/cpu-*.pprof)")
 	fs.IntVar(&o.GOMAXPROCS, "gomaxprocs", 2, "GOMAXPROCS of the server processes")
-	if err := parse(fs, args); err != nil {
-		return err
+	_ = fs.Parse(args) // ExitOnError
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	exe, err := os.Executable()
 	if err != nil {

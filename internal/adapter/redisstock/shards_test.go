@@ -183,10 +183,7 @@ func TestOneShardKeys(t *testing.T) {
 	if err := st.RecordPlaced(ctx, []Placement{{SaleID: 5, UserID: 7, OrderID: "o-1", Partition: 1, Offset: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	keys, err := rdb.Keys(ctx, "*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := testenv.Keys(t, rdb, "*")
 	slices.Sort(keys)
 	want := []string{lua.BuyersKey(5), lua.PendingKey(5), lua.PlacedKey(5), lua.ReservedKey(5), lua.StockKey(5)}
 	slices.Sort(want)

@@ -221,6 +221,25 @@ func Flush(ctx context.Context, rdb redis.UniversalClient) error {
 	})
 }
 
+// Keys is KEYS pattern over every master of rdb (one node, or each master
+// of a cluster, where KEYS sees only the node it is sent to).
+func Keys(t testing.TB, rdb redis.UniversalClient, pattern string) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var keys []string
+	err := redisconn.ForEachMaster(context.Background(), rdb, func(ctx context.Context, c *redis.Client) error {
+		ks, err := c.Keys(ctx, pattern).Result()
+		mu.Lock()
+		keys = append(keys, ks...)
+		mu.Unlock()
+		return err
+	})
+	if err != nil {
+		t.Fatalf("testenv.Keys %q: %v", pattern, err)
+	}
+	return keys
+}
+
 // RedisAddr is the address of the package's redis-server (for tools that
 // look at the whole server, such as INFO commandstats); on a cluster, the
 // first master's.
