@@ -28,14 +28,17 @@ func TestConfigFromEnv(t *testing.T) {
 		t.Errorf("got %+v", c)
 	}
 	for name, bad := range map[string]string{
-		"FLASHSALE_WAITING_PUSHES":        "-2",
-		"FLASHSALE_STATUS_EVERY":          "soon",
-		"FLASHSALE_CAPACITY_FACTOR":       "0",
-		"FLASHSALE_DB_MAX_CONNS":          "many",
-		"FLASHSALE_DB_MIN_CONNS":          "0",
-		"FLASHSALE_KAFKA_PRODUCERS":       "none",
-		"FLASHSALE_WRITER_IN_FLIGHT":      "-1",
-		"FLASHSALE_WS_MAX_CONNS_PER_ADDR": "0",
+		"FLASHSALE_WAITING_PUSHES":           "-2",
+		"FLASHSALE_STATUS_EVERY":             "soon",
+		"FLASHSALE_CAPACITY_FACTOR":          "0",
+		"FLASHSALE_DB_MAX_CONNS":             "many",
+		"FLASHSALE_DB_MIN_CONNS":             "0",
+		"FLASHSALE_KAFKA_PRODUCERS":          "none",
+		"FLASHSALE_WRITER_IN_FLIGHT":         "-1",
+		"FLASHSALE_WS_MAX_CONNS_PER_ADDR":    "0",
+		"FLASHSALE_KAFKA_TLS":                "yes please",
+		"FLASHSALE_KAFKA_PARTITIONS":         "0",
+		"FLASHSALE_KAFKA_REPLICATION_FACTOR": "40000",
 	} {
 		c := Defaults()
 		err := c.FromEnv(func(k string) string {

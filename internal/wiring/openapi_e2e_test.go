@@ -145,30 +145,22 @@ func describe(e *verrors.ValidationError) string {
 	return out
 }
 
-// answer is one validated answer.
-type answer struct {
-	status int
-	header http.Header
-	body   map[string]any
-	raw    []byte
-}
-
 // call sends a request to the public (admin false) or admin listener and
 // validates it and its answer; body is nil or a value sent as JSON; hdr
 // are header name/value pairs.
-func (c *specCheck) call(admin bool, method, path, bearer string, body any, hdr ...string) answer {
+func (c *specCheck) call(admin bool, method, path, bearer string, body any, hdr ...string) apptest.Resp {
 	c.t.Helper()
 	return c.send(true, admin, method, path, bearer, body, hdr...)
 }
 
 // callInvalid sends a request the file rightly refuses to the public
 // listener and validates the answer only.
-func (c *specCheck) callInvalid(method, path, bearer string, body any, hdr ...string) answer {
+func (c *specCheck) callInvalid(method, path, bearer string, body any, hdr ...string) apptest.Resp {
 	c.t.Helper()
 	return c.send(false, false, method, path, bearer, body, hdr...)
 }
 
-func (c *specCheck) send(checkRequest, admin bool, method, path, bearer string, body any, hdr ...string) answer {
+func (c *specCheck) send(checkRequest, admin bool, method, path, bearer string, body any, hdr ...string) apptest.Resp {
 	c.t.Helper()
 	var payload []byte
 	if body != nil {
@@ -227,21 +219,9 @@ func (c *specCheck) send(checkRequest, admin bool, method, path, bearer string, 
 		c.t.Errorf("%s %s → %d %s\n  does not match %s:\n  %s", method, path, resp.StatusCode, shown, openAPIFile,
 			strings.Join(why, "\n  "))
 	}
-	a := answer{status: resp.StatusCode, header: resp.Header, raw: raw}
-	_ = json.Unmarshal(raw, &a.body)
+	a := apptest.Resp{Status: resp.StatusCode, Header: resp.Header, Raw: raw}
+	_ = json.Unmarshal(raw, &a.Body)
 	return a
-}
-
-// want fails the test unless a has the status and, when code is not empty,
-// the error code.
-func (c *specCheck) want(a answer, status int, code string) {
-	c.t.Helper()
-	if a.status != status {
-		c.t.Fatalf("status = %d, want %d; body %s", a.status, status, a.raw)
-	}
-	if code != "" && a.body["error"] != code {
-		c.t.Fatalf("error = %v, want %s; body %s", a.body["error"], code, a.raw)
-	}
 }
 
 // admitted joins the sale's queue by polling and waits for the admission
@@ -250,12 +230,12 @@ func (c *specCheck) admitted(user, saleID int64) string {
 	c.t.Helper()
 	tok := c.s.Token(user, false)
 	path := fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID)
-	c.want(c.call(false, "POST", path, tok, nil), 200, "")
+	c.s.Want(c.call(false, "POST", path, tok, nil), 200, "")
 	deadline := time.Now().Add(15 * time.Second) // guards against a hang only
 	for time.Now().Before(deadline) {
 		a := c.call(false, "GET", path, tok, nil)
-		c.want(a, 200, "")
-		if at, _ := a.body["admissionToken"].(string); at != "" {
+		c.s.Want(a, 200, "")
+		if at, _ := a.Body["admissionToken"].(string); at != "" {
 			return at
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -267,19 +247,19 @@ func (c *specCheck) admitted(user, saleID int64) string {
 // untilRecorded repeats an order request until the order is in
 // PostgreSQL: a read that answers payable, or an action that answers 200
 // rather than 409 NOT_PAYABLE_YET ("retry shortly").
-func (c *specCheck) untilRecorded(do func() answer) answer {
+func (c *specCheck) untilRecorded(do func() apptest.Resp) apptest.Resp {
 	c.t.Helper()
 	deadline := time.Now().Add(15 * time.Second) // guards against a hang only
 	for {
 		a := do()
-		notYet := a.status == 409 && a.body["error"] == "NOT_PAYABLE_YET" ||
-			a.status == 200 && a.body["status"] == "PENDING" && a.body["payable"] == false
+		notYet := a.Status == 409 && a.Body["error"] == "NOT_PAYABLE_YET" ||
+			a.Status == 200 && a.Body["status"] == "PENDING" && a.Body["payable"] == false
 		if !notYet {
-			c.want(a, 200, "")
+			c.s.Want(a, 200, "")
 			return a
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("order not recorded: %s", a.raw)
+			c.t.Fatalf("order not recorded: %s", a.Raw)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -304,28 +284,28 @@ func TestOpenAPIEndToEnd(t *testing.T) {
 			{"productId": 502, "quantity": 5, "priceCents": 2999},
 		},
 	})
-	c.want(created, 201, "")
-	saleID := int64(created.body["id"].(float64))
+	c.s.Want(created, 201, "")
+	saleID := int64(created.Body["id"].(float64))
 	var items []int64
-	for _, it := range created.body["items"].([]any) {
+	for _, it := range created.Body["items"].([]any) {
 		items = append(items, int64(it.(map[string]any)["id"].(float64)))
 	}
 	itemA, itemB := items[0], items[1]
 	salePath := fmt.Sprintf("/api/admin/sales/%d", saleID)
-	c.want(c.call(false, "GET", "/api/admin/sales", op, nil), 200, "")
-	c.want(c.call(false, "PATCH", salePath, op, map[string]any{"admissionRatePerSecond": 5000}), 200, "")
-	c.want(c.call(false, "GET", salePath, op, nil), 200, "")
-	c.want(c.call(false, "GET", salePath, s.Token(7, false), nil), 403, "FORBIDDEN")
-	c.want(c.callInvalid("POST", "/api/admin/sales", op, map[string]any{
+	c.s.Want(c.call(false, "GET", "/api/admin/sales", op, nil), 200, "")
+	c.s.Want(c.call(false, "PATCH", salePath, op, map[string]any{"admissionRatePerSecond": 5000}), 200, "")
+	c.s.Want(c.call(false, "GET", salePath, op, nil), 200, "")
+	c.s.Want(c.call(false, "GET", salePath, s.Token(7, false), nil), 403, "FORBIDDEN")
+	c.s.Want(c.callInvalid("POST", "/api/admin/sales", op, map[string]any{
 		"name": "x", "startsAt": "2026-12-01T18:00:00Z", "admissionRatePerSecond": 5, "items": []any{},
 	}), 400, "INVALID")
 
 	// The public pages and sale data.
-	c.want(c.call(false, "GET", "/api/flash-sales/sales", "", nil), 200, "")
-	c.want(c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d", saleID), "", nil), 200, "")
-	c.want(c.call(false, "GET", "/api/flash-sales/sales/987654", "", nil), 404, "NOT_FOUND")
+	c.s.Want(c.call(false, "GET", "/api/flash-sales/sales", "", nil), 200, "")
+	c.s.Want(c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d", saleID), "", nil), 200, "")
+	c.s.Want(c.call(false, "GET", "/api/flash-sales/sales/987654", "", nil), 404, "NOT_FOUND")
 	for _, p := range []string{"/", "/operator", fmt.Sprintf("/sales/%d", saleID)} {
-		c.want(c.call(false, "GET", p, "", nil), 200, "")
+		c.s.Want(c.call(false, "GET", p, "", nil), 200, "")
 	}
 
 	// A shopper queues, is admitted and buys A; a repeat is refused.
@@ -333,36 +313,36 @@ func TestOpenAPIEndToEnd(t *testing.T) {
 	shopper := s.Token(100, false)
 	purchaseA := fmt.Sprintf("/api/flash-sales/items/%d/purchase", itemA)
 	purchaseB := fmt.Sprintf("/api/flash-sales/items/%d/purchase", itemB)
-	c.want(c.call(false, "POST", purchaseA, s.Token(101, false), nil, "X-Admission-Token", "garbage"), 403, "NOT_ADMITTED")
-	c.want(c.call(false, "POST", purchaseA, s.Token(101, false), nil, "X-Admission-Token", at), 403, "NOT_ADMITTED")
+	c.s.Want(c.call(false, "POST", purchaseA, s.Token(101, false), nil, "X-Admission-Token", "garbage"), 403, "NOT_ADMITTED")
+	c.s.Want(c.call(false, "POST", purchaseA, s.Token(101, false), nil, "X-Admission-Token", at), 403, "NOT_ADMITTED")
 	bought := c.call(false, "POST", purchaseA, shopper, nil, "X-Admission-Token", at)
-	c.want(bought, 202, "")
-	orderID := bought.body["orderId"].(string)
+	c.s.Want(bought, 202, "")
+	orderID := bought.Body["orderId"].(string)
 	again := c.call(false, "POST", purchaseB, shopper, nil, "X-Admission-Token", at)
-	c.want(again, 409, "ALREADY_PURCHASED")
-	if again.body["orderId"] != orderID {
-		t.Fatalf("ALREADY_PURCHASED names %v, want %s", again.body["orderId"], orderID)
+	c.s.Want(again, 409, "ALREADY_PURCHASED")
+	if again.Body["orderId"] != orderID {
+		t.Fatalf("ALREADY_PURCHASED names %v, want %s", again.Body["orderId"], orderID)
 	}
 
 	// The order becomes payable once written; the shopper pays it.
 	orderPath := "/api/flash-sales/orders/" + orderID
-	c.untilRecorded(func() answer { return c.call(false, "GET", orderPath, shopper, nil) })
-	c.want(c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d/order", saleID), shopper, nil), 200, "")
-	c.want(c.call(false, "GET", orderPath, s.Token(101, false), nil), 404, "NOT_FOUND")
-	c.untilRecorded(func() answer {
+	c.untilRecorded(func() apptest.Resp { return c.call(false, "GET", orderPath, shopper, nil) })
+	c.s.Want(c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d/order", saleID), shopper, nil), 200, "")
+	c.s.Want(c.call(false, "GET", orderPath, s.Token(101, false), nil), 404, "NOT_FOUND")
+	c.untilRecorded(func() apptest.Resp {
 		return c.call(false, "POST", orderPath+"/pay", shopper, map[string]string{"paymentToken": "tok"})
 	})
-	c.want(c.call(false, "POST", orderPath+"/cancel", shopper, nil), 409, "ORDER_PAID")
+	c.s.Want(c.call(false, "POST", orderPath+"/cancel", shopper, nil), 409, "ORDER_PAID")
 
 	// A second shopper finds A sold out, buys B and cancels it.
 	at2 := c.admitted(102, saleID)
 	second := s.Token(102, false)
-	c.want(c.call(false, "POST", purchaseA, second, nil, "X-Admission-Token", at2), 410, "SOLD_OUT")
-	c.want(c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d/order", saleID), second, nil), 404, "NOT_FOUND")
+	c.s.Want(c.call(false, "POST", purchaseA, second, nil, "X-Admission-Token", at2), 410, "SOLD_OUT")
+	c.s.Want(c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d/order", saleID), second, nil), 404, "NOT_FOUND")
 	b := c.call(false, "POST", purchaseB, second, nil, "X-Admission-Token", at2)
-	c.want(b, 202, "")
-	c.untilRecorded(func() answer {
-		return c.call(false, "POST", "/api/flash-sales/orders/"+b.body["orderId"].(string)+"/cancel", second, nil)
+	c.s.Want(b, 202, "")
+	c.untilRecorded(func() apptest.Resp {
+		return c.call(false, "POST", "/api/flash-sales/orders/"+b.Body["orderId"].(string)+"/cancel", second, nil)
 	})
 
 	// The WebSocket waiting room: a join gets statuses and then the
@@ -376,20 +356,20 @@ func TestOpenAPIEndToEnd(t *testing.T) {
 	}
 
 	// The operator's reads and settings.
-	c.want(c.call(false, "GET", salePath, op, nil), 200, "")
-	c.want(c.call(false, "GET", "/api/admin/settings", op, nil), 200, "")
+	c.s.Want(c.call(false, "GET", salePath, op, nil), 200, "")
+	c.s.Want(c.call(false, "GET", "/api/admin/settings", op, nil), 200, "")
 	var permissive map[string]any
 	if err := json.Unmarshal([]byte(apptest.Permissive), &permissive); err != nil {
 		t.Fatal(err)
 	}
-	c.want(c.call(false, "PUT", "/api/admin/settings", op, permissive), 200, "")
-	c.want(c.call(false, "GET", "/api/admin/audit?limit=50", op, nil), 200, "")
-	c.want(c.call(false, "GET", "/api/admin/defense", op, nil), 200, "")
-	c.want(c.call(false, "POST", "/api/admin/settings/preset/normal", op, nil), 200, "")
-	c.want(c.call(false, "POST", "/api/admin/settings/preset/nonesuch", op, nil), 404, "NOT_FOUND")
+	c.s.Want(c.call(false, "PUT", "/api/admin/settings", op, permissive), 200, "")
+	c.s.Want(c.call(false, "GET", "/api/admin/audit?limit=50", op, nil), 200, "")
+	c.s.Want(c.call(false, "GET", "/api/admin/defense", op, nil), 200, "")
+	c.s.Want(c.call(false, "POST", "/api/admin/settings/preset/normal", op, nil), 200, "")
+	c.s.Want(c.call(false, "POST", "/api/admin/settings/preset/nonesuch", op, nil), 404, "NOT_FOUND")
 
 	// The admin port.
 	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
-		c.want(c.call(true, "GET", p, "", nil), 200, "")
+		c.s.Want(c.call(true, "GET", p, "", nil), 200, "")
 	}
 }
