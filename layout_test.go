@@ -52,7 +52,7 @@ var layout = map[string]imports{
 	"orders": {code: "flashsale internal/adapter/postgres internal/adapter/redisstock",
 		tests: "sales sales/salestest internal/harness/testenv"},
 	"purchase": {code: "flashsale internal/adapter/prom internal/adapter/redisstock",
-		tests: "internal/adapter/kafka sales sales/salestest internal/harness/testenv"},
+		tests: "internal/adapter/kafka internal/adapter/redisconn sales sales/salestest internal/harness/testenv"},
 	"sales": {code: "flashsale internal/adapter/redisstock lua", tests: "internal/harness/testenv"},
 	// The waiting room signs the admission tokens it hands out.
 	"waitroom": {code: "flashsale admission internal/adapter/prom lua",

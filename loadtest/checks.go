@@ -1,13 +1,9 @@
 package loadtest
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"sort"
-	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,39 +30,11 @@ func (r *redisCounter) close() { r.c.Close() }
 func (r *redisCounter) total(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var (
-		mu  sync.Mutex // ForEachMaster runs fn on the masters at once
-		sum int64
-	)
-	err := redisconn.ForEachMaster(ctx, r.c, func(ctx context.Context, c *redis.Client) error {
-		s, err := c.Info(ctx, "stats").Result()
-		if err != nil {
-			return err
-		}
-		n, err := parseTotalCommands(s)
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		sum += n
-		mu.Unlock()
-		return nil
-	})
+	n, err := redisconn.Commands(ctx, r.c)
 	if err != nil {
-		return 0, fmt.Errorf("loadtest: redis INFO: %w", err)
+		return 0, fmt.Errorf("loadtest: redis: %w", err)
 	}
-	return sum, nil
-}
-
-func parseTotalCommands(info string) (int64, error) {
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
-		if ok && k == "total_commands_processed" {
-			return strconv.ParseInt(v, 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("loadtest: no total_commands_processed in INFO stats")
+	return n, nil
 }
 
 // excessPerRequest is the Redis commands per hostile request beyond the

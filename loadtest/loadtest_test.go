@@ -89,22 +89,6 @@ func TestSourceAddr(t *testing.T) {
 	}
 }
 
-func TestParseTotalCommands(t *testing.T) {
-	info := "# Stats\r\ntotal_connections_received:3\r\ntotal_commands_processed:12345\r\ninstantaneous_ops_per_sec:0\r\n"
-	got, err := parseTotalCommands(info)
-	if err != nil || got != 12345 {
-		t.Errorf("parseTotalCommands = %d, %v; want 12345", got, err)
-	}
-	if _, err := parseTotalCommands("# Stats\r\n"); err == nil {
-		t.Error("parseTotalCommands without the field: want an error")
-	}
-	r := RedisReport{BaselineMs: 1000, BaselineCommands: 10, HostileMs: 500, HostileCommands: 6, HostileRequests: 100}
-	r.computeExcess()
-	if math.Abs(r.ExcessPerRequest-0.01) > 1e-9 {
-		t.Errorf("ExcessPerRequest = %v, want 0.01", r.ExcessPerRequest)
-	}
-}
-
 func TestScenarios(t *testing.T) {
 	for _, name := range ScenarioNames() {
 		c, err := Scenario(name)
@@ -593,5 +577,13 @@ func TestCrowdedAddrWarning(t *testing.T) {
 	cfg.SourceAddrs, cfg.Transport = 30, TransportPolling
 	if w := crowdedAddrWarning(cfg); w != "" {
 		t.Errorf("warning %q for polling", w)
+	}
+}
+
+func TestRedisReportExcess(t *testing.T) {
+	r := RedisReport{BaselineMs: 1000, BaselineCommands: 10, HostileMs: 500, HostileCommands: 6, HostileRequests: 100}
+	r.computeExcess()
+	if math.Abs(r.ExcessPerRequest-0.01) > 1e-9 {
+		t.Errorf("ExcessPerRequest = %v, want 0.01", r.ExcessPerRequest)
 	}
 }

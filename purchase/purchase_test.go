@@ -18,6 +18,7 @@ import (
 
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/internal/adapter/kafka"
+	"github.com/flashsale/flashsale/internal/adapter/redisconn"
 	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/sales"
@@ -461,12 +462,12 @@ func TestSoldOutFlag(t *testing.T) {
 func commandsDelta(t *testing.T, e *env, f func()) int64 {
 	t.Helper()
 	ctx := context.Background()
-	a, err := e.st.Commands(ctx)
+	a, err := redisconn.Commands(ctx, e.rdb)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f()
-	b, err := e.st.Commands(ctx)
+	b, err := redisconn.Commands(ctx, e.rdb)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,6 @@ import (
 	"github.com/flashsale/flashsale/admission"
 	"github.com/flashsale/flashsale/auth"
 	"github.com/flashsale/flashsale/internal/adapter/redisconn"
-	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 	"github.com/flashsale/flashsale/internal/wiring"
 )
 
@@ -218,7 +217,6 @@ func Run(ctx context.Context, o Options) ([]Sample, error) {
 		return nil, err
 	}
 	defer rdb.Close()
-	st := redisstock.New(rdb)
 
 	mint := newMinter(secret, gw.info.SaleID)
 	tmp, err := os.MkdirTemp("", "flashsale-bench-tokens-")
@@ -262,7 +260,7 @@ func Run(ctx context.Context, o Options) ([]Sample, error) {
 
 	var samples []Sample
 	run := func(round int, scenario, url, script string, args ...string) error {
-		before, err := st.Commands(ctx)
+		before, err := redisconn.Commands(ctx, rdb)
 		if err != nil {
 			return err
 		}
@@ -308,7 +306,7 @@ func Run(ctx context.Context, o Options) ([]Sample, error) {
 		if profDone != nil {
 			<-profDone
 		}
-		after, err := st.Commands(ctx)
+		after, err := redisconn.Commands(ctx, rdb)
 		if err != nil {
 			return err
 		}

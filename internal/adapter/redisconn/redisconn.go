@@ -6,6 +6,7 @@
 package redisconn
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -16,6 +17,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -272,4 +274,44 @@ func explain(err error) error {
 		return fmt.Errorf("no master found through the sentinels (check FLASHSALE_REDIS_MASTER and FLASHSALE_REDIS_SENTINELS): %w", err)
 	}
 	return err
+}
+
+// Commands is Redis's count of processed commands (INFO stats
+// total_commands_processed), summed over every master: a cluster's nodes
+// each count their own. Benchmarks and tests read it to show that a path
+// never reached Redis.
+func Commands(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+	var (
+		mu  sync.Mutex // ForEachMaster runs fn on the masters at once
+		sum int64
+	)
+	err := ForEachMaster(ctx, rdb, func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "stats").Result()
+		if err != nil {
+			return err
+		}
+		n, err := parseTotalCommands(info)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		sum += n
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("redisconn.Commands: %w", err)
+	}
+	return sum, nil
+}
+
+func parseTotalCommands(info string) (int64, error) {
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		if ok && k == "total_commands_processed" {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, errors.New("no total_commands_processed in INFO stats")
 }

@@ -370,3 +370,37 @@ func FuzzValidate(f *testing.F) {
 		}
 	})
 }
+
+func TestParseTotalCommands(t *testing.T) {
+	info := "# Stats\r\ntotal_connections_received:3\r\ntotal_commands_processed:12345\r\ninstantaneous_ops_per_sec:0\r\n"
+	got, err := parseTotalCommands(info)
+	if err != nil || got != 12345 {
+		t.Errorf("parseTotalCommands = %d, %v; want 12345", got, err)
+	}
+	if _, err := parseTotalCommands("# Stats\r\n"); err == nil {
+		t.Error("parseTotalCommands without the field: want an error")
+	}
+}
+
+// TestCommandsCounts: Commands grows across a command sent to the server.
+func TestCommandsCounts(t *testing.T) {
+	r := startRedis(t, localsvc.RedisOptions{})
+	ctx := ctxT(t)
+	rdb, err := New(Config{URL: "redis://" + r.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	a, err := Commands(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Ping(ctx)
+	b, err := Commands(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b <= a {
+		t.Errorf("Commands went from %d to %d across a PING, want more", a, b)
+	}
+}

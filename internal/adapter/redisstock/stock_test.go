@@ -425,24 +425,6 @@ func TestItemsRemainingAndRestore(t *testing.T) {
 	}
 }
 
-func TestCommandsCounts(t *testing.T) {
-	t.Parallel()
-	st, rdb := newStore(t, 10, map[int64]int64{1: 1})
-	ctx := context.Background()
-	a, err := st.Commands(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb.Ping(ctx)
-	b, err := st.Commands(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b <= a {
-		t.Errorf("Commands went from %d to %d across a PING, want more", a, b)
-	}
-}
-
 // BenchmarkReserveScript drives the reserve script straight at Redis from
 // many goroutines, every call a successful reservation of a fresh user: one
 // round trip per call.
