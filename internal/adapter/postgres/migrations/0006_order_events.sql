@@ -20,7 +20,6 @@ CREATE TABLE order_events (
 -- up, whatever the size of the table.
 CREATE INDEX order_events_unpublished ON order_events (id) WHERE published_at IS NULL;
 CREATE INDEX order_events_undelivered ON order_events (order_id, id) WHERE webhook_done_at IS NULL;
-CREATE INDEX order_events_order ON order_events (order_id, id);
 
 -- flashsale_order_event_body builds an event's body, the one definition
 -- of its JSON shape for every writer (the writer's batch statement builds
