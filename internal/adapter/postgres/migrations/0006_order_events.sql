@@ -51,9 +51,11 @@ $$;
 -- before producing anything, so an event acknowledged by Kafka but not yet
 -- marked is never produced again.
 CREATE TABLE order_event_relay_offsets (
-    topic_partition INT         PRIMARY KEY,
+    topic           TEXT        NOT NULL,
+    topic_partition INT         NOT NULL,
     next_offset     BIGINT      NOT NULL CHECK (next_offset >= 0),
-    updated_at      TIMESTAMPTZ NOT NULL DEFAULT now()
+    updated_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (topic, topic_partition)
 );
 
 -- Webhook delivery state of an event that failed at least once: how many
