@@ -79,7 +79,7 @@ var layout = map[string]imports{
 	"internal/adapter/redisconn": {tests: "lua internal/adapter/redisstock internal/harness/localsvc internal/harness/testenv"},
 
 	// The composition root and the binaries.
-	"internal/wiring": {code: "flashsale admission auth defense expiry gateway orders purchase sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn",
+	"internal/wiring": {code: "flashsale admission auth defense events expiry gateway orders purchase sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn",
 		tests: "internal/wiring/apptest internal/harness/localsvc internal/harness/testenv"},
 	"cmd/flashsale": {code: "flashsale auth sales waitroom loadtest internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock internal/adapter/redisconn",
 		tests: "internal/wiring/apptest internal/harness/testenv"},
