@@ -370,4 +370,3 @@ func TestNewRelayRefusesBadKafkaSettings(t *testing.T) {
 		t.Error("NewRelay without brokers: nil error")
 	}
 }
-
