@@ -230,16 +230,19 @@ func (r *Relay) lead(ctx context.Context) error {
 	if err := r.catchUp(ctx, conn.Conn(), cl); err != nil {
 		return err
 	}
+	var observed time.Time
 	for {
 		n, err := r.relayOnce(ctx, conn.Conn(), cl)
 		if err != nil {
 			return err
 		}
-		if n == 0 {
+		// The gauges follow a long backlog too, not only the idle rounds.
+		if now := r.cfg.Now(); n == 0 || now.Sub(observed) >= time.Second {
 			r.observe(ctx)
-			if !sleep(ctx, r.cfg.Interval) {
-				return nil
-			}
+			observed = now
+		}
+		if n == 0 && !sleep(ctx, r.cfg.Interval) {
+			return nil
 		}
 	}
 }
