@@ -286,7 +286,16 @@ func (r *Relay) catchUp(ctx context.Context, conn *pgx.Conn, cl *kgo.Client) err
 	}
 	from := map[int32]kgo.Offset{}
 	end := map[int32]int64{}
+	var resetParts []int32
+	var resetOffs []int64
 	ends.Each(func(o kadm.ListedOffset) {
+		if s, ok := stored[o.Partition]; ok && s > o.Offset {
+			// The topic was re-created or truncated: its records start
+			// again below the stored offset, which must follow them down,
+			// or a later catch-up would skip records it must mark.
+			resetParts, resetOffs = append(resetParts, o.Partition), append(resetOffs, o.Offset)
+			return
+		}
 		at := max(stored[o.Partition], 0)
 		if s, ok := starts.Lookup(o.Topic, o.Partition); ok && s.Offset > at {
 			at = s.Offset // older records are gone: what is left starts here
@@ -296,6 +305,15 @@ func (r *Relay) catchUp(ctx context.Context, conn *pgx.Conn, cl *kgo.Client) err
 			end[o.Partition] = o.Offset
 		}
 	})
+	if len(resetParts) > 0 {
+		if _, err := conn.Exec(ctx, `UPDATE order_event_relay_offsets o SET next_offset = t.off, updated_at = now()
+			FROM unnest($2::int4[], $3::int8[]) AS t(p, off) WHERE o.topic = $1 AND o.topic_partition = t.p`,
+			r.cfg.Topic, resetParts, resetOffs); err != nil {
+			return fmt.Errorf("events.Relay: recover: reset offsets: %w", err)
+		}
+		r.log.Warn("the events topic holds fewer records than the relay marked: re-created or truncated; offsets reset",
+			"topic", r.cfg.Topic, "partitions", resetParts)
+	}
 	if len(from) == 0 {
 		return nil
 	}
