@@ -148,7 +148,6 @@ func NewRelay(cfg RelayConfig, pool *pgxpool.Pool, logger *slog.Logger, reg prom
 func (r *Relay) Run(ctx context.Context) error {
 	for {
 		err := r.lead(ctx)
-		r.m.leader.Set(0)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -200,6 +199,7 @@ func (r *Relay) lead(ctx context.Context) error {
 	var locked bool
 	defer func() {
 		if locked {
+			r.m.leader.Set(0) // before the lock goes: never two leaders at once
 			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock($1)`, relayLockKey); err != nil {
