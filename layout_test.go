@@ -44,6 +44,10 @@ var layout = map[string]imports{
 	"admission": {code: "flashsale"},
 	"auth":      {code: "flashsale"},
 	"defense":   {code: "flashsale internal/adapter/prom lua", tests: "internal/harness/testenv"},
+	// events is the order-event outbox: its Append writes in the caller's
+	// transaction, its relay produces through the Kafka adapter's client.
+	"events": {code: "flashsale internal/adapter/kafka internal/adapter/prom",
+		tests: "internal/harness/testenv"},
 	"expiry": {code: "flashsale internal/adapter/prom internal/adapter/redisstock",
 		tests: "orders sales sales/salestest internal/harness/testenv"},
 	// The gateway's Guard interface speaks defense's counters and route
@@ -75,7 +79,7 @@ var layout = map[string]imports{
 	"internal/adapter/redisconn": {tests: "lua internal/adapter/redisstock internal/harness/localsvc internal/harness/testenv"},
 
 	// The composition root and the binaries.
-	"internal/wiring": {code: "flashsale admission auth defense expiry gateway orders purchase sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn",
+	"internal/wiring": {code: "flashsale admission auth defense events expiry gateway orders purchase sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn",
 		tests: "internal/wiring/apptest internal/harness/localsvc internal/harness/testenv"},
 	"cmd/flashsale": {code: "flashsale auth sales waitroom loadtest internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock internal/adapter/redisconn",
 		tests: "internal/wiring/apptest internal/harness/testenv"},
@@ -112,13 +116,14 @@ var notShipped = []string{"internal/bench", "internal/harness/testenv", "interna
 // gateway. franz-go serves the Kafka adapter, the writer's consumer, the
 // composition root's broker check and embedded broker, and the harness's
 // broker (kfake); the purchase and cmd/flashsale tests read and write
-// topics with it.
+// topics with it. The events relay produces the order events and reads
+// back what it produced (its exactly-once recovery).
 var confined = []struct {
 	prefix      string
 	code, tests string
 }{
 	{prefix: "github.com/gofiber/", code: "gateway"},
-	{prefix: "github.com/twmb/franz-go/", code: "internal/adapter/kafka internal/wiring internal/harness/testenv writer",
+	{prefix: "github.com/twmb/franz-go/", code: "internal/adapter/kafka internal/wiring internal/harness/testenv writer events",
 		tests: "purchase cmd/flashsale"},
 }
 
