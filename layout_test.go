@@ -53,7 +53,9 @@ var layout = map[string]imports{
 	// The gateway's Guard interface speaks defense's counters and route
 	// classes; its tests mint the tokens the edge verifies.
 	"gateway": {code: "flashsale defense internal/adapter/prom", tests: "admission auth"},
-	"orders": {code: "flashsale internal/adapter/postgres internal/adapter/redisstock",
+	// orders appends the order events of its changes (and of a refused
+	// provider payment) in the changes' transactions.
+	"orders": {code: "flashsale events internal/adapter/postgres internal/adapter/redisstock",
 		tests: "sales sales/salestest internal/harness/testenv"},
 	"purchase": {code: "flashsale internal/adapter/prom internal/adapter/redisstock",
 		tests: "internal/adapter/kafka internal/adapter/redisconn sales sales/salestest internal/harness/testenv"},
@@ -79,7 +81,7 @@ var layout = map[string]imports{
 	"internal/adapter/redisconn": {tests: "lua internal/adapter/redisstock internal/harness/localsvc internal/harness/testenv"},
 
 	// The composition root and the binaries.
-	"internal/wiring": {code: "flashsale admission auth defense expiry gateway orders purchase sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn",
+	"internal/wiring": {code: "flashsale admission auth defense events expiry gateway orders purchase sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn",
 		tests: "internal/wiring/apptest internal/harness/localsvc internal/harness/testenv"},
 	"cmd/flashsale": {code: "flashsale auth sales waitroom loadtest internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock internal/adapter/redisconn",
 		tests: "internal/wiring/apptest internal/harness/testenv"},

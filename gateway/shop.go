@@ -33,6 +33,8 @@ type ShopPayments interface {
 	ShopPaid(ctx context.Context, p flashsale.ShopPayment) error
 }
 
+var errOrderMismatch = flashsale.Invalid("orderId", "must be the order of the path")
+
 var errPaymentsOff = flashsale.Errorf(flashsale.CodeForbidden, "payment callbacks are off: no payment secret is configured")
 
 // paymentBody is the body of a payment callback.
@@ -40,6 +42,7 @@ type paymentBody struct {
 	PaymentID   string
 	AmountCents int64
 	Currency    string
+	OrderID     string // "" when the provider sent none
 }
 
 // maxPaymentID is the longest paymentId accepted, in characters.
@@ -47,13 +50,16 @@ const maxPaymentID = 200
 
 // parsePaymentBody parses and checks a payment callback's body:
 // {"paymentId": "<1-200 printable characters>", "amountCents": <integer ≥ 0>,
-// "currency": "<3 capital letters>" (optional)}. Errors are INVALID and
+// "currency": "<3 capital letters>" (optional), "orderId": "<uuid>"
+// (optional: the signature covers the body, not the path, so a provider
+// that sends it binds its signature to the order)}. Errors are INVALID and
 // name the field.
 func parsePaymentBody(body []byte) (paymentBody, error) {
 	var req struct {
 		PaymentID   *string `json:"paymentId"`
 		AmountCents *int64  `json:"amountCents"`
 		Currency    *string `json:"currency"`
+		OrderID     *string `json:"orderId"`
 	}
 	if err := decodeStrict(body, &req); err != nil {
 		return paymentBody{}, err
@@ -81,6 +87,13 @@ func parsePaymentBody(body []byte) (paymentBody, error) {
 			return paymentBody{}, flashsale.Invalid("currency", "must be a 3-letter ISO 4217 code like EUR")
 		}
 		out.Currency = c
+	}
+	if req.OrderID != nil {
+		id, ok := parseUUID(*req.OrderID)
+		if !ok {
+			return paymentBody{}, flashsale.Invalid("orderId", "must be a UUID")
+		}
+		out.OrderID = id
 	}
 	return out, nil
 }
@@ -113,6 +126,9 @@ func (s *Server) shopPaid(c *fiber.Ctx) error {
 	req, err := parsePaymentBody(body)
 	if err != nil {
 		return err
+	}
+	if req.OrderID != "" && req.OrderID != id {
+		return errOrderMismatch
 	}
 	ctx, cancel := s.reqCtx()
 	defer cancel()

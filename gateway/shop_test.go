@@ -17,9 +17,11 @@ func TestParsePaymentBody(t *testing.T) {
 		want       paymentBody
 		wantField  string // "" for success
 	}{
-		{name: "full", body: `{"paymentId":"pi_1","amountCents":1999,"currency":"EUR"}`, want: paymentBody{"pi_1", 1999, "EUR"}},
-		{name: "no currency", body: `{"paymentId":"pi 2","amountCents":0}`, want: paymentBody{"pi 2", 0, ""}},
-		{name: "longest id", body: `{"paymentId":"` + long + `","amountCents":5}`, want: paymentBody{long, 5, ""}},
+		{name: "full", body: `{"paymentId":"pi_1","amountCents":1999,"currency":"EUR"}`, want: paymentBody{"pi_1", 1999, "EUR", ""}},
+		{name: "with order", body: `{"paymentId":"p","amountCents":1,"orderId":"3F1C9A52-8C5E-4C57-9F0E-1D2B3C4D5E6F"}`, want: paymentBody{"p", 1, "", "3f1c9a52-8c5e-4c57-9f0e-1d2b3c4d5e6f"}},
+		{name: "bad order", body: `{"paymentId":"p","amountCents":1,"orderId":"7"}`, wantField: "orderId"},
+		{name: "no currency", body: `{"paymentId":"pi 2","amountCents":0}`, want: paymentBody{"pi 2", 0, "", ""}},
+		{name: "longest id", body: `{"paymentId":"` + long + `","amountCents":5}`, want: paymentBody{long, 5, "", ""}},
 		{name: "empty", body: ``, wantField: "request body"},
 		{name: "not an object", body: `[1]`, wantField: "request body"},
 		{name: "bad JSON", body: `{"paymentId":`, wantField: "malformed"},
@@ -88,11 +90,13 @@ func FuzzParsePaymentBody(f *testing.F) {
 			PaymentID   string `json:"paymentId"`
 			AmountCents int64  `json:"amountCents"`
 			Currency    string `json:"currency"`
+			OrderID     string `json:"orderId"`
 		}
 		if err := json.Unmarshal(body, &ref); err != nil {
 			t.Fatalf("parsePaymentBody(%q) accepted what encoding/json refuses: %v", body, err)
 		}
-		if ref.PaymentID != got.PaymentID || ref.AmountCents != got.AmountCents || ref.Currency != got.Currency {
+		if ref.PaymentID != got.PaymentID || ref.AmountCents != got.AmountCents || ref.Currency != got.Currency ||
+			!strings.EqualFold(ref.OrderID, got.OrderID) {
 			t.Fatalf("parsePaymentBody(%q) = %+v, encoding/json reads %+v", body, got, ref)
 		}
 	})
