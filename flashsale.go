@@ -202,6 +202,9 @@ type Principal struct {
 const (
 	TopicOrders     = "flash-sale-orders"
 	TopicDeadLetter = "flash-sale-orders-dlq"
+	// TopicOrderEvents carries the order events (package events), keyed
+	// by order id.
+	TopicOrderEvents = "flash-sale-order-events"
 )
 
 // SaleUpdate is a live change to a running sale (PATCH /api/admin/sales/{id});

@@ -118,13 +118,14 @@ var notShipped = []string{"internal/bench", "internal/harness/testenv", "interna
 // gateway. franz-go serves the Kafka adapter, the writer's consumer, the
 // composition root's broker check and embedded broker, and the harness's
 // broker (kfake); the purchase and cmd/flashsale tests read and write
-// topics with it.
+// topics with it. The events relay produces the order events and reads
+// back what it produced (its exactly-once recovery).
 var confined = []struct {
 	prefix      string
 	code, tests string
 }{
 	{prefix: "github.com/gofiber/", code: "gateway"},
-	{prefix: "github.com/twmb/franz-go/", code: "internal/adapter/kafka internal/wiring internal/harness/testenv writer",
+	{prefix: "github.com/twmb/franz-go/", code: "internal/adapter/kafka internal/wiring internal/harness/testenv writer events",
 		tests: "purchase cmd/flashsale"},
 }
 

@@ -15,8 +15,6 @@ import (
 	"github.com/flashsale/flashsale/internal/harness/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
-
 func sampleEvent(orderID string) events.Event {
 	return events.Event{
 		Type: events.TypePaid, OccurredAt: time.Date(2026, 12, 2, 1, 2, 3, 456789000, time.UTC),

@@ -217,15 +217,29 @@ func (w *Worker) batch(ctx context.Context) (int, error) {
 // expireTx is the batch transaction: due orders → EXPIRED, items.sold lowered
 // per item (in item id order, so concurrent batches cannot deadlock on the
 // item rows), one stock_returns row per order.
+// expireSQL expires up to $2 orders due at $1 and writes their
+// order.expired events (the outbox of migration 0006) in the same
+// statement, so an order a concurrent pay or cancel won (skipped, or no
+// longer PENDING) gets no event. The event's row id is drawn before its
+// body is built, which carries it as eventId.
+const expireSQL = `WITH chg AS (
+	UPDATE orders o SET status = 'EXPIRED', updated_at = now()
+	FROM (SELECT id FROM orders WHERE status = 'PENDING' AND expires_at <= $1
+	      ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
+	WHERE o.id = d.id AND o.status = 'PENDING'
+	RETURNING o.id, o.sale_id, o.item_id, o.user_id, o.price_cents),
+ev AS (
+	INSERT INTO order_events (id, order_id, type, body)
+	SELECT n.eid, n.id, 'order.expired',
+		flashsale_order_event_body(n.eid, 'order.expired', $1, n.id, n.sale_id, n.item_id, n.user_id, 'EXPIRED', n.price_cents, NULL, NULL)
+	FROM (SELECT nextval('order_events_id_seq') AS eid, chg.* FROM chg) n)
+SELECT id::text, sale_id, item_id, user_id FROM chg`
+
 func (w *Worker) expireTx(ctx context.Context) ([]due, error) {
 	now := w.cfg.Now()
 	var out []due
 	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `UPDATE orders o SET status = 'EXPIRED', updated_at = now()
-			FROM (SELECT id FROM orders WHERE status = 'PENDING' AND expires_at <= $1
-			      ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
-			WHERE o.id = d.id AND o.status = 'PENDING'
-			RETURNING o.id::text, o.sale_id, o.item_id, o.user_id`, now, w.cfg.BatchSize)
+		rows, err := tx.Query(ctx, expireSQL, now, w.cfg.BatchSize)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,8 @@ package expiry_test
 import (
 	"context"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -173,6 +175,36 @@ func (f *fixture) conserved(t *testing.T, s state) {
 	}
 }
 
+// events maps each order of the sale that has order events to their
+// types in id order, after checking every body against its row.
+func (f *fixture) events(t *testing.T) map[string][]string {
+	t.Helper()
+	rows, err := f.pool.Query(context.Background(), `SELECT e.order_id::text, e.type,
+		(e.body->>'eventId')::int8 = e.id AND e.body->>'orderId' = o.id::text
+		AND e.body->>'status' = o.status AND (e.body->>'userId')::int8 = o.user_id
+		FROM order_events e JOIN orders o ON o.id = e.order_id
+		WHERE o.sale_id = $1 ORDER BY e.id`, f.sale.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for rows.Next() {
+		var id, typ string
+		var ok bool
+		if err := rows.Scan(&id, &typ, &ok); err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			t.Errorf("order %s: %s event's body disagrees with its row", id, typ)
+		}
+		out[id] = append(out[id], typ)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func counterValue(t *testing.T, g prometheus.Gatherer, name string) float64 {
 	t.Helper()
 	mfs, err := g.Gather()
@@ -254,6 +286,15 @@ func TestParallelWorkers(t *testing.T) {
 		}
 	}
 	f.conserved(t, s)
+	evs := f.events(t)
+	if len(evs) != 501 { // 500 expired, 1 paid
+		t.Errorf("orders with events: %d, want 501", len(evs))
+	}
+	for id, types := range evs {
+		if id != keep[0].id && !slices.Equal(types, []string{"order.expired"}) {
+			t.Errorf("order %s: events %v, want one order.expired", id, types)
+		}
+	}
 	if got := counterValue(t, reg, "flashsale_expiry_orders_total"); got != 500 {
 		t.Errorf("flashsale_expiry_orders_total = %v, want 500", got)
 	}
@@ -448,6 +489,9 @@ func TestConcurrentPayCancelExpire(t *testing.T) {
 		f.conserved(t, s)
 		if s.outbox != 0 {
 			t.Errorf("round %d: outbox %d rows", r, s.outbox)
+		}
+		if got, want := f.events(t)[o.id], []string{"order." + strings.ToLower(st)}; !slices.Equal(got, want) {
+			t.Errorf("round %d: events %v, want %v (the winner's only)", r, got, want)
 		}
 	}
 	t.Logf("outcomes: %v", outcomes)

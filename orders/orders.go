@@ -328,12 +328,28 @@ func (s *Service) Pay(ctx context.Context, userID int64, orderID string) (flashs
 	return o, nil
 }
 
+// eventSQL inserts the event of every order the data-modifying CTE "chg"
+// changed (columns id, sale_id, item_id, user_id, status, price_cents),
+// occurred at $3: the outbox of migration 0006, in the change's own
+// statement, so an event exists exactly when the guarded update won. The
+// row id is drawn before the body is built, which carries it as eventId.
+const eventSQL = `INSERT INTO order_events (id, order_id, type, body)
+SELECT n.eid, n.id, n.type,
+	flashsale_order_event_body(n.eid, n.type, $3, n.id, n.sale_id, n.item_id, n.user_id, n.status, n.price_cents, NULL, NULL)
+FROM (SELECT nextval('order_events_id_seq') AS eid, 'order.' || lower(chg.status) AS type, chg.* FROM chg) n`
+
+// paySQL is the guarded PENDING → PAID change and its order.paid event.
+const paySQL = `WITH chg AS (
+	UPDATE orders SET status = 'PAID', paid_at = $3, updated_at = now()
+	WHERE id = $1 AND user_id = $2 AND status = 'PENDING' AND expires_at > $3
+	RETURNING *),
+ev AS (` + eventSQL + `)
+SELECT ` + orderColumns + ` FROM chg`
+
 func (s *Service) pay(ctx context.Context, userID int64, id string) (flashsale.Order, error) {
 	for attempt := 0; ; attempt++ {
 		now := s.now()
-		o, err := scanOrder(s.pool.QueryRow(ctx, `UPDATE orders SET status = 'PAID', paid_at = $3, updated_at = now()
-			WHERE id = $1 AND user_id = $2 AND status = 'PENDING' AND expires_at > $3
-			RETURNING `+orderColumns, id, userID, now), now)
+		o, err := scanOrder(s.pool.QueryRow(ctx, paySQL, id, userID, now), now)
 		if err == nil {
 			// So that a read while PostgreSQL is unreachable still
 			// answers PAID; the payment itself is in the database.
@@ -432,6 +448,16 @@ func (s *Service) cancel(ctx context.Context, userID int64, id string) (flashsal
 	}
 }
 
+// cancelSQL is the guarded change PENDING → CANCELLED (EXPIRED when past
+// the window) and its event.
+const cancelSQL = `WITH chg AS (
+	UPDATE orders
+	SET status = CASE WHEN expires_at <= $3 THEN 'EXPIRED' ELSE 'CANCELLED' END, updated_at = now()
+	WHERE id = $1 AND user_id = $2 AND status = 'PENDING'
+	RETURNING *),
+ev AS (` + eventSQL + `)
+SELECT ` + orderColumns + ` FROM chg`
+
 // cancelTx is the guarded transition PENDING → CANCELLED (EXPIRED when past
 // the window) with its stock bookkeeping. ok is false when the order was not
 // PENDING (or not there).
@@ -439,10 +465,7 @@ func (s *Service) cancelTx(ctx context.Context, userID int64, id string) (o flas
 	now := s.now()
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		o, err = scanOrder(tx.QueryRow(ctx, `UPDATE orders
-			SET status = CASE WHEN expires_at <= $3 THEN 'EXPIRED' ELSE 'CANCELLED' END, updated_at = now()
-			WHERE id = $1 AND user_id = $2 AND status = 'PENDING'
-			RETURNING `+orderColumns, id, userID, now), now)
+		o, err = scanOrder(tx.QueryRow(ctx, cancelSQL, id, userID, now), now)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}

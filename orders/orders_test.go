@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -122,6 +124,36 @@ func (f *fixture) status(t *testing.T, orderID string) flashsale.OrderStatus {
 	return flashsale.OrderStatus(s)
 }
 
+// events are the types of orderID's order events, in id order, after
+// checking each body against its row.
+func (f *fixture) events(t *testing.T, orderID string) []string {
+	t.Helper()
+	rows, err := f.pool.Query(context.Background(), `SELECT type, (body->>'eventId')::int8 = id
+		AND body->>'type' = type AND body->>'orderId' = order_id::text
+		AND 'order.' || lower(body->>'status') = type
+		AND (body->>'occurredAt')::timestamptz = $2
+		FROM order_events WHERE order_id = $1 ORDER BY id`, orderID, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for rows.Next() {
+		var typ string
+		var ok bool
+		if err := rows.Scan(&typ, &ok); err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			t.Errorf("order %s: %s event's body disagrees with its row or the clock", orderID, typ)
+		}
+		types = append(types, typ)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return types
+}
+
 func (f *fixture) outbox(t *testing.T) int {
 	t.Helper()
 	var n int
@@ -151,6 +183,7 @@ func TestSemantics(t *testing.T) {
 		wantSold      int64
 		wantDB        flashsale.OrderStatus // "" when not in PostgreSQL
 		buyAgain      bool                  // the user can reserve again afterwards
+		wantEvents    []string              // the outbox rows the steps wrote, in order
 	}{
 		{
 			name: "pay pending twice", setup: "pending",
@@ -161,7 +194,7 @@ func TestSemantics(t *testing.T) {
 				{op: "get", wantStatus: flashsale.OrderPaid},
 				{op: "bySale", wantStatus: flashsale.OrderPaid},
 			},
-			wantRemaining: 4, wantSold: 1, wantDB: flashsale.OrderPaid,
+			wantEvents: []string{"order.paid"}, wantRemaining: 4, wantSold: 1, wantDB: flashsale.OrderPaid,
 		},
 		{
 			name: "cancel paid", setup: "pending",
@@ -169,7 +202,7 @@ func TestSemantics(t *testing.T) {
 				{op: "pay", wantStatus: flashsale.OrderPaid},
 				{op: "cancel", wantCode: flashsale.CodeOrderPaid},
 			},
-			wantRemaining: 4, wantSold: 1, wantDB: flashsale.OrderPaid,
+			wantEvents: []string{"order.paid"}, wantRemaining: 4, wantSold: 1, wantDB: flashsale.OrderPaid,
 		},
 		{
 			name: "cancel pending twice", setup: "pending",
@@ -180,7 +213,7 @@ func TestSemantics(t *testing.T) {
 				{op: "bySale", wantCode: flashsale.CodeNotFound},
 				{op: "pay", wantCode: flashsale.CodeOrderCancelled},
 			},
-			wantRemaining: 5, wantSold: 0, wantDB: flashsale.OrderCancelled, buyAgain: true,
+			wantEvents: []string{"order.cancelled"}, wantRemaining: 5, wantSold: 0, wantDB: flashsale.OrderCancelled, buyAgain: true,
 		},
 		{
 			name: "pay past window", setup: "past",
@@ -198,7 +231,7 @@ func TestSemantics(t *testing.T) {
 				{op: "get", wantStatus: flashsale.OrderExpired},
 				{op: "pay", wantCode: flashsale.CodeOrderExpired},
 			},
-			wantRemaining: 5, wantSold: 0, wantDB: flashsale.OrderExpired, buyAgain: true,
+			wantEvents: []string{"order.expired"}, wantRemaining: 5, wantSold: 0, wantDB: flashsale.OrderExpired, buyAgain: true,
 		},
 		{
 			name: "expired", setup: "expired",
@@ -327,6 +360,9 @@ func TestSemantics(t *testing.T) {
 				if got := f.status(t, id); got != tc.wantDB {
 					t.Errorf("database status = %s, want %s", got, tc.wantDB)
 				}
+			}
+			if got := f.events(t, id); !slices.Equal(got, tc.wantEvents) {
+				t.Errorf("events = %v, want %v", got, tc.wantEvents)
 			}
 			// A late drain of the outbox gives nothing back twice.
 			if _, err := f.svc.DrainReturns(ctx, 0, 100); err != nil {
@@ -472,6 +508,9 @@ func TestConcurrentPayCancel(t *testing.T) {
 			if code != want {
 				t.Errorf("round %d (%s): goroutine %d got %q, want %q", r, st, g, code, want)
 			}
+		}
+		if got, want := f.events(t, id), []string{"order." + strings.ToLower(string(st))}; !slices.Equal(got, want) {
+			t.Errorf("round %d: events %v, want %v (one, of the winner)", r, got, want)
 		}
 		if st == flashsale.OrderPaid {
 			paid++

@@ -405,6 +405,21 @@ func (r *Reconciler) settle(ctx context.Context, sale *flashsale.Sale, p redisst
 	return ok, false, err
 }
 
+// tombstoneSQL writes the REJECTED row of a lost reservation and, in the
+// same statement, its order.rejected event (occurred at $9; the outbox of
+// migration 0006), so the shop hears of an order the shopper saw pending.
+// A row that exists already is no change and gets no event. The event's
+// row id is drawn before its body is built, which carries it as eventId.
+const tombstoneSQL = `WITH ins AS (
+	INSERT INTO orders (id, sale_id, item_id, user_id, status, price_cents, created_at, expires_at, reject_reason)
+	VALUES ($1, $2, $3, $4, 'REJECTED', $5, $6, $7, $8)
+	ON CONFLICT (id) DO NOTHING
+	RETURNING id, sale_id, item_id, user_id, price_cents, reject_reason)
+INSERT INTO order_events (id, order_id, type, body)
+SELECT n.eid, n.id, 'order.rejected',
+	flashsale_order_event_body(n.eid, 'order.rejected', $9, n.id, n.sale_id, n.item_id, n.user_id, 'REJECTED', n.price_cents, NULL, n.reject_reason)
+FROM (SELECT nextval('order_events_id_seq') AS eid, ins.* FROM ins) n`
+
 // declareLost tombstones a reservation Kafka proved lost and gives its unit
 // back; if its order row exists, it confirms instead (or finishes a return
 // an outbox row still owes).
@@ -415,11 +430,8 @@ func (r *Reconciler) declareLost(ctx context.Context, sale *flashsale.Sale, p re
 	}
 	var inserted bool
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `INSERT INTO orders
-			(id, sale_id, item_id, user_id, status, price_cents, created_at, expires_at, reject_reason)
-			VALUES ($1, $2, $3, $4, 'REJECTED', $5, $6, $7, $8)
-			ON CONFLICT (id) DO NOTHING`,
-			p.OrderID, sale.ID, p.ItemID, p.UserID, price, p.ReservedAt, p.ReservedAt.Add(r.window), RejectLost)
+		tag, err := tx.Exec(ctx, tombstoneSQL,
+			p.OrderID, sale.ID, p.ItemID, p.UserID, price, p.ReservedAt, p.ReservedAt.Add(r.window), RejectLost, r.now())
 		if err != nil {
 			return err
 		}

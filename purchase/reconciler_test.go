@@ -103,10 +103,23 @@ func TestReconcilerReturnsLostReservation(t *testing.T) {
 	if n := countRows(t, e.pool, `SELECT sold FROM items WHERE id = $1`, item.ID); n != 0 {
 		t.Errorf("items.sold = %d, want 0", n)
 	}
+	wantRejectedEvent := func() {
+		t.Helper()
+		if n := countRows(t, e.pool, `SELECT count(*) FROM order_events WHERE order_id = $1`, id); n != 1 {
+			t.Errorf("%d events of the tombstoned order, want 1", n)
+		}
+		if n := countRows(t, e.pool, `SELECT count(*) FROM order_events WHERE order_id = $1 AND type = 'order.rejected'
+			AND (body->>'eventId')::int8 = id AND body->>'status' = 'REJECTED' AND body->>'reason' = $2
+			AND body->>'userId' = '77' AND (body->>'occurredAt')::timestamptz = $3`, id, RejectLost, clk.now()); n != 1 {
+			t.Errorf("no order.rejected event with reason %s, user \"77\", at the reconciler's clock", RejectLost)
+		}
+	}
+	wantRejectedEvent()
 	// Nothing more to do; the user may buy again.
 	if n, err := r.RunOnce(ctx); err != nil || n != 0 {
 		t.Errorf("third RunOnce = %d, %v; want 0", n, err)
 	}
+	wantRejectedEvent()
 	if err := e.st.Reserve(ctx, e.sale.ID, item.ID, 77, uuid.NewString(), clk.now()); err != nil {
 		t.Errorf("buying again: %v", err)
 	}
@@ -210,6 +223,12 @@ func TestReconcilersConcurrentReturnOnce(t *testing.T) {
 	}
 	if n := countRows(t, e.pool, `SELECT count(*) FROM orders WHERE status = 'REJECTED'`); n != lost {
 		t.Errorf("%d tombstones, want %d", n, lost)
+	}
+	if n := countRows(t, e.pool, `SELECT count(DISTINCT order_id) FROM order_events WHERE type = 'order.rejected'`); n != lost {
+		t.Errorf("%d orders with an order.rejected event, want %d", n, lost)
+	}
+	if n := countRows(t, e.pool, `SELECT count(*) FROM order_events`); n != lost {
+		t.Errorf("%d events, want %d (one per tombstone, whichever reconciler won)", n, lost)
 	}
 	if n, _ := e.st.BuyerCount(ctx, e.sale.ID); n != 0 {
 		t.Errorf("%d buyer records left, want 0", n)

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -385,3 +387,52 @@ func committed(t testing.TB, brokers []string, group string) int64 {
 }
 
 var errTestKill = errors.New("test: writer killed after the database commit")
+
+// orderEvent is one outbox row of an order (migration 0006).
+type orderEvent struct {
+	id      int64
+	typ     string
+	status  string
+	reason  string
+	eventID int64
+	userID  string
+	at      time.Time
+}
+
+// orderEvents returns the outbox rows of orderID in id order, with the
+// fields of their bodies the tests check.
+func orderEvents(t testing.TB, pool *pgxpool.Pool, orderID string) []orderEvent {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT id, type, body->>'status', coalesce(body->>'reason', ''),
+		(body->>'eventId')::int8, body->>'userId', (body->>'occurredAt')::timestamptz
+		FROM order_events WHERE order_id = $1 ORDER BY id`, orderID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (orderEvent, error) {
+		var e orderEvent
+		err := r.Scan(&e.id, &e.typ, &e.status, &e.reason, &e.eventID, &e.userID, &e.at)
+		return e, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// wantEvents checks that orderID has exactly the events of types, in order.
+func wantEvents(t testing.TB, pool *pgxpool.Pool, orderID string, types ...string) []orderEvent {
+	t.Helper()
+	evs := orderEvents(t, pool, orderID)
+	var got []string
+	for _, e := range evs {
+		got = append(got, e.typ)
+		if e.eventID != e.id {
+			t.Errorf("order %s: event %d carries eventId %d", orderID, e.id, e.eventID)
+		}
+	}
+	if !slices.Equal(got, types) {
+		t.Errorf("order %s: events %v, want %v", orderID, got, types)
+	}
+	return evs
+}

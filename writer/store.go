@@ -189,7 +189,23 @@ SELECT u.id, u.sale_id, u.item_id, u.user_id, 'PENDING', u.price, u.created, u.e
 FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::timestamptz[], $7::timestamptz[])
 	AS u(id, sale_id, item_id, user_id, price, created, expires)
 ON CONFLICT (id) DO NOTHING
-RETURNING id`
+RETURNING id, sale_id, item_id, user_id, price_cents, created_at`
+
+// pendingEventsSQL is the order.pending event of every row the insert CTE
+// "ins" wrote (migration 0006: the outbox and the body's one definition),
+// so an order and its event commit together and a redelivered order, not
+// inserted again, gets none. The row id is drawn before the body is built,
+// which carries it as eventId; occurredAt is the order's createdAt.
+const pendingEventsSQL = `INSERT INTO order_events (id, order_id, type, body)
+SELECT n.eid, n.id, 'order.pending',
+	flashsale_order_event_body(n.eid, 'order.pending', n.created_at, n.id, n.sale_id, n.item_id, n.user_id, 'PENDING', n.price_cents, NULL, NULL)
+FROM (SELECT nextval('order_events_id_seq') AS eid, ins.* FROM ins) n`
+
+// insertPendingSQL is the general path's insert: the orders and their
+// events, returning the ids inserted.
+const insertPendingSQL = `WITH ins AS (` + insertOrdersSQL + `),
+ev AS (` + pendingEventsSQL + `)
+SELECT id FROM ins`
 
 // One guarded update for every item of the batch: an item whose stock
 // would go over its quantity (or that is not in the order's sale) is not
@@ -259,7 +275,7 @@ func (w *Writer) insertBatch(ctx context.Context, orders []*order) ([]bool, erro
 
 	inserted := make([]bool, n)
 	counts := map[itemKey]int32{}
-	rows, err := tx.Query(ctx, insertOrdersSQL, cols.args()...)
+	rows, err := tx.Query(ctx, insertPendingSQL, cols.args()...)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -311,12 +327,13 @@ func (w *Writer) insertBatch(ctx context.Context, orders []*order) ([]bool, erro
 	return inserted, nil
 }
 
-// insertAllNewSQL is the usual batch as one statement: the insert and the
-// guarded update (its parameters renumbered $8…$10) as data-modifying CTEs,
-// and flashsale_all_or_nothing (migration 0002), which raises, rolling the
+// insertAllNewSQL is the usual batch as one statement: the insert, the
+// orders' events and the guarded update (its parameters renumbered $8…$10)
+// as data-modifying CTEs, and flashsale_all_or_nothing (migration 0002), which raises, rolling the
 // whole statement back, unless every order was new ($11 rows) and every
 // item updated ($12 items).
 var insertAllNewSQL = `WITH ins AS (` + insertOrdersSQL + `),
+ev AS (` + pendingEventsSQL + `),
 upd AS (` + strings.NewReplacer("$1::", "$8::", "$2::", "$9::", "$3::", "$10::").Replace(updateSoldSQL) + `)
 SELECT flashsale_all_or_nothing((SELECT count(*) FROM ins) = $11 AND (SELECT count(*) FROM upd) = $12)`
 
@@ -380,16 +397,22 @@ func (w *Writer) whyNotUpdated(ctx context.Context, tx pgx.Tx, k itemKey) error 
 	return &refusal{reason: ReasonSoldOut}
 }
 
-// The refused orders become REJECTED rows plus their stock_returns outbox
-// rows, in one transaction. An order whose row exists already (a replay, or
-// the reconciler's tombstone) is not rejected again.
+// The refused orders become REJECTED rows plus their order.rejected events
+// (occurred at $9, the writer's clock) and their stock_returns outbox rows,
+// in one statement. An order whose row exists already (a replay, or the
+// reconciler's tombstone) is not rejected again, and gets no event.
 const insertRejectedSQL = `WITH ins AS (
 	INSERT INTO orders (id, sale_id, item_id, user_id, status, price_cents, created_at, expires_at, reject_reason)
 	SELECT u.id, u.sale_id, u.item_id, u.user_id, 'REJECTED', u.price, u.created, u.expires, u.reason
 	FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::timestamptz[], $7::timestamptz[], $8::text[])
 		AS u(id, sale_id, item_id, user_id, price, created, expires, reason)
 	ON CONFLICT (id) DO NOTHING
-	RETURNING id, sale_id, item_id, user_id)
+	RETURNING id, sale_id, item_id, user_id, price_cents, reject_reason),
+ev AS (
+	INSERT INTO order_events (id, order_id, type, body)
+	SELECT n.eid, n.id, 'order.rejected',
+		flashsale_order_event_body(n.eid, 'order.rejected', $9::timestamptz, n.id, n.sale_id, n.item_id, n.user_id, 'REJECTED', n.price_cents, NULL, n.reject_reason)
+	FROM (SELECT nextval('order_events_id_seq') AS eid, ins.* FROM ins) n)
 INSERT INTO stock_returns (order_id, sale_id, item_id, user_id)
 SELECT id, sale_id, item_id, user_id FROM ins
 ON CONFLICT (order_id) DO NOTHING
@@ -478,7 +501,7 @@ func (w *Writer) insertRejected(ctx context.Context, rjs []rejection, idx []int)
 		return nil, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
-	rows, err := tx.Query(ctx, insertRejectedSQL, append(cols.args(), reasons)...)
+	rows, err := tx.Query(ctx, insertRejectedSQL, append(cols.args(), reasons, w.cfg.Now().UTC())...)
 	if err != nil {
 		return nil, classify(err)
 	}

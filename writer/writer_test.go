@@ -41,6 +41,11 @@ func TestRedeliveredMessageWritesOneOrder(t *testing.T) {
 	if n := sold(t, e.pool, item.ID); n != 1 {
 		t.Errorf("sold: got %d, want 1", n)
 	}
+	if evs := wantEvents(t, e.pool, m.OrderID, "order.pending"); len(evs) == 1 {
+		if ev := evs[0]; ev.status != "PENDING" || ev.userID != "42" || !ev.at.Equal(time.UnixMilli(m.CreatedAtMs)) {
+			t.Errorf("pending event: got %+v, want PENDING of user \"42\" at the order's creation", ev)
+		}
+	}
 	if c, want := r.w.counts(), (counts{written: 1, duplicate: 1}); c != want {
 		t.Errorf("counts: got %+v, want %+v", c, want)
 	}
@@ -67,6 +72,7 @@ func TestRedeliveredMessageWritesOneOrder(t *testing.T) {
 	if n := sold(t, e.pool, item.ID); n != 1 {
 		t.Errorf("sold after a later redelivery: got %d, want 1", n)
 	}
+	wantEvents(t, e.pool, m.OrderID, "order.pending") // a redelivery is no change
 	if g := value(r.w.m.general); g < general+1 {
 		t.Errorf("general-path transactions %v after a lone redelivery, want more than %v", g, general)
 	}
@@ -173,6 +179,17 @@ func testDatabaseRefuses(t *testing.T, killed bool) {
 	}
 	if got := sold(t, e.pool, item.ID); got != 5 {
 		t.Errorf("sold: got %d, want 5", got)
+	}
+	// One event per order, whatever was replayed: PENDING for the stored,
+	// REJECTED with its reason for the refused (msgs[7] came twice).
+	for i, m := range msgs {
+		if i < 5 {
+			wantEvents(t, e.pool, m.OrderID, "order.pending")
+			continue
+		}
+		if evs := wantEvents(t, e.pool, m.OrderID, "order.rejected"); len(evs) == 1 && (evs[0].status != "REJECTED" || evs[0].reason != ReasonSoldOut) {
+			t.Errorf("order %d: rejected event %+v, want status REJECTED, reason %s", i, evs[0], ReasonSoldOut)
+		}
 	}
 	if c := r.w.counts(); c.rejected != 3 || c.written+c.duplicate != 6 || (!killed && c.written != 5) {
 		t.Errorf("counts: got %+v, want 3 rejected, 6 written or duplicate (5 written in one run)", c)
@@ -520,11 +537,15 @@ func TestNewOrdersInOneRoundTrip(t *testing.T) {
 	}
 	r := e.start(t, Config{})
 	waitHandled(t, r.w, 5)
-	if n := len(orderRows(t, e.pool, sale.ID)); n != 5 {
+	rows := orderRows(t, e.pool, sale.ID)
+	if n := len(rows); n != 5 {
 		t.Fatalf("orders: got %d rows, want 5", n)
 	}
 	if n := sold(t, e.pool, sale.Items[0].ID); n != 5 {
 		t.Errorf("sold: got %d, want 5", n)
+	}
+	for id := range rows {
+		wantEvents(t, e.pool, id, "order.pending")
 	}
 	if one, gen := value(r.w.m.oneTrip), value(r.w.m.general); one < 1 || gen != 0 {
 		t.Errorf("transactions: %v one round trip, %v general; want every batch on the one-round-trip path", one, gen)

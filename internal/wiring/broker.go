@@ -55,7 +55,7 @@ func StartBroker(cfg BrokerConfig, logger *slog.Logger) (*Broker, error) {
 	}
 	opts := []kfake.Opt{
 		kfake.NumBrokers(1),
-		kfake.SeedTopics(cfg.Partitions, flashsale.TopicOrders, flashsale.TopicDeadLetter),
+		kfake.SeedTopics(cfg.Partitions, flashsale.TopicOrders, flashsale.TopicDeadLetter, flashsale.TopicOrderEvents),
 		kfake.GroupMinSessionTimeout(brokerMinSessionTimeout),
 		kfake.GroupMaxSessionTimeout(brokerMaxSessionTimeout),
 		kfake.Ports(cfg.Port),

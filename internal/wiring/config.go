@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashsale/flashsale/events"
 	"github.com/flashsale/flashsale/internal/adapter/kafka"
 	"github.com/flashsale/flashsale/internal/adapter/redisconn"
 	"github.com/flashsale/flashsale/waitroom"
@@ -116,6 +117,14 @@ type Config struct {
 	PaymentSecret string
 	PaymentURL    string
 
+	// WebhookURL, WebhookSecret and WebhookMaxAttempts configure the
+	// order events' webhook (events.WebhookConfig; FLASHSALE_WEBHOOK_URL,
+	// FLASHSALE_WEBHOOK_SECRET, FLASHSALE_WEBHOOK_MAX_ATTEMPTS); an empty
+	// URL is no webhook.
+	WebhookURL         string
+	WebhookSecret      string
+	WebhookMaxAttempts int
+
 	LogFormat string // "json" or "text"
 	LogLevel  string
 }
@@ -145,6 +154,8 @@ func Defaults() Config {
 		KafkaSessionTimeout: 6 * time.Second,
 
 		DefenseShareInterval: 100 * time.Millisecond,
+
+		WebhookMaxAttempts: events.DefaultWebhookMaxAttempts,
 	}
 }
 
@@ -307,6 +318,10 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 		}
 		c.PaymentURL = v
 	}
+
+	str("FLASHSALE_WEBHOOK_URL", &c.WebhookURL)
+	str("FLASHSALE_WEBHOOK_SECRET", &c.WebhookSecret)
+	integer("FLASHSALE_WEBHOOK_MAX_ATTEMPTS", &c.WebhookMaxAttempts)
 	str("FLASHSALE_LOG_FORMAT", &c.LogFormat)
 	str("FLASHSALE_LOG_LEVEL", &c.LogLevel)
 	return errors.Join(errs...)
@@ -339,6 +354,9 @@ func (c *Config) Validate() error {
 	}
 	if c.KafkaSecurity != (kafka.Security{}) && len(c.KafkaBrokers) == 0 {
 		errs = append(errs, errors.New("kafka TLS/SASL is set but FLASHSALE_KAFKA_BROKERS is not (the embedded broker speaks neither)"))
+	}
+	if err := events.CheckWebhook(c.WebhookURL, []byte(c.WebhookSecret), c.WebhookMaxAttempts); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -15,7 +15,7 @@ import (
 // when they are missing.
 func ensureTopics(ctx context.Context, brokers []string, cfg Config, logger *slog.Logger) error {
 	if err := kafka.EnsureTopics(ctx, brokers, cfg.KafkaSecurity, cfg.KafkaTopics, logger.With("component", "kafka-topics"),
-		flashsale.TopicOrders, flashsale.TopicDeadLetter); err != nil {
+		flashsale.TopicOrders, flashsale.TopicDeadLetter, flashsale.TopicOrderEvents); err != nil {
 		return fmt.Errorf("kafka topics: %w", err)
 	}
 	return nil

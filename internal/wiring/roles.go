@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/defense"
+	"github.com/flashsale/flashsale/events"
 	"github.com/flashsale/flashsale/expiry"
 	"github.com/flashsale/flashsale/gateway"
 	"github.com/flashsale/flashsale/internal/adapter/kafka"
@@ -157,6 +158,25 @@ func (a *App) startExpiry(_, runCtx context.Context) error {
 	ord := orders.New(orders.Config{PaymentWindow: a.cfg.PaymentWindow}, a.pool, a.stock, a.cache, a.log)
 	w := expiry.New(expiry.Config{Interval: a.cfg.ExpiryInterval}, a.pool, a.stock, ord, a.log, a.reg)
 	a.goRun("expiry", func() error { return w.Run(runCtx) })
+	// The order-event relay runs beside the expiry worker: one of the
+	// expiry processes publishes at a time, the others stand by.
+	relay, err := events.NewRelay(events.RelayConfig{
+		Brokers: a.KafkaBrokers, Security: a.cfg.KafkaSecurity,
+		WebhookOff: a.cfg.WebhookURL == "",
+	}, a.pool, a.log, a.reg)
+	if err != nil {
+		return err
+	}
+	a.goRun("events-relay", func() error { return relay.Run(runCtx) })
+	if a.cfg.WebhookURL != "" {
+		hook, err := events.NewDeliverer(events.WebhookConfig{
+			URL: a.cfg.WebhookURL, Secret: []byte(a.cfg.WebhookSecret), MaxAttempts: a.cfg.WebhookMaxAttempts,
+		}, a.pool, a.log, a.reg)
+		if err != nil {
+			return err
+		}
+		a.goRun("events-webhook", func() error { return hook.Run(runCtx) })
+	}
 	return nil
 }
 

@@ -297,13 +297,13 @@ type Kafka struct {
 	Brokers []string
 }
 
-// NewKafka starts a kfake cluster with the order and dead-letter topics
+// NewKafka starts a kfake cluster with the order, dead-letter and order-event topics
 // (4 partitions each) and closes it when the test ends. Tests may Close it
 // earlier to simulate a broker outage.
 func NewKafka(t testing.TB) *Kafka {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1),
-		kfake.SeedTopics(4, flashsale.TopicOrders, flashsale.TopicDeadLetter),
+		kfake.SeedTopics(4, flashsale.TopicOrders, flashsale.TopicDeadLetter, flashsale.TopicOrderEvents),
 		kfake.AllowAutoTopicCreation())
 	if err != nil {
 		t.Fatalf("testenv: kfake: %v", err)

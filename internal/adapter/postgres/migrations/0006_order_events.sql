@@ -20,7 +20,6 @@ CREATE TABLE order_events (
 -- up, whatever the size of the table.
 CREATE INDEX order_events_unpublished ON order_events (id) WHERE published_at IS NULL;
 CREATE INDEX order_events_undelivered ON order_events (order_id, id) WHERE webhook_done_at IS NULL;
-CREATE INDEX order_events_order ON order_events (order_id, id);
 
 -- flashsale_order_event_body builds an event's body, the one definition
 -- of its JSON shape for every writer (the writer's batch statement builds
@@ -52,9 +51,11 @@ $$;
 -- before producing anything, so an event acknowledged by Kafka but not yet
 -- marked is never produced again.
 CREATE TABLE order_event_relay_offsets (
-    topic_partition INT         PRIMARY KEY,
+    topic           TEXT        NOT NULL,
+    topic_partition INT         NOT NULL,
     next_offset     BIGINT      NOT NULL CHECK (next_offset >= 0),
-    updated_at      TIMESTAMPTZ NOT NULL DEFAULT now()
+    updated_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (topic, topic_partition)
 );
 
 -- Webhook delivery state of an event that failed at least once: how many
