@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flashsale/flashsale/events"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/internal/wiring"
 	"github.com/flashsale/flashsale/internal/wiring/apptest"
 )
@@ -524,4 +526,56 @@ func (c *specCheck) sendRaw(checkRequest bool, method, path string, body []byte,
 	a := apptest.Resp{Status: resp.StatusCode, Header: resp.Header, Raw: raw}
 	_ = json.Unmarshal(raw, &a.Body)
 	return a
+}
+
+// TestShopPaymentNotYetStored: a payment for an order accepted (202) but
+// not yet in PostgreSQL (no writer runs) is NOT_PAYABLE_YET and records
+// nothing, so the provider's retry of the very same request is not a
+// replay.
+func TestShopPaymentNotYetStored(t *testing.T) {
+	cfg := wiring.Defaults()
+	cfg.HTTPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
+	rc := testenv.RedisConfig(t)
+	cfg.RedisURL, cfg.RedisCluster = rc.URL, rc.Cluster
+	cfg.DatabaseURL = testenv.DatabaseURL(t)
+	cfg.KafkaBrokers = testenv.NewKafka(t).Brokers
+	cfg.JWTSecret, cfg.PaymentSecret = apptest.Secret, paySecret
+	a, err := wiring.Start(context.Background(), cfg, wiring.Roles{Gateway: true}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := a.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	if err := a.SetDefense(context.Background(), "test", []byte(apptest.Permissive)); err != nil {
+		t.Fatal(err)
+	}
+	st := &stack{&apptest.Stack{T: t, App: a, Config: cfg, Client: &http.Client{Timeout: 10 * time.Second}}}
+	pg, err := pgxpool.New(context.Background(), cfg.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pg.Close)
+	s := &payStack{stack: st, spec: newSpecCheck(t, st.Stack), pg: pg}
+
+	saleID, items := s.createSale(2)
+	r := s.purchase(100, items[0], s.admit(100, saleID))
+	s.Want(r, 202, "")
+	id := r.Body["orderId"].(string)
+	body := payBody("pi_early", 1999)
+	sig := events.Sign([]byte(paySecret), time.Now(), body)
+	for range 2 {
+		s.Want(s.callback(id, body, sig, true), 409, "NOT_PAYABLE_YET")
+	}
+	var sigs int
+	if err := pg.QueryRow(context.Background(), `SELECT count(*) FROM payment_signatures`).Scan(&sigs); err != nil {
+		t.Fatal(err)
+	}
+	if n, ev := s.payments(id), s.events(id, "order.paid", "payment.refused"); n != 0 || len(ev) != 0 || sigs != 0 || s.dbStatus(id) != "" {
+		t.Fatalf("NOT_PAYABLE_YET recorded %d payments, %d signatures, events %v", n, sigs, ev)
+	}
 }
