@@ -345,6 +345,9 @@ func (c *Config) Validate() error {
 	if err := c.KafkaSecurity.Check(); err != nil {
 		errs = append(errs, fmt.Errorf("kafka TLS/SASL (FLASHSALE_KAFKA_TLS*, FLASHSALE_KAFKA_SASL_MECHANISM, FLASHSALE_KAFKA_USERNAME, FLASHSALE_KAFKA_PASSWORD): %w", err))
 	}
+	if c.PaymentSecret != "" && len(c.PaymentSecret) < minPaymentSecret {
+		errs = append(errs, fmt.Errorf("FLASHSALE_PAYMENT_SECRET: want at least %d characters (a short key can be guessed from one signed callback)", minPaymentSecret))
+	}
 	if c.PaymentURL != "" {
 		if err := checkPaymentURL(c.PaymentURL); err != nil {
 			errs = append(errs, err)

@@ -10,13 +10,13 @@ import (
 )
 
 // TestPaymentSettings: FLASHSALE_PAYMENT_URL must be an absolute http(s)
-// URL with {orderId}, and needs the payment secret; each refusal names the
-// variable.
+// URL with {orderId}, and needs the payment secret, of at least 16
+// characters; each refusal names the variable.
 func TestPaymentSettings(t *testing.T) {
 	for _, ok := range []string{"https://shop.example/pay/{orderId}", "http://127.0.0.1:3000/checkout?order={orderId}&x=1"} {
 		c := Defaults()
-		env := map[string]string{"FLASHSALE_PAYMENT_URL": ok, "FLASHSALE_PAYMENT_SECRET": "s"}
-		if err := c.FromEnv(func(k string) string { return env[k] }); err != nil || c.PaymentURL != ok || c.PaymentSecret != "s" {
+		env := map[string]string{"FLASHSALE_PAYMENT_URL": ok, "FLASHSALE_PAYMENT_SECRET": "0123456789abcdef"}
+		if err := c.FromEnv(func(k string) string { return env[k] }); err != nil || c.PaymentURL != ok || c.PaymentSecret != env["FLASHSALE_PAYMENT_SECRET"] {
 			t.Errorf("%q: %v, config %q %q", ok, err, c.PaymentURL, c.PaymentSecret)
 		}
 	}
@@ -39,7 +39,11 @@ func TestPaymentSettings(t *testing.T) {
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "FLASHSALE_PAYMENT_SECRET") {
 		t.Errorf("payment URL without secret: %v", err)
 	}
-	c.PaymentSecret = "x"
+	c.PaymentSecret = "too-short"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "FLASHSALE_PAYMENT_SECRET: want at least 16") {
+		t.Errorf("short payment secret: %v", err)
+	}
+	c.PaymentSecret = "0123456789abcdef"
 	if err := c.Validate(); err != nil {
 		t.Errorf("payment URL with secret: %v", err)
 	}

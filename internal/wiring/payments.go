@@ -17,6 +17,9 @@ import (
 // be from the gateway's clock, either way (CONTRACT section 5).
 const PaymentSignatureWindow = 5 * time.Minute
 
+// minPaymentSecret is the shortest FLASHSALE_PAYMENT_SECRET accepted.
+const minPaymentSecret = 16
+
 // checkPaymentURL checks FLASHSALE_PAYMENT_URL: an absolute http(s) URL
 // with {orderId} where the order id goes.
 func checkPaymentURL(v string) error {
