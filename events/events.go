@@ -133,8 +133,8 @@ func check(ev Event) error {
 		return fmt.Errorf("%w: unknown status %q", errInvalid, ev.Status)
 	case ev.Type != TypePaymentRefused && TypeFor(ev.Status) != ev.Type:
 		return fmt.Errorf("%w: type %s with status %s", errInvalid, ev.Type, ev.Status)
-	case ev.Type == TypePaymentRefused && ev.PaymentID == "":
-		return fmt.Errorf("%w: payment.refused without paymentId", errInvalid)
+	case ev.Type == TypePaymentRefused && (ev.PaymentID == "" || ev.Reason == ""):
+		return fmt.Errorf("%w: payment.refused needs a paymentId and a reason", errInvalid)
 	}
 	if len(ev.OrderID) != 36 {
 		return fmt.Errorf("%w: orderId is not a UUID", errInvalid)

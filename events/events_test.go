@@ -92,7 +92,10 @@ func TestAppendRefusesBadEvents(t *testing.T) {
 		{"no user", func(e *events.Event) { e.UserID = 0 }},
 		{"negative price", func(e *events.Event) { e.PriceCents = -1 }},
 		{"refused without payment", func(e *events.Event) {
-			e.Type, e.PaymentID = events.TypePaymentRefused, ""
+			e.Type, e.PaymentID, e.Reason = events.TypePaymentRefused, "", "ORDER_EXPIRED"
+		}},
+		{"refused without reason", func(e *events.Event) {
+			e.Type, e.Reason = events.TypePaymentRefused, ""
 		}},
 	}
 	for _, c := range cases {

@@ -148,7 +148,6 @@ func NewRelay(cfg RelayConfig, pool *pgxpool.Pool, logger *slog.Logger, reg prom
 func (r *Relay) Run(ctx context.Context) error {
 	for {
 		err := r.lead(ctx)
-		r.m.leader.Set(0)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -200,6 +199,7 @@ func (r *Relay) lead(ctx context.Context) error {
 	var locked bool
 	defer func() {
 		if locked {
+			r.m.leader.Set(0) // before the lock goes: never two leaders at once
 			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock($1)`, relayLockKey); err != nil {
@@ -230,16 +230,19 @@ func (r *Relay) lead(ctx context.Context) error {
 	if err := r.catchUp(ctx, conn.Conn(), cl); err != nil {
 		return err
 	}
+	var observed time.Time
 	for {
 		n, err := r.relayOnce(ctx, conn.Conn(), cl)
 		if err != nil {
 			return err
 		}
-		if n == 0 {
+		// The gauges follow a long backlog too, not only the idle rounds.
+		if now := r.cfg.Now(); n == 0 || now.Sub(observed) >= time.Second {
 			r.observe(ctx)
-			if !sleep(ctx, r.cfg.Interval) {
-				return nil
-			}
+			observed = now
+		}
+		if n == 0 && !sleep(ctx, r.cfg.Interval) {
+			return nil
 		}
 	}
 }
@@ -283,7 +286,16 @@ func (r *Relay) catchUp(ctx context.Context, conn *pgx.Conn, cl *kgo.Client) err
 	}
 	from := map[int32]kgo.Offset{}
 	end := map[int32]int64{}
+	var resetParts []int32
+	var resetOffs []int64
 	ends.Each(func(o kadm.ListedOffset) {
+		if s, ok := stored[o.Partition]; ok && s > o.Offset {
+			// The topic was re-created or truncated: its records start
+			// again below the stored offset, which must follow them down,
+			// or a later catch-up would skip records it must mark.
+			resetParts, resetOffs = append(resetParts, o.Partition), append(resetOffs, o.Offset)
+			return
+		}
 		at := max(stored[o.Partition], 0)
 		if s, ok := starts.Lookup(o.Topic, o.Partition); ok && s.Offset > at {
 			at = s.Offset // older records are gone: what is left starts here
@@ -293,6 +305,15 @@ func (r *Relay) catchUp(ctx context.Context, conn *pgx.Conn, cl *kgo.Client) err
 			end[o.Partition] = o.Offset
 		}
 	})
+	if len(resetParts) > 0 {
+		if _, err := conn.Exec(ctx, `UPDATE order_event_relay_offsets o SET next_offset = t.off, updated_at = now()
+			FROM unnest($2::int4[], $3::int8[]) AS t(p, off) WHERE o.topic = $1 AND o.topic_partition = t.p`,
+			r.cfg.Topic, resetParts, resetOffs); err != nil {
+			return fmt.Errorf("events.Relay: recover: reset offsets: %w", err)
+		}
+		r.log.Warn("the events topic holds fewer records than the relay marked: re-created or truncated; offsets reset",
+			"topic", r.cfg.Topic, "partitions", resetParts)
+	}
 	if len(from) == 0 {
 		return nil
 	}

@@ -370,3 +370,45 @@ func TestNewRelayRefusesBadKafkaSettings(t *testing.T) {
 		t.Error("NewRelay without brokers: nil error")
 	}
 }
+
+// The topic re-created empty (a broker's data lost) while the database
+// keeps the relay's offsets: the offsets follow the topic down, so a crash
+// after an acknowledgement still publishes nothing twice.
+func TestRelayFollowsARecreatedTopic(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	old := testenv.NewKafka(t)
+	appendEvents(t, pool, 20)
+	stop := runRelay(t, newTestRelay(t, pool, old, RelayConfig{Batch: 50}))
+	waitFor(t, "the first events published", func() bool { return unpublished(t, pool) == 0 })
+	stop()
+
+	fresh := testenv.NewKafka(t)
+	appendEvents(t, pool, 3)
+	crashed := false
+	var mu sync.Mutex
+	r := newTestRelay(t, pool, fresh, RelayConfig{Batch: 2, afterProduce: func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if !crashed {
+			crashed = true
+			return errCrash
+		}
+		return nil
+	}})
+	runRelay(t, r)
+	waitFor(t, "the later events published", func() bool { return unpublished(t, pool) == 0 })
+	recs := readTopic(t, fresh.Brokers)
+	seen := map[int64]int{}
+	for _, rec := range recs {
+		seen[rec.eventID]++
+	}
+	if len(seen) != 6 {
+		t.Errorf("%d events on the new topic, want the 6 written after", len(seen))
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("event %d published %d times on the new topic, want 1", id, n)
+		}
+	}
+}

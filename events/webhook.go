@@ -231,16 +231,22 @@ func (d *Deliverer) lead(ctx context.Context) error {
 	if !locked {
 		return errNotLeader
 	}
+	var observed time.Time
 	for {
 		n, err := d.round(ctx, conn.Conn())
 		if err != nil {
 			return err
 		}
-		if n == 0 {
+		// The gauge follows a long backlog too, not only the idle rounds.
+		if now := d.cfg.Now(); n == 0 || now.Sub(observed) >= time.Second {
 			d.observe(ctx)
-			if !sleep(ctx, d.cfg.Interval) {
-				return nil
-			}
+			observed = now
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if n == 0 && !sleep(ctx, d.cfg.Interval) {
+			return nil
 		}
 	}
 }
@@ -305,10 +311,24 @@ func (d *Deliverer) round(ctx context.Context, conn *pgx.Conn) (int, error) {
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
-		// Shutting down: an attempt cut short is no failure of the shop's.
-		return 0, nil
+		// Shutting down: the attempts cut short are no failures of the
+		// shop's; the accepted ones are recorded below all the same.
+		kept := outs[:0]
+		for _, o := range outs {
+			if o.err == "" {
+				kept = append(kept, o)
+			}
+		}
+		outs = kept
+		if len(outs) == 0 {
+			return 0, nil
+		}
 	}
-	if err := d.record(context.WithoutCancel(qctx), conn, outs); err != nil {
+	// The outcomes are recorded even if shutdown began meanwhile: an
+	// accepted event left unrecorded would be sent again.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer rcancel()
+	if err := d.record(rctx, conn, outs); err != nil {
 		return 0, fmt.Errorf("events.Deliverer: record: %w", err)
 	}
 	return len(evs), nil

@@ -1,6 +1,8 @@
 package wiring
 
 import (
+	"context"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -54,6 +56,14 @@ func TestWebhookSettings(t *testing.T) {
 			c.WebhookURL, c.WebhookSecret = tt.url, tt.secret
 			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Validate = %v, want an error with %q", err, tt.want)
+			}
+			// The expiry role does not start on them.
+			a, err := Start(context.Background(), c, Roles{Expiry: true}, slog.New(slog.DiscardHandler))
+			if err == nil {
+				_ = a.Close(context.Background())
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Start = %v, want an error with %q", err, tt.want)
 			}
 		})
 	}
