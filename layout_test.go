@@ -53,7 +53,9 @@ var layout = map[string]imports{
 	// The gateway's Guard interface speaks defense's counters and route
 	// classes; its tests mint the tokens the edge verifies.
 	"gateway": {code: "flashsale defense internal/adapter/prom", tests: "admission auth"},
-	"orders": {code: "flashsale internal/adapter/postgres internal/adapter/redisstock",
+	// orders appends the order events of its changes (and of a refused
+	// provider payment) in the changes' transactions.
+	"orders": {code: "flashsale events internal/adapter/postgres internal/adapter/redisstock",
 		tests: "sales sales/salestest internal/harness/testenv"},
 	"purchase": {code: "flashsale internal/adapter/prom internal/adapter/redisstock",
 		tests: "internal/adapter/kafka internal/adapter/redisconn sales sales/salestest internal/harness/testenv"},

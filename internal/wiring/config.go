@@ -110,6 +110,13 @@ type Config struct {
 	// name and a random suffix).
 	GatewayID string
 
+	// PaymentSecret keys the signatures of the shop's payment provider's
+	// callbacks (FLASHSALE_PAYMENT_SECRET; empty: the callback route is
+	// off). PaymentURL is the shop's payment page, with {orderId}
+	// (FLASHSALE_PAYMENT_URL; empty: the simulated pay).
+	PaymentSecret string
+	PaymentURL    string
+
 	// WebhookURL, WebhookSecret and WebhookMaxAttempts configure the
 	// order events' webhook (events.WebhookConfig; FLASHSALE_WEBHOOK_URL,
 	// FLASHSALE_WEBHOOK_SECRET, FLASHSALE_WEBHOOK_MAX_ATTEMPTS); an empty
@@ -304,6 +311,14 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 			c.GatewayID = v
 		}
 	}
+	str("FLASHSALE_PAYMENT_SECRET", &c.PaymentSecret)
+	if v := getenv("FLASHSALE_PAYMENT_URL"); v != "" {
+		if err := checkPaymentURL(v); err != nil {
+			errs = append(errs, err)
+		}
+		c.PaymentURL = v
+	}
+
 	str("FLASHSALE_WEBHOOK_URL", &c.WebhookURL)
 	str("FLASHSALE_WEBHOOK_SECRET", &c.WebhookSecret)
 	integer("FLASHSALE_WEBHOOK_MAX_ATTEMPTS", &c.WebhookMaxAttempts)
@@ -329,6 +344,16 @@ func (c *Config) Validate() error {
 	}
 	if err := c.KafkaSecurity.Check(); err != nil {
 		errs = append(errs, fmt.Errorf("kafka TLS/SASL (FLASHSALE_KAFKA_TLS*, FLASHSALE_KAFKA_SASL_MECHANISM, FLASHSALE_KAFKA_USERNAME, FLASHSALE_KAFKA_PASSWORD): %w", err))
+	}
+	if c.PaymentSecret != "" && len(c.PaymentSecret) < minPaymentSecret {
+		errs = append(errs, fmt.Errorf("FLASHSALE_PAYMENT_SECRET: want at least %d characters (a short key can be guessed from one signed callback)", minPaymentSecret))
+	}
+	if c.PaymentURL != "" {
+		if err := checkPaymentURL(c.PaymentURL); err != nil {
+			errs = append(errs, err)
+		} else if c.PaymentSecret == "" {
+			errs = append(errs, errors.New("FLASHSALE_PAYMENT_URL is set but FLASHSALE_PAYMENT_SECRET is not: no order paid on the shop's page could be recorded"))
+		}
 	}
 	if c.KafkaSecurity != (kafka.Security{}) && len(c.KafkaBrokers) == 0 {
 		errs = append(errs, errors.New("kafka TLS/SASL is set but FLASHSALE_KAFKA_BROKERS is not (the embedded broker speaks neither)"))

@@ -368,6 +368,10 @@ func TestOpenAPIEndToEnd(t *testing.T) {
 	c.s.Want(c.call(false, "POST", "/api/admin/settings/preset/normal", op, nil), 200, "")
 	c.s.Want(c.call(false, "POST", "/api/admin/settings/preset/nonesuch", op, nil), 404, "NOT_FOUND")
 
+	// The payment provider's callback, off without a payment secret (the
+	// outcomes with one: payment_e2e_test.go).
+	c.s.Want(c.callInvalid("POST", "/api/shop/orders/"+orderID+"/paid", "", map[string]any{"paymentId": "pi", "amountCents": 1999}), 403, "FORBIDDEN")
+
 	// The admin port.
 	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
 		c.s.Want(c.call(true, "GET", p, "", nil), 200, "")

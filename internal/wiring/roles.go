@@ -86,7 +86,12 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	if err != nil {
 		return err
 	}
-	srv := gateway.New(gateway.Config{CORSOrigins: cfg.CORSOrigins, Ready: a.Ready, SaleRequests: saleRequests}, gateway.Deps{
+	var payments gateway.ShopPayments // nil: the callback route answers 403
+	if cfg.PaymentSecret != "" {
+		payments = shopPayments{secret: []byte(cfg.PaymentSecret), orders: ord}
+	}
+	srv := gateway.New(gateway.Config{CORSOrigins: cfg.CORSOrigins, Ready: a.Ready, SaleRequests: saleRequests,
+		PaymentURL: cfg.PaymentURL}, gateway.Deps{
 		Access:    a.access,
 		Admission: a.signer,
 		Sales:     a.cache,
@@ -98,6 +103,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		Guard:     guard,
 		Settings:  availSettings{settings.JSON()},
 		Static:    staticAdapter{site},
+		Payments:  payments,
 		Metrics:   a.reg,
 		Logger:    a.log,
 	})
