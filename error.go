@@ -26,6 +26,8 @@ const (
 	CodeOrderPaid        Code = "ORDER_PAID"
 	CodeNotPayableYet    Code = "NOT_PAYABLE_YET"
 	CodeInternal         Code = "INTERNAL"
+	// CodeNotDrawn: a sale's public draw record before its draw.
+	CodeNotDrawn Code = "NOT_DRAWN"
 )
 
 // Error is the one domain error type. Message is safe to show a user.

@@ -94,6 +94,14 @@ type Queue interface {
 	Figures(ctx context.Context, saleID int64) (flashsale.QueueFigures, error)
 }
 
+// Draws serves the public record of a sale's pre-queue draw
+// (waitroom.Room, encoded). DrawRecord returns the record's JSON body, or
+// NOT_DRAWN before the draw; the gateway keeps a body once it has one,
+// since a record never changes after the draw.
+type Draws interface {
+	DrawRecord(ctx context.Context, sale *flashsale.Sale) ([]byte, error)
+}
+
 // Guard is the bot defense (*defense.Guard satisfies it). Check methods
 // return a RATE_LIMITED or BLOCKED domain error to refuse, with how long to
 // wait for RATE_LIMITED. They must not block.
@@ -208,6 +216,7 @@ type Deps struct {
 	Purchase  Purchaser
 	Orders    Orders
 	Queue     Queue
+	Draws     Draws // nil: no public draw records
 	Guard     Guard
 	Settings  SettingsStore
 	Static    StaticFiles
@@ -230,6 +239,7 @@ type Server struct {
 	metrics   *metrics
 	remain    remainingCache
 	list      listCache
+	draws     drawCache
 
 	// fwdLn feeds the WebSocket server the upgrades fiber received on a
 	// connection already split to it (a keep-alive connection reused by a

@@ -94,6 +94,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		Purchase:  buy,
 		Orders:    ord,
 		Queue:     availQueue{queueAdapter{room}},
+		Draws:     drawAdapter{room},
 		Guard:     guard,
 		Settings:  availSettings{settings.JSON()},
 		Static:    staticAdapter{site},
