@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -83,6 +84,7 @@ type App struct {
 	closers   []func(context.Context) error // resources: run in reverse, last
 	done      chan struct{}
 	stopOnce  sync.Once
+	draining  atomic.Bool // /readyz answers 503 (Drain)
 }
 
 // Start connects the dependencies and starts the selected roles. The roles
@@ -276,6 +278,9 @@ func (a *App) Err() error {
 // schema is current and, with a JWKS URL, the identity provider's keys are
 // loaded (for /readyz).
 func (a *App) Ready(ctx context.Context) error {
+	if a.draining.Load() {
+		return errDraining
+	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := redisconn.Ping(ctx, a.rdb); err != nil {
@@ -291,6 +296,25 @@ func (a *App) Ready(ctx context.Context) error {
 		return a.jwks.Ready(ctx)
 	}
 	return nil
+}
+
+var errDraining = errors.New("draining: shutting down")
+
+// Drain turns /readyz to 503 at once and waits the configured drain
+// period (or until ctx ends) while the listeners keep serving, so that a
+// load balancer stops sending before Close closes them.
+func (a *App) Drain(ctx context.Context) {
+	a.draining.Store(true)
+	if a.cfg.DrainPeriod <= 0 {
+		return
+	}
+	a.log.Info("draining: /readyz answers 503 while the listeners keep serving", "period", a.cfg.DrainPeriod)
+	t := time.NewTimer(a.cfg.DrainPeriod)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // Close shuts everything down gracefully within ctx: listeners stop
