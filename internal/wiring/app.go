@@ -85,6 +85,7 @@ type App struct {
 	done      chan struct{}
 	stopOnce  sync.Once
 	draining  atomic.Bool // /readyz answers 503 (Drain)
+	depUp     *prometheus.GaugeVec
 }
 
 // Start connects the dependencies and starts the selected roles. The roles
@@ -212,6 +213,9 @@ func Start(ctx context.Context, cfg Config, roles Roles, logger *slog.Logger) (_
 		return nil, err
 	}
 
+	if err := a.startDependencyProbe(runCtx); err != nil {
+		return nil, err
+	}
 	admin, err := net.Listen("tcp", cfg.AdminAddr)
 	if err != nil {
 		return nil, fmt.Errorf("admin listener: %w", err)
@@ -281,18 +285,12 @@ func (a *App) Ready(ctx context.Context) error {
 	if a.draining.Load() {
 		return errDraining
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := redisconn.Ping(ctx, a.rdb); err != nil {
-		return fmt.Errorf("redis: %w", err)
-	}
-	if err := postgres.CheckSchema(ctx, a.pool); err != nil {
-		return err
-	}
-	if err := a.kping.Ping(ctx); err != nil {
+	if err := a.probe(ctx); err != nil {
 		return err
 	}
 	if a.jwks != nil {
+		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
 		return a.jwks.Ready(ctx)
 	}
 	return nil
