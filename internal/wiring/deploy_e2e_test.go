@@ -86,30 +86,103 @@ func TestDeployMetricsExist(t *testing.T) {
 	}
 }
 
-// deployMetrics lists the flashsale_* names used in deploy/.
+// deployMetrics lists the flashsale_* names used in deploy/: anywhere in
+// the alert rules, and in the dashboard's queries (panel targets and
+// variables; descriptions may name metrics a later version adds).
 func deployMetrics(t *testing.T) []string {
 	t.Helper()
 	var out []string
-	for _, f := range []string{"../../deploy/prometheus/alerts.yml", "../../deploy/grafana/flashsale.json"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.HasSuffix(f, ".json") {
-			var v any
-			if err := json.Unmarshal(b, &v); err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-		}
-		for _, m := range metricRef.FindAllString(string(b), -1) {
+	add := func(text string) {
+		for _, m := range metricRef.FindAllString(text, -1) {
 			if !slices.Contains(out, m) {
 				out = append(out, m)
 			}
 		}
+	}
+	rules, err := os.ReadFile("../../deploy/prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	add(string(rules))
+	for _, q := range dashboardQueries(t) {
+		add(q)
 	}
 	if len(out) == 0 {
 		t.Fatal("no flashsale_* metric found in deploy/")
 	}
 	slices.Sort(out)
 	return out
+}
+
+// dashboardQueries parses the Grafana dashboard, checks the form Grafana
+// imports (schema 39 or later, a Prometheus data-source variable that
+// every query uses) and returns its queries.
+func dashboardQueries(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("../../deploy/grafana/flashsale.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		SchemaVersion int `json:"schemaVersion"`
+		Templating    struct {
+			List []struct {
+				Name, Type string
+				Query      any `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
+		Panels []dashPanel `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("flashsale.json: %v", err)
+	}
+	if d.SchemaVersion < 39 {
+		t.Errorf("schemaVersion %d, want 39 or later", d.SchemaVersion)
+	}
+	var queries []string
+	hasDS := false
+	for _, v := range d.Templating.List {
+		if v.Type == "datasource" && v.Name == "datasource" && v.Query == "prometheus" {
+			hasDS = true
+		}
+		if q, ok := v.Query.(map[string]any); ok {
+			if s, ok := q["query"].(string); ok {
+				queries = append(queries, s)
+			}
+		}
+	}
+	if !hasDS {
+		t.Error("no Prometheus data-source variable named datasource")
+	}
+	var walk func(ps []dashPanel)
+	walk = func(ps []dashPanel) {
+		for _, p := range ps {
+			walk(p.Panels)
+			for _, tg := range p.Targets {
+				if tg.Expr == "" {
+					t.Errorf("panel %q: a target without a query", p.Title)
+				}
+				if tg.Datasource.UID != "${datasource}" {
+					t.Errorf("panel %q: target data source %q, want ${datasource}", p.Title, tg.Datasource.UID)
+				}
+				queries = append(queries, tg.Expr)
+			}
+		}
+	}
+	walk(d.Panels)
+	if len(queries) == 0 {
+		t.Fatal("the dashboard has no queries")
+	}
+	return queries
+}
+
+type dashPanel struct {
+	Title   string      `json:"title"`
+	Panels  []dashPanel `json:"panels"`
+	Targets []struct {
+		Expr       string `json:"expr"`
+		Datasource struct {
+			UID string `json:"uid"`
+		} `json:"datasource"`
+	} `json:"targets"`
 }

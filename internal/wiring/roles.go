@@ -81,6 +81,10 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	}, a.rdb, a.cache, a.stock, a.access, a.signer, guard, a.log, a.reg)
 	a.goRun("waitroom", func() error { return room.Run(runCtx) })
 
+	// The stock gauge is the gateways': the processes that sell.
+	if err := a.registerStockGauge(); err != nil {
+		return err
+	}
 	site, err := static.New()
 	if err != nil {
 		return err
