@@ -22,7 +22,7 @@ const drawCacheControl = "public, max-age=31536000, immutable"
 
 // maxDrawEntries bounds the records a gateway keeps; a record evicted is
 // built again on its next request.
-const maxDrawEntries = 16
+const maxDrawEntries = 4
 
 // saleDraw is GET /api/flash-sales/sales/{saleId}/draw: the public draw
 // record (CONTRACT section 4, docs/DRAW.md).

@@ -61,12 +61,14 @@ func MemberTag(seed []byte, saleID, userID int64) string {
 	return hex.EncodeToString(m.Sum(nil)[:memberTagBytes])
 }
 
+var errIncomplete = flashsale.Errorf(flashsale.CodeUnavailable, "the draw record is being restored; retry shortly")
+
 var errNotDrawn = flashsale.Errorf(flashsale.CodeNotDrawn, "the pre-queue has not been drawn yet: the draw happens at opening")
 
 // DrawRecord returns the sale's public draw record: NOT_DRAWN before the
 // sale opens by the room's clock or before its pre-queue is frozen. An
-// incomplete pre-queue in Redis (lost, not yet restored) is an error, so a
-// partial record is never published.
+// incomplete pre-queue in Redis (lost, not yet restored) is UNAVAILABLE,
+// so a partial record is never published.
 func (r *Room) DrawRecord(ctx context.Context, sale *flashsale.Sale) (DrawRecord, error) {
 	if now := r.cfg.Now(); now.Before(sale.StartsAt) || len(sale.ShuffleSeed) == 0 {
 		return DrawRecord{}, errNotDrawn
@@ -83,7 +85,9 @@ func (r *Room) DrawRecord(ctx context.Context, sale *flashsale.Sale) (DrawRecord
 		return DrawRecord{}, fmt.Errorf("waitroom.DrawRecord: %w", err)
 	}
 	if n != int64(len(users)) {
-		return DrawRecord{}, fmt.Errorf("waitroom.DrawRecord: sale %d: %d of %d pre-queue tickets in Redis", sale.ID, len(users), n)
+		// Redis lost part of the queue; the room restores it from the
+		// checkpoint, so this passes.
+		return DrawRecord{}, fmt.Errorf("waitroom.DrawRecord: sale %d: %d of %d pre-queue tickets in Redis: %w", sale.ID, len(users), n, errIncomplete)
 	}
 	rec := DrawRecord{
 		Version:      DrawRecordVersion,
