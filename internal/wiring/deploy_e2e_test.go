@@ -186,3 +186,23 @@ type dashPanel struct {
 		} `json:"datasource"`
 	} `json:"targets"`
 }
+
+// metricLine returns the value of one series of the stack's /metrics.
+func metricLine(t *testing.T, s *stack, series string) string {
+	t.Helper()
+	r, err := http.Get(s.App.AdminURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	return ""
+}

@@ -3,6 +3,7 @@ package wiring
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,31 +48,46 @@ func (a *App) startDependencyProbe(runCtx context.Context) error {
 	return nil
 }
 
-// probe checks Redis, PostgreSQL (and the schema) and Kafka, sets their
-// gauges and returns the first failure.
+// probe checks Redis, PostgreSQL (and the schema) and Kafka at once, each
+// within probeTimeout so that one that hangs does not mark the others
+// down, sets their gauges and returns the first failure (in that order).
 func (a *App) probe(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	var errs []error
-	check := func(dep string, err error) {
+	checks := [...]struct {
+		dep string
+		run func(context.Context) error
+	}{
+		{"redis", func(ctx context.Context) error {
+			if err := redisconn.Ping(ctx, a.rdb); err != nil {
+				return fmt.Errorf("redis: %w", err)
+			}
+			return nil
+		}},
+		{"postgres", func(ctx context.Context) error { return postgres.CheckSchema(ctx, a.pool) }},
+		{"kafka", func(ctx context.Context) error { return a.kping.Ping(ctx) }},
+	}
+	var errs [len(checks)]error
+	var wg sync.WaitGroup
+	for i, c := range checks {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			defer cancel()
+			errs[i] = c.run(cctx)
+		})
+	}
+	wg.Wait()
+	for i, c := range checks {
 		up := 1.0
-		if err != nil {
+		if errs[i] != nil {
 			up = 0
-			errs = append(errs, err)
 		}
 		if a.depUp != nil {
-			a.depUp.WithLabelValues(dep).Set(up)
+			a.depUp.WithLabelValues(c.dep).Set(up)
 		}
 	}
-	err := redisconn.Ping(ctx, a.rdb)
-	if err != nil {
-		err = fmt.Errorf("redis: %w", err)
-	}
-	check("redis", err)
-	check("postgres", postgres.CheckSchema(ctx, a.pool))
-	check("kafka", a.kping.Ping(ctx))
-	if len(errs) > 0 {
-		return errs[0]
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
