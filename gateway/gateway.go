@@ -5,7 +5,7 @@
 // Of the other components the gateway imports only defense, whose Counter
 // and route classes its Guard interface speaks. It declares the small
 // interfaces it calls (AccessVerifier, AdmissionVerifier, Sales, SaleAdmin,
-// Purchaser, Orders, Queue, Guard, SettingsStore, StaticFiles) and
+// Purchaser, Orders, Queue, Draws, Guard, SettingsStore, StaticFiles) and
 // internal/wiring wires the concrete types in. It is the only package that
 // imports fiber; no fiber type leaves it except through App, for tests and
 // benchmarks. TestLayout (layout_test.go) keeps these rules.
