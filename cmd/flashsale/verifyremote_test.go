@@ -187,3 +187,51 @@ func TestVerifyDrawURL(t *testing.T) {
 		})
 	}
 }
+
+func TestDrawURLs(t *testing.T) {
+	tests := []struct {
+		raw        string
+		sale       int64
+		rec, page  string
+		id         int64
+		shouldFail bool
+	}{
+		{raw: "https://shop.example/api/flash-sales/sales/7/draw", rec: "https://shop.example/api/flash-sales/sales/7/draw", page: "https://shop.example/api/flash-sales/sales/7", id: 7},
+		{raw: "https://shop.example/api/flash-sales/sales/7/draw/?x=1", rec: "https://shop.example/api/flash-sales/sales/7/draw", page: "https://shop.example/api/flash-sales/sales/7", id: 7},
+		{raw: "http://127.0.0.1:8080", sale: 9, rec: "http://127.0.0.1:8080/api/flash-sales/sales/9/draw", page: "http://127.0.0.1:8080/api/flash-sales/sales/9", id: 9},
+		{raw: "https://cdn.example/shop/", sale: 3, rec: "https://cdn.example/shop/api/flash-sales/sales/3/draw", page: "https://cdn.example/shop/api/flash-sales/sales/3", id: 3},
+		{raw: "https://shop.example", shouldFail: true},
+		{raw: "https://shop.example/api/flash-sales/sales/7/draw", sale: 8, shouldFail: true},
+		{raw: "https://shop.example/api/flash-sales/sales/x/draw", shouldFail: true},
+		{raw: "https://shop.example/draw", shouldFail: true},
+		{raw: "ftp://shop.example/api/flash-sales/sales/7/draw", shouldFail: true},
+		{raw: "shop.example", sale: 1, shouldFail: true},
+	}
+	for _, tt := range tests {
+		rec, page, id, err := drawURLs(tt.raw, tt.sale)
+		if (err != nil) != tt.shouldFail {
+			t.Errorf("drawURLs(%q, %d): error %v, want failure %v", tt.raw, tt.sale, err, tt.shouldFail)
+			continue
+		}
+		if err == nil && (rec != tt.rec || page != tt.page || id != tt.id) {
+			t.Errorf("drawURLs(%q, %d) = %q, %q, %d; want %q, %q, %d", tt.raw, tt.sale, rec, page, id, tt.rec, tt.page, tt.id)
+		}
+	}
+}
+
+// FuzzDrawURLs: any --url either fails or names a positive sale whose
+// record URL is the sale page's with /draw.
+func FuzzDrawURLs(f *testing.F) {
+	f.Add("https://shop.example/api/flash-sales/sales/7/draw", int64(0))
+	f.Add("http://127.0.0.1:8080", int64(9))
+	f.Add("https://x/sales//draw", int64(-1))
+	f.Fuzz(func(t *testing.T, raw string, sale int64) {
+		rec, page, id, err := drawURLs(raw, sale)
+		if err != nil {
+			return
+		}
+		if id <= 0 || rec != page+"/draw" {
+			t.Fatalf("drawURLs(%q, %d) = %q, %q, %d", raw, sale, rec, page, id)
+		}
+	})
+}
