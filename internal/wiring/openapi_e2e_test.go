@@ -321,6 +321,22 @@ func TestOpenAPIEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.s.Want(c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d/draw", later.ID), "", nil), 409, "NOT_DRAWN")
+	// A record with members: two shoppers join a sale before it opens.
+	soon, err := s.App.CreateSale(context.Background(), flashsale.Sale{Name: "soon", StartsAt: time.Now().Add(time.Second), AdmissionRatePerSecond: 100,
+		Items: []flashsale.Item{{ProductID: 1, Quantity: 5, PriceCents: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []int64{300, 301} {
+		c.s.Want(c.call(false, "POST", fmt.Sprintf("/api/flash-sales/sales/%d/queue", soon.ID), s.Token(u, false), nil), 200, "")
+	}
+	c.admitted(300, soon.ID) // after opening: drawn
+	c.admitted(301, soon.ID)
+	drawn := c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d/draw", soon.ID), "", nil)
+	c.s.Want(drawn, 200, "")
+	if n := drawn.Body["preQueueSize"]; n != 2.0 {
+		t.Fatalf("draw record of two pre-queued shoppers: preQueueSize %v; %s", n, drawn.Raw)
+	}
 	shopper := s.Token(100, false)
 	purchaseA := fmt.Sprintf("/api/flash-sales/items/%d/purchase", itemA)
 	purchaseB := fmt.Sprintf("/api/flash-sales/items/%d/purchase", itemB)
