@@ -298,12 +298,13 @@ func (a *App) Ready(ctx context.Context) error {
 
 var errDraining = errors.New("draining: shutting down")
 
-// Drain turns /readyz to 503 at once and waits the configured drain
-// period (or until ctx ends) while the listeners keep serving, so that a
-// load balancer stops sending before Close closes them.
+// Drain turns /readyz to 503 at once and, in a process with the gateway
+// role, waits the configured drain period (or until ctx ends) while the
+// listeners keep serving, so that a load balancer stops sending before
+// Close closes them. Other roles take no traffic from a balancer.
 func (a *App) Drain(ctx context.Context) {
 	a.draining.Store(true)
-	if a.cfg.DrainPeriod <= 0 {
+	if a.cfg.DrainPeriod <= 0 || a.PublicURL == "" {
 		return
 	}
 	a.log.Info("draining: /readyz answers 503 while the listeners keep serving", "period", a.cfg.DrainPeriod)
