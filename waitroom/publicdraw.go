@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"strings"
 
@@ -54,11 +55,29 @@ type DrawRecord struct {
 // id. A user id is not a secret, though: whoever knows one can compute its
 // tag and find that user's line.
 func MemberTag(seed []byte, saleID, userID int64) string {
-	m := hmac.New(sha256.New, seed)
-	m.Write([]byte(memberLabel))
-	m.Write(binary.BigEndian.AppendUint64(nil, uint64(saleID)))
-	m.Write(binary.BigEndian.AppendUint64(nil, uint64(userID)))
-	return hex.EncodeToString(m.Sum(nil)[:memberTagBytes])
+	return newMemberTagger(seed, saleID).tag(userID)
+}
+
+// memberTagger computes one sale's member tags with one HMAC state, reset
+// between users: a record of a large queue computes a tag per member.
+type memberTagger struct {
+	mac    hash.Hash
+	saleID int64
+	buf    [16]byte
+	sum    [sha256.Size]byte
+}
+
+func newMemberTagger(seed []byte, saleID int64) *memberTagger {
+	return &memberTagger{mac: hmac.New(sha256.New, seed), saleID: saleID}
+}
+
+func (m *memberTagger) tag(userID int64) string {
+	m.mac.Reset()
+	m.mac.Write([]byte(memberLabel))
+	binary.BigEndian.PutUint64(m.buf[:8], uint64(m.saleID))
+	binary.BigEndian.PutUint64(m.buf[8:], uint64(userID))
+	m.mac.Write(m.buf[:])
+	return hex.EncodeToString(m.mac.Sum(m.sum[:0])[:memberTagBytes])
 }
 
 var errIncomplete = flashsale.Errorf(flashsale.CodeUnavailable, "the draw record is being restored; retry shortly")
@@ -97,9 +116,10 @@ func (r *Room) DrawRecord(ctx context.Context, sale *flashsale.Sale) (DrawRecord
 		PreQueueSize: int64(len(users)),
 		Members:      make([]string, len(users)),
 	}
+	tags := newMemberTagger(sale.ShuffleSeed, sale.ID)
 	for i, u := range users {
 		if u != 0 { // 0 marks a ticket nobody could name
-			rec.Members[i] = MemberTag(sale.ShuffleSeed, sale.ID, u)
+			rec.Members[i] = tags.tag(u)
 		}
 	}
 	return rec, nil

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"strconv"
@@ -254,4 +257,21 @@ func TestDrawRecordLarge(t *testing.T) {
 	_, _ = zw.Write(body)
 	_ = zw.Close()
 	t.Logf("record of %d members: %d bytes, %d gzipped", n, len(body), gz.Len())
+}
+
+// TestMemberTag pins the tag to its definition in docs/DRAW.md, computed
+// here independently, so that a change of either is seen.
+func TestMemberTag(t *testing.T) {
+	seed := bytes.Repeat([]byte{7}, 32)
+	msg := append([]byte("flashsale/draw/member/v1"), 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0x30, 0x39)
+	m := hmac.New(sha256.New, seed)
+	m.Write(msg)
+	want := hex.EncodeToString(m.Sum(nil)[:16])
+	if got := MemberTag(seed, 9, 12345); got != want {
+		t.Fatalf("MemberTag = %s, want %s", got, want)
+	}
+	tg := newMemberTagger(seed, 9)
+	if a, b := tg.tag(12345), tg.tag(1); a != want || b != MemberTag(seed, 9, 1) || a == b {
+		t.Fatalf("reused tagger: %s, %s", a, b)
+	}
 }
