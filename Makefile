@@ -22,7 +22,7 @@ run: build
 # The allocation checks the race detector cannot make (sync.Pool is
 # randomised under -race), then every test under the race detector, then
 # the packages that run Redis scripts again on a Redis Cluster.
-test: vet
+test: vet rules
 	$(GO) test -count=1 -run 'Allocs' ./admission/
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	FLASHSALE_TEST_REDIS=cluster $(GO) test -race -count=1 -parallel 1 -timeout 20m $(CLUSTER_PKGS)
@@ -32,6 +32,13 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
+
+# The Prometheus alert rules: syntax, and their unit tests (promtool, from
+# Debian's prometheus package).
+.PHONY: rules
+rules:
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/alerts_test.yml
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

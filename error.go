@@ -29,6 +29,8 @@ const (
 	CodeStaleSignature   Code = "STALE_SIGNATURE" // a payment callback signed too long ago or ahead
 	CodeReplayed         Code = "REPLAYED"        // a payment callback's exact signature was accepted before
 	CodeInternal         Code = "INTERNAL"
+	// CodeNotDrawn: a sale's public draw record before its draw.
+	CodeNotDrawn Code = "NOT_DRAWN"
 )
 
 // Error is the one domain error type. Message is safe to show a user.

@@ -61,6 +61,9 @@ type Worker struct {
 	expired  prometheus.Counter
 	returned prometheus.Counter
 	drained  prometheus.Counter
+	// backlog and oldest describe the stock_returns outbox after a round.
+	backlog prometheus.Gauge
+	oldest  prometheus.Gauge
 }
 
 // New returns a Worker. returns may be nil (stranded outbox rows are then
@@ -85,7 +88,7 @@ func New(cfg Config, pool *pgxpool.Pool, st *redisstock.Store, returns Drainer, 
 		logger = slog.New(slog.DiscardHandler)
 	}
 	// Several workers in one process share the counters.
-	var errs [3]error
+	var errs [5]error
 	w := &Worker{
 		cfg: cfg, pool: pool, stock: st, returns: returns,
 		log: logger.With("component", "expiry"),
@@ -101,6 +104,14 @@ func New(cfg Config, pool *pgxpool.Pool, st *redisstock.Store, returns Drainer, 
 	w.drained, errs[2] = prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "flashsale_expiry_outbox_drained_total",
 		Help: "Stranded stock_returns rows settled by the expiry worker's drain step.",
+	}))
+	w.backlog, errs[3] = prom.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "flashsale_expiry_stock_returns_waiting",
+		Help: "Rows of the stock_returns outbox (units owed back to Redis) at the end of the last round.",
+	}))
+	w.oldest, errs[4] = prom.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "flashsale_expiry_stock_returns_oldest_seconds",
+		Help: "Age of the oldest stock_returns row at the end of the last round (0: none).",
 	}))
 	if err := errors.Join(errs[:]...); err != nil {
 		w.log.Error("expiry metrics not exported", "err", err)
@@ -144,7 +155,7 @@ func (w *Worker) RunOnce(ctx context.Context) (expired int, err error) {
 		}
 	}
 	if w.returns == nil {
-		return expired, ctx.Err()
+		return expired, errors.Join(ctx.Err(), w.measureBacklog(ctx))
 	}
 	for ctx.Err() == nil {
 		n, err := w.returns.DrainReturns(ctx, w.cfg.StaleReturn, w.cfg.BatchSize)
@@ -156,7 +167,7 @@ func (w *Worker) RunOnce(ctx context.Context) (expired int, err error) {
 			break
 		}
 	}
-	return expired, ctx.Err()
+	return expired, errors.Join(ctx.Err(), w.measureBacklog(ctx))
 }
 
 // due is one order being expired.
@@ -285,4 +296,25 @@ func (w *Worker) expireTx(ctx context.Context) ([]due, error) {
 func retryable(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}
+
+// measureBacklog sets the outbox gauges: rows left after the round are
+// units that Redis still owes the shop, which an alert watches.
+func (w *Worker) measureBacklog(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
+	defer cancel()
+	var n int64
+	var oldest float64
+	// Ages by the database's clock, which stamped the rows.
+	err := w.pool.QueryRow(ctx, `SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8
+		FROM stock_returns`).Scan(&n, &oldest)
+	if err != nil {
+		return fmt.Errorf("expiry: outbox backlog: %w", err)
+	}
+	w.backlog.Set(float64(n))
+	w.oldest.Set(max(oldest, 0))
+	return nil
 }

@@ -213,6 +213,9 @@ func counterValue(t *testing.T, g prometheus.Gatherer, name string) float64 {
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name {
+			if g := mf.GetMetric()[0].GetGauge(); g != nil {
+				return g.GetValue()
+			}
 			return mf.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
@@ -397,12 +400,16 @@ func TestRedisDownAfterCommit(t *testing.T) {
 
 	// A healthy worker with the drainer: the rows are young, so it leaves
 	// them (their own writer may still be releasing them).
-	healthy := expiry.New(expiry.Config{Now: now, StaleReturn: time.Minute}, f.pool, f.stock, svc, nil, nil)
+	hreg := prometheus.NewRegistry()
+	healthy := expiry.New(expiry.Config{Now: now, StaleReturn: time.Minute}, f.pool, f.stock, svc, nil, hreg)
 	if n, err := healthy.RunOnce(ctx); err != nil || n != 0 {
 		t.Fatalf("healthy round = %d, %v", n, err)
 	}
 	if s := f.state(t); s.outbox != 4 || s.remaining[item] != 6 {
 		t.Fatalf("young rows drained early: outbox %d, remaining %d", s.outbox, s.remaining[item])
+	}
+	if got := counterValue(t, hreg, "flashsale_expiry_stock_returns_waiting"); got != 4 {
+		t.Errorf("stock_returns_waiting = %v, want the 4 rows", got)
 	}
 	// Past the stale bound, two workers drain at once; each unit comes back
 	// once.
@@ -423,6 +430,12 @@ func TestRedisDownAfterCommit(t *testing.T) {
 		t.Fatalf("after drain: outbox %d, remaining %d, buyers %d; want 0, 10, 0", s.outbox, s.remaining[item], s.buyers)
 	}
 	f.conserved(t, s)
+	if got := counterValue(t, hreg, "flashsale_expiry_stock_returns_waiting"); got != 0 {
+		t.Errorf("stock_returns_waiting after the drain = %v, want 0", got)
+	}
+	if got := counterValue(t, hreg, "flashsale_expiry_stock_returns_oldest_seconds"); got != 0 {
+		t.Errorf("stock_returns_oldest_seconds after the drain = %v, want 0", got)
+	}
 	// Draining again gives nothing back.
 	if n, err := svc.DrainReturns(ctx, 0, 100); err != nil || n != 0 {
 		t.Fatalf("drain again = %d, %v", n, err)

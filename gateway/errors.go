@@ -28,6 +28,8 @@ func statusOf(code flashsale.Code) int {
 	case flashsale.CodeAlreadyPurchased, flashsale.CodeOrderExpired, flashsale.CodeOrderCancelled,
 		flashsale.CodeNotPayableYet, flashsale.CodeOrderPaid, flashsale.CodeReplayed:
 		return http.StatusConflict
+	case flashsale.CodeNotDrawn:
+		return http.StatusConflict
 	case flashsale.CodeSoldOut:
 		return http.StatusGone
 	case flashsale.CodeTooLarge:

@@ -5,7 +5,7 @@
 // Of the other components the gateway imports only defense, whose Counter
 // and route classes its Guard interface speaks. It declares the small
 // interfaces it calls (AccessVerifier, AdmissionVerifier, Sales, SaleAdmin,
-// Purchaser, Orders, Queue, Guard, SettingsStore, StaticFiles,
+// Purchaser, Orders, Queue, Draws, Guard, SettingsStore, StaticFiles,
 // ShopPayments) and
 // internal/wiring wires the concrete types in. It is the only package that
 // imports fiber; no fiber type leaves it except through App, for tests and
@@ -93,6 +93,14 @@ type Queue interface {
 	Join(ctx context.Context, p flashsale.Principal, saleID int64, ip netip.Addr, pow json.RawMessage) (any, error)
 	Status(ctx context.Context, p flashsale.Principal, saleID int64) (any, error)
 	Figures(ctx context.Context, saleID int64) (flashsale.QueueFigures, error)
+}
+
+// Draws serves the public record of a sale's pre-queue draw
+// (waitroom.Room, encoded). DrawRecord returns the record's JSON body, or
+// NOT_DRAWN before the draw; the gateway keeps a body once it has one,
+// since a record never changes after the draw.
+type Draws interface {
+	DrawRecord(ctx context.Context, sale *flashsale.Sale) ([]byte, error)
 }
 
 // Guard is the bot defense (*defense.Guard satisfies it). Check methods
@@ -213,6 +221,7 @@ type Deps struct {
 	Purchase  Purchaser
 	Orders    Orders
 	Queue     Queue
+	Draws     Draws // nil: no public draw records
 	Guard     Guard
 	Settings  SettingsStore
 	Static    StaticFiles
@@ -236,6 +245,7 @@ type Server struct {
 	metrics   *metrics
 	remain    remainingCache
 	list      listCache
+	draws     drawCache
 
 	// fwdLn feeds the WebSocket server the upgrades fiber received on a
 	// connection already split to it (a keep-alive connection reused by a

@@ -20,6 +20,7 @@ func (s *Server) routes() {
 	app.Get(fs+"/sales", s.handle("sales_list", s.publicSales))
 	app.Get(fs+"/sales/:saleId", s.handle("sale", s.publicSale))
 	app.Get(fs+"/sales/:saleId/order", s.handle("sale_order", s.saleOrder))
+	app.Get(fs+"/sales/:saleId/draw", s.handle("sale_draw", s.saleDraw))
 	app.Post(fs+"/sales/:saleId/queue", s.handle("queue_join", s.queueJoin))
 	app.Get(fs+"/sales/:saleId/queue", s.handle("queue_status", s.queueStatus))
 	app.Get(fs+"/orders/:orderId", s.handle("order", s.orderGet))

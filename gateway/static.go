@@ -52,6 +52,12 @@ func (s *Server) sendStatic(c *fiber.Ctx, path string) error {
 	if !ok {
 		return errNotFound
 	}
+	return sendFile(c, f)
+}
+
+// sendFile answers with f, honouring Accept-Encoding: gzip and
+// If-None-Match (304) against the tag of the representation chosen.
+func sendFile(c *fiber.Ctx, f StaticFile) error {
 	h := &c.Response().Header
 	body, etag := f.Body, f.ETag
 	gz := f.Gzip != nil && acceptsGzip(c.Get(fiber.HeaderAcceptEncoding))

@@ -131,6 +131,9 @@ type Reconciler struct {
 	incarnation string
 
 	returned, confirmed, rebuilt, failures, held prometheus.Counter
+	// stale is the number of reservations older than After that the last
+	// pass left pending (no order row yet, Kafka may hold their record).
+	stale prometheus.Gauge
 }
 
 // NewReconciler returns a Reconciler. reg may be nil.
@@ -176,6 +179,10 @@ func NewReconciler(cfg ReconcilerConfig, pool *pgxpool.Pool, st *redisstock.Stor
 		failures:  counter("errors_total", "Reconciler runs that ended with an error."),
 		held:      counter("held_total", "Stale reservations without an order row left pending because Kafka may still hold their record."),
 	}
+	var err error
+	r.stale, err = prom.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{Name: "flashsale_purchase_reconciler_stale_pending",
+		Help: "Reservations older than the reconcile bound (FLASHSALE_RECONCILE_AFTER) left pending in Redis by the last pass: not yet in PostgreSQL."}))
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		r.log.Error("reconciler metrics not exported", "err", err)
 	}
@@ -293,6 +300,8 @@ func (r *Reconciler) RunOnce(ctx context.Context) (returned int, err error) {
 	cutoff := r.now().Add(-r.after)
 	view := r.readKafka(ctx)
 	var errs []error
+	var stale int64
+	defer func() { r.stale.Set(float64(stale)) }()
 	if err := r.checkIncarnation(ctx); err != nil {
 		errs = append(errs, err)
 	}
@@ -301,7 +310,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (returned int, err error) {
 			errs = append(errs, fmt.Errorf("sale %d: %w", sale.ID, err))
 			continue
 		}
-		n, err := r.reconcileSale(ctx, sale, cutoff, view)
+		n, err := r.reconcileSale(ctx, sale, cutoff, view, &stale)
 		returned += n
 		if err != nil {
 			errs = append(errs, fmt.Errorf("sale %d: %w", sale.ID, err))
@@ -317,7 +326,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (returned int, err error) {
 	return returned, nil
 }
 
-func (r *Reconciler) reconcileSale(ctx context.Context, sale *flashsale.Sale, cutoff time.Time, view kafkaView) (int, error) {
+func (r *Reconciler) reconcileSale(ctx context.Context, sale *flashsale.Sale, cutoff time.Time, view kafkaView, stale *int64) (int, error) {
 	r.st.SetShards(sale.ID, sale.Shards())
 	// A sharded sale's reservations cut short before the cutoff left
 	// claims, loans or returns between shards: settle them first.
@@ -328,7 +337,7 @@ func (r *Reconciler) reconcileSale(ctx context.Context, sale *flashsale.Sale, cu
 		errs = append(errs, err)
 	}
 	for shard := range r.st.Shards(sale.ID) {
-		n, err := r.reconcileShard(ctx, sale, shard, cutoff, view)
+		n, err := r.reconcileShard(ctx, sale, shard, cutoff, view, stale)
 		returned += n
 		if err != nil {
 			errs = append(errs, err)
@@ -337,8 +346,9 @@ func (r *Reconciler) reconcileSale(ctx context.Context, sale *flashsale.Sale, cu
 	return returned, errors.Join(errs...)
 }
 
-// reconcileShard settles the stale reservations of one shard of the sale.
-func (r *Reconciler) reconcileShard(ctx context.Context, sale *flashsale.Sale, shard int, cutoff time.Time, view kafkaView) (int, error) {
+// reconcileShard settles the stale reservations of one shard of the sale
+// and adds those it leaves pending to *stale.
+func (r *Reconciler) reconcileShard(ctx context.Context, sale *flashsale.Sale, shard int, cutoff time.Time, view kafkaView, stale *int64) (int, error) {
 	returned := 0
 	var skip int64 // reservations left pending so far, oldest first
 	for {
@@ -356,6 +366,7 @@ func (r *Reconciler) reconcileShard(ctx context.Context, sale *flashsale.Sale, s
 			}
 			if stays {
 				kept++
+				*stale++
 			}
 			if ok {
 				returned++

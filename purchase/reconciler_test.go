@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -387,5 +388,12 @@ func TestReconcilerPagesPastHeldReservations(t *testing.T) {
 	}
 	if n := e.pending(t); n != 4 {
 		t.Errorf("%d pending, want the 4 held", n)
+	}
+	var m dto.Metric
+	if err := r.stale.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetGauge().GetValue(); got != 4 {
+		t.Errorf("stale-pending gauge %v, want the 4 held", got)
 	}
 }

@@ -34,6 +34,7 @@ commands:
   token --user ID     print a signed access token [--role operator] [--ttl 1h]
   loadtest ...        the load harness (flashsale loadtest -h)
   verify-draw --sale ID   recompute a sale's pre-queue draw from its published seed
+  verify-draw --url URL   the same from the public draw record, without Redis [--sale ID] [--user N]
   healthcheck --url U     exit 0 when U answers 200 (for container health checks)
 
 Run "flashsale <command> -h" for a command's flags. Configuration: see README.md.

@@ -36,6 +36,7 @@ func commonFlags(fs *flag.FlagSet, c *wiring.Config) {
 	fs.DurationVar(&c.ExpiryInterval, "expiry-interval", c.ExpiryInterval, "expiry scan interval (FLASHSALE_EXPIRY_INTERVAL)")
 	fs.DurationVar(&c.AdmissionTTL, "admission-ttl", c.AdmissionTTL, "admission token lifetime (FLASHSALE_ADMISSION_TTL)")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "json or text (FLASHSALE_LOG_FORMAT)")
+	fs.DurationVar(&c.DrainPeriod, "drain-period", c.DrainPeriod, "after SIGTERM, how long /readyz answers 503 before the listeners close (FLASHSALE_DRAIN_PERIOD)")
 }
 
 // redisFlags registers the Redis topology flags. The password has no flag,
@@ -93,6 +94,7 @@ func roleCmd(role string) func(ctx context.Context, args []string, stdout, stder
 func serveUntilDone(ctx context.Context, a *wiring.App, log *slog.Logger) error {
 	select {
 	case <-ctx.Done():
+		a.Drain(context.Background())
 		log.Info("shutting down", "grace", shutdownGrace)
 	case <-a.Done():
 		log.Error("a component failed; shutting down", "err", a.Err())
@@ -110,6 +112,10 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg.LogFormat = "text"
 	if err := cfg.FromEnv(os.Getenv); err != nil {
 		return err
+	}
+	if os.Getenv("FLASHSALE_DRAIN_PERIOD") == "" {
+		// No load balancer in front of dev: Ctrl-C stops it at once.
+		cfg.DrainPeriod = 0
 	}
 	fs := newFlagSet("dev", stderr)
 	commonFlags(fs, &cfg)

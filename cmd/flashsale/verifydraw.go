@@ -22,10 +22,19 @@ func cmdVerifyDraw(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	fs := newFlagSet("verify-draw", stderr)
 	saleID := fs.Int64("sale", 0, "sale id")
+	var rf remoteDrawFlags
+	fs.StringVar(&rf.url, "url", "", "the public draw record (https://host/api/flash-sales/sales/ID/draw), or a gateway's base URL with --sale; no Redis or database access")
+	fs.Int64Var(&rf.user, "user", 0, "with --url: also print this user's ticket and place")
+	fs.StringVar(&rf.commitment, "commitment", "", "with --url: the commitment you noted before opening (hex)")
+	fs.BoolVar(&rf.list, "list", false, "with --url: print every place and its ticket")
 	redisFlags(fs, &cfg)
 	fs.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "postgres://... (FLASHSALE_DATABASE_URL)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if rf.url != "" {
+		rf.sale = *saleID
+		return verifyRemoteDraw(ctx, rf, stdout)
 	}
 	if *saleID <= 0 {
 		return fmt.Errorf("--sale must be a sale id")

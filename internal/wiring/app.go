@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -83,6 +84,8 @@ type App struct {
 	closers   []func(context.Context) error // resources: run in reverse, last
 	done      chan struct{}
 	stopOnce  sync.Once
+	draining  atomic.Bool // /readyz answers 503 (Drain)
+	depUp     *prometheus.GaugeVec
 }
 
 // Start connects the dependencies and starts the selected roles. The roles
@@ -210,6 +213,9 @@ func Start(ctx context.Context, cfg Config, roles Roles, logger *slog.Logger) (_
 		return nil, err
 	}
 
+	if err := a.startDependencyProbe(runCtx); err != nil {
+		return nil, err
+	}
 	admin, err := net.Listen("tcp", cfg.AdminAddr)
 	if err != nil {
 		return nil, fmt.Errorf("admin listener: %w", err)
@@ -276,21 +282,38 @@ func (a *App) Err() error {
 // schema is current and, with a JWKS URL, the identity provider's keys are
 // loaded (for /readyz).
 func (a *App) Ready(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := redisconn.Ping(ctx, a.rdb); err != nil {
-		return fmt.Errorf("redis: %w", err)
+	if a.draining.Load() {
+		return errDraining
 	}
-	if err := postgres.CheckSchema(ctx, a.pool); err != nil {
-		return err
-	}
-	if err := a.kping.Ping(ctx); err != nil {
+	if err := a.probe(ctx); err != nil {
 		return err
 	}
 	if a.jwks != nil {
+		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
 		return a.jwks.Ready(ctx)
 	}
 	return nil
+}
+
+var errDraining = errors.New("draining: shutting down")
+
+// Drain turns /readyz to 503 at once and, in a process with the gateway
+// role, waits the configured drain period (or until ctx ends) while the
+// listeners keep serving, so that a load balancer stops sending before
+// Close closes them. Other roles take no traffic from a balancer.
+func (a *App) Drain(ctx context.Context) {
+	a.draining.Store(true)
+	if a.cfg.DrainPeriod <= 0 || a.PublicURL == "" {
+		return
+	}
+	a.log.Info("draining: /readyz answers 503 while the listeners keep serving", "period", a.cfg.DrainPeriod)
+	t := time.NewTimer(a.cfg.DrainPeriod)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // Close shuts everything down gracefully within ctx: listeners stop

@@ -109,6 +109,10 @@ type Config struct {
 	// (defense.GuardConfig.GatewayID, FLASHSALE_GATEWAY_ID; empty: host
 	// name and a random suffix).
 	GatewayID string
+	// DrainPeriod is how long, after SIGTERM, /readyz answers 503 while
+	// the listeners keep serving, so that a load balancer stops sending
+	// before they close (FLASHSALE_DRAIN_PERIOD; 0: close at once).
+	DrainPeriod time.Duration
 
 	// PaymentSecret keys the signatures of the shop's payment provider's
 	// callbacks (FLASHSALE_PAYMENT_SECRET; empty: the callback route is
@@ -128,6 +132,11 @@ type Config struct {
 	LogFormat string // "json" or "text"
 	LogLevel  string
 }
+
+// DefaultDrainPeriod is the drain period of the serving commands: longer
+// than a load balancer's usual health-check interval, so that it sees the
+// 503 and stops sending before the listeners close.
+const DefaultDrainPeriod = 5 * time.Second
 
 // Defaults returns the contract's defaults.
 func Defaults() Config {
@@ -156,6 +165,7 @@ func Defaults() Config {
 		DefenseShareInterval: 100 * time.Millisecond,
 
 		WebhookMaxAttempts: events.DefaultWebhookMaxAttempts,
+		DrainPeriod:        DefaultDrainPeriod,
 	}
 }
 
@@ -322,6 +332,17 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 	str("FLASHSALE_WEBHOOK_URL", &c.WebhookURL)
 	str("FLASHSALE_WEBHOOK_SECRET", &c.WebhookSecret)
 	integer("FLASHSALE_WEBHOOK_MAX_ATTEMPTS", &c.WebhookMaxAttempts)
+	if v := getenv("FLASHSALE_DRAIN_PERIOD"); v != "" {
+		d, err := time.ParseDuration(v)
+		if v == "0" {
+			d, err = 0, nil
+		}
+		if err != nil || d < 0 {
+			errs = append(errs, fmt.Errorf("FLASHSALE_DRAIN_PERIOD=%q: want a duration like 5s, or 0 for none", v))
+		} else {
+			c.DrainPeriod = d
+		}
+	}
 	str("FLASHSALE_LOG_FORMAT", &c.LogFormat)
 	str("FLASHSALE_LOG_LEVEL", &c.LogLevel)
 	return errors.Join(errs...)

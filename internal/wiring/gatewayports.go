@@ -3,6 +3,7 @@ package wiring
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 
 	"github.com/flashsale/flashsale"
@@ -57,4 +58,20 @@ func (s saleAdmin) Update(ctx context.Context, id int64, u flashsale.SaleUpdate)
 		return out, err
 	}
 	return out, s.cache.Refresh(ctx)
+}
+
+// drawAdapter presents the waiting room's public draw records as the
+// gateway's Draws: the record, JSON-encoded.
+type drawAdapter struct{ room *waitroom.Room }
+
+func (d drawAdapter) DrawRecord(ctx context.Context, sale *flashsale.Sale) ([]byte, error) {
+	rec, err := d.room.DrawRecord(ctx, sale)
+	if err != nil {
+		return nil, availability(err)
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("wiring.DrawRecord: %w", err)
+	}
+	return b, nil
 }

@@ -276,9 +276,19 @@ func TestKafkaRefusedReady(t *testing.T) {
 	if got := readyz(t, s); got != 503 {
 		t.Fatalf("/readyz = %d while the broker refuses the stack's password, want 503", got)
 	}
+	// The gauge the alert rules watch says which dependency.
+	if got := metricLine(t, s, `flashsale_dependency_up{dependency="kafka"}`); got != "0" {
+		t.Fatalf("kafka's dependency_up = %q while refused, want 0", got)
+	}
+	if got := metricLine(t, s, `flashsale_dependency_up{dependency="redis"}`); got != "1" {
+		t.Fatalf("redis's dependency_up = %q, want 1", got)
+	}
 	b.Close()
 	secureBroker(t, port, kafka.MechanismScramSHA256, "s3cret", nil)
 	waitReady(t, s, 200)
+	if got := metricLine(t, s, `flashsale_dependency_up{dependency="kafka"}`); got != "1" {
+		t.Fatalf("kafka's dependency_up = %q once accepted again, want 1", got)
+	}
 }
 
 // waitReady polls /readyz until it answers want; the deadline only guards

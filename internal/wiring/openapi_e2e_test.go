@@ -21,6 +21,7 @@ import (
 	"github.com/pb33f/libopenapi-validator/schema_validation"
 	"github.com/pb33f/libopenapi/datamodel/high/base"
 
+	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/internal/wiring/apptest"
 )
 
@@ -310,6 +311,32 @@ func TestOpenAPIEndToEnd(t *testing.T) {
 
 	// A shopper queues, is admitted and buys A; a repeat is refused.
 	at := c.admitted(100, saleID)
+	// The draw record of the open sale (drawn at the first join), and
+	// refusals: unknown, and a sale not yet open.
+	c.s.Want(c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d/draw", saleID), "", nil), 200, "")
+	c.s.Want(c.call(false, "GET", "/api/flash-sales/sales/987654/draw", "", nil), 404, "NOT_FOUND")
+	later, err := s.App.CreateSale(context.Background(), flashsale.Sale{Name: "later", StartsAt: time.Now().Add(time.Hour), AdmissionRatePerSecond: 1,
+		Items: []flashsale.Item{{ProductID: 1, Quantity: 1, PriceCents: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.s.Want(c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d/draw", later.ID), "", nil), 409, "NOT_DRAWN")
+	// A record with members: two shoppers join a sale before it opens.
+	soon, err := s.App.CreateSale(context.Background(), flashsale.Sale{Name: "soon", StartsAt: time.Now().Add(time.Second), AdmissionRatePerSecond: 100,
+		Items: []flashsale.Item{{ProductID: 1, Quantity: 5, PriceCents: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []int64{300, 301} {
+		c.s.Want(c.call(false, "POST", fmt.Sprintf("/api/flash-sales/sales/%d/queue", soon.ID), s.Token(u, false), nil), 200, "")
+	}
+	c.admitted(300, soon.ID) // after opening: drawn
+	c.admitted(301, soon.ID)
+	drawn := c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d/draw", soon.ID), "", nil)
+	c.s.Want(drawn, 200, "")
+	if n := drawn.Body["preQueueSize"]; n != 2.0 {
+		t.Fatalf("draw record of two pre-queued shoppers: preQueueSize %v; %s", n, drawn.Raw)
+	}
 	shopper := s.Token(100, false)
 	purchaseA := fmt.Sprintf("/api/flash-sales/items/%d/purchase", itemA)
 	purchaseB := fmt.Sprintf("/api/flash-sales/items/%d/purchase", itemB)

@@ -82,6 +82,10 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	}, a.rdb, a.cache, a.stock, a.access, a.signer, guard, a.log, a.reg)
 	a.goRun("waitroom", func() error { return room.Run(runCtx) })
 
+	// The stock gauge is the gateways': the processes that sell.
+	if err := a.registerStockGauge(); err != nil {
+		return err
+	}
 	site, err := static.New()
 	if err != nil {
 		return err
@@ -100,6 +104,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		Purchase:  buy,
 		Orders:    ord,
 		Queue:     availQueue{queueAdapter{room}},
+		Draws:     drawAdapter{room},
 		Guard:     guard,
 		Settings:  availSettings{settings.JSON()},
 		Static:    staticAdapter{site},

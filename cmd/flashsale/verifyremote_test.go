@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/adapter/redisconn"
+	"github.com/flashsale/flashsale/internal/wiring/apptest"
+	"github.com/flashsale/flashsale/waitroom"
+)
+
+// TestVerifyDrawURL: shoppers pre-queue through the real gateway; after
+// opening the public draw record, fetched by verify-draw --url without
+// Redis, gives every shopper the place the room admitted them at; the
+// endpoint refuses before the draw and for unknown sales, and is
+// cacheable.
+func TestVerifyDrawURL(t *testing.T) {
+	s := apptest.Start(t)
+	ctx := context.Background()
+	opens := time.Now().Add(2 * time.Second)
+	sale, err := s.App.CreateSale(ctx, flashsale.Sale{Name: "drawn", StartsAt: opens, AdmissionRatePerSecond: 1000,
+		Items: []flashsale.Item{{ProductID: 1, Quantity: 100, PriceCents: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := "/api/flash-sales/sales/" + itoa(sale.ID)
+	const pre = 25
+	for u := int64(1); u <= pre; u++ {
+		r := s.Do("POST", path+"/queue", s.Token(u, false), nil)
+		s.Want(r, 200, "")
+		if r.Body["state"] != "PREQUEUE" {
+			t.Fatalf("user %d joined as %v, want PREQUEUE (the test must join before opening)", u, r.Body["state"])
+		}
+	}
+	s.Want(s.Do("GET", path+"/draw", "", nil), 409, "NOT_DRAWN")
+	s.Want(s.Do("GET", "/api/flash-sales/sales/987654/draw", "", nil), 404, "NOT_FOUND")
+	s.Want(s.Do("GET", "/api/flash-sales/sales/abc/draw", "", nil), 400, "INVALID")
+	if code, out, _ := runCmd(t, nil, "verify-draw", "--url", s.App.PublicURL+path+"/draw"); code == 0 {
+		t.Fatalf("verify-draw before the draw: exit 0: %s", out)
+	}
+
+	// Every shopper polls until admitted: the room records each place.
+	deadline := time.Now().Add(30 * time.Second)
+	for u := int64(1); u <= pre; u++ {
+		for {
+			r := s.Do("GET", path+"/queue", s.Token(u, false), nil)
+			s.Want(r, 200, "")
+			if r.Body["admissionToken"] != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("user %d not admitted: %s", u, r.Raw)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	// The room's admitted places, checked against its records in Redis.
+	rdb, err := redisconn.Open(ctx, s.Config.Redis())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	rep, err := waitroom.VerifyDraw(ctx, rdb, &sale)
+	if err != nil || !rep.OK || rep.Checked != pre || len(rep.Order) != pre {
+		t.Fatalf("VerifyDraw: %+v, %v", rep, err)
+	}
+	admittedAt := map[int64]int{}
+	for place, u := range rep.Order {
+		admittedAt[u] = place
+	}
+
+	r := s.Do("GET", path+"/draw", "", nil)
+	s.Want(r, 200, "")
+	if cc := r.Header.Get("Cache-Control"); !strings.Contains(cc, "public") || !strings.Contains(cc, "immutable") {
+		t.Fatalf("Cache-Control %q", cc)
+	}
+	etag := r.Header.Get("ETag")
+	if etag == "" {
+		t.Fatal("no ETag")
+	}
+	if r2 := s.Do("GET", path+"/draw", "", nil, "If-None-Match", etag); r2.Status != 304 {
+		t.Fatalf("If-None-Match: status %d", r2.Status)
+	}
+	raw := r.Raw
+
+	drawURL := s.App.PublicURL + path + "/draw"
+	code, out, errOut := runCmd(t, nil, "verify-draw", "--url", drawURL, "--list", "--commitment", sale.ShuffleCommitment)
+	if code != 0 || !strings.Contains(out, "OK:") {
+		t.Fatalf("verify-draw --url: exit %d\n%s%s", code, out, errOut)
+	}
+	// The listing: place p holds the ticket of the user admitted at p.
+	ticketOf := map[int64]int64{}
+	for i, u := range rep.PreQueue {
+		ticketOf[u] = int64(i)
+	}
+	line := regexp.MustCompile(`place (\d+) ticket (\d+) member`)
+	listed := line.FindAllStringSubmatch(out, -1)
+	if len(listed) != pre {
+		t.Fatalf("%d places listed, want %d:\n%s", len(listed), pre, out)
+	}
+	for _, m := range listed {
+		place, _ := strconv.Atoi(m[1])
+		ticket, _ := strconv.ParseInt(m[2], 10, 64)
+		if u := rep.Order[place]; ticketOf[u] != ticket {
+			t.Fatalf("place %d: verify-draw lists ticket %d, the room admitted user %d (ticket %d) there", place, ticket, u, ticketOf[u])
+		}
+	}
+	// Each shopper finds their own place by user id, with a base URL.
+	userLine := regexp.MustCompile(`user \d+ +ticket \d+, place (\d+)`)
+	for u := int64(1); u <= pre; u++ {
+		code, out, errOut := runCmd(t, nil, "verify-draw", "--url", s.App.PublicURL, "--sale", itoa(sale.ID), "--user", itoa(u))
+		m := userLine.FindStringSubmatch(out)
+		if code != 0 || m == nil {
+			t.Fatalf("verify-draw --user %d: exit %d\n%s%s", u, code, out, errOut)
+		}
+		if got, _ := strconv.Atoi(m[1]); got != admittedAt[u] {
+			t.Fatalf("user %d: verify-draw says place %d, admitted at %d", u, got, admittedAt[u])
+		}
+	}
+	if code, out, _ := runCmd(t, nil, "verify-draw", "--url", drawURL, "--user", "999"); code == 0 {
+		t.Fatalf("a user not in the pre-queue: exit 0: %s", out)
+	}
+	if code, out, _ := runCmd(t, nil, "verify-draw", "--url", drawURL, "--commitment", strings.Repeat("0", 64)); code == 0 {
+		t.Fatalf("another noted commitment: exit 0: %s", out)
+	}
+
+	// A tampered record, served by a test server with the real sale page.
+	var rec map[string]any
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	page := s.Do("GET", path, "", nil).Raw
+	other, err := s.App.CreateSale(ctx, flashsale.Sale{Name: "other", StartsAt: time.Now(), AdmissionRatePerSecond: 1,
+		Items: []flashsale.Item{{ProductID: 1, Quantity: 1, PriceCents: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := rec["members"].([]any)
+	tampers := map[string]func(m map[string]any){
+		"seed changed": func(m map[string]any) { m["seed"] = other.SeedHex() },
+		"seed and commitment replaced": func(m map[string]any) {
+			m["seed"], m["commitment"] = other.SeedHex(), other.ShuffleCommitment
+		},
+		"a member dropped": func(m map[string]any) { m["members"] = members[1:] },
+		"a member twice": func(m map[string]any) {
+			ms := append([]any(nil), members...)
+			ms[1] = ms[0]
+			m["members"] = ms
+		},
+		"another sale": func(m map[string]any) { m["saleId"] = sale.ID + 1 },
+	}
+	for name, tamper := range tampers {
+		t.Run(name, func(t *testing.T) {
+			m := map[string]any{}
+			for k, v := range rec {
+				m[k] = v
+			}
+			tamper(m)
+			body, _ := json.Marshal(m)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				switch r.URL.Path {
+				case path:
+					_, _ = w.Write(page)
+				case path + "/draw":
+					_, _ = w.Write(body)
+				default:
+					http.NotFound(w, r)
+				}
+			}))
+			defer srv.Close()
+			code, out, errOut := runCmd(t, nil, "verify-draw", "--url", srv.URL+path+"/draw")
+			if code == 0 {
+				t.Fatalf("tampered record verified:\n%s", out)
+			}
+			if !strings.Contains(out, "MISMATCH") && strings.TrimSpace(errOut) == "" {
+				t.Fatalf("exit %d without a reason: %s", code, out)
+			}
+		})
+	}
+}
+
+func TestDrawURLs(t *testing.T) {
+	tests := []struct {
+		raw        string
+		sale       int64
+		rec, page  string
+		id         int64
+		shouldFail bool
+	}{
+		{raw: "https://shop.example/api/flash-sales/sales/7/draw", rec: "https://shop.example/api/flash-sales/sales/7/draw", page: "https://shop.example/api/flash-sales/sales/7", id: 7},
+		{raw: "https://shop.example/api/flash-sales/sales/7/draw/?x=1", rec: "https://shop.example/api/flash-sales/sales/7/draw", page: "https://shop.example/api/flash-sales/sales/7", id: 7},
+		{raw: "http://127.0.0.1:8080", sale: 9, rec: "http://127.0.0.1:8080/api/flash-sales/sales/9/draw", page: "http://127.0.0.1:8080/api/flash-sales/sales/9", id: 9},
+		{raw: "https://cdn.example/shop/", sale: 3, rec: "https://cdn.example/shop/api/flash-sales/sales/3/draw", page: "https://cdn.example/shop/api/flash-sales/sales/3", id: 3},
+		{raw: "https://shop.example", shouldFail: true},
+		{raw: "https://shop.example/api/flash-sales/sales/7/draw", sale: 8, shouldFail: true},
+		{raw: "https://shop.example/api/flash-sales/sales/x/draw", shouldFail: true},
+		{raw: "https://shop.example/draw", shouldFail: true},
+		{raw: "ftp://shop.example/api/flash-sales/sales/7/draw", shouldFail: true},
+		{raw: "shop.example", sale: 1, shouldFail: true},
+	}
+	for _, tt := range tests {
+		rec, page, id, err := drawURLs(tt.raw, tt.sale)
+		if (err != nil) != tt.shouldFail {
+			t.Errorf("drawURLs(%q, %d): error %v, want failure %v", tt.raw, tt.sale, err, tt.shouldFail)
+			continue
+		}
+		if err == nil && (rec != tt.rec || page != tt.page || id != tt.id) {
+			t.Errorf("drawURLs(%q, %d) = %q, %q, %d; want %q, %q, %d", tt.raw, tt.sale, rec, page, id, tt.rec, tt.page, tt.id)
+		}
+	}
+}
+
+// FuzzDrawURLs: any --url either fails or names a positive sale whose
+// record URL is the sale page's with /draw.
+func FuzzDrawURLs(f *testing.F) {
+	f.Add("https://shop.example/api/flash-sales/sales/7/draw", int64(0))
+	f.Add("http://127.0.0.1:8080", int64(9))
+	f.Add("https://x/sales//draw", int64(-1))
+	f.Fuzz(func(t *testing.T, raw string, sale int64) {
+		rec, page, id, err := drawURLs(raw, sale)
+		if err != nil {
+			return
+		}
+		if id <= 0 || rec != page+"/draw" {
+			t.Fatalf("drawURLs(%q, %d) = %q, %q, %d", raw, sale, rec, page, id)
+		}
+	})
+}

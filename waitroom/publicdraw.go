@@ -1,0 +1,253 @@
+package waitroom
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"strings"
+
+	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/lua"
+)
+
+// The public draw record (GET /api/flash-sales/sales/{saleId}/draw,
+// docs/DRAW.md) is what anyone needs to recompute a sale's draw without
+// access to Redis: the seed, the commitment, the pre-queue size and, for
+// every pre-queue ticket in ticket order, a tag of its holder.
+
+// DrawRecordVersion is the version of the record's format.
+const DrawRecordVersion = 1
+
+// memberLabel separates member tags from every other use of the seed.
+const memberLabel = "flashsale/draw/member/v1"
+
+// memberTagBytes is the length of a member tag before hex encoding: 128
+// bits keep tags of distinct users apart in any queue (a collision among a
+// million members has odds below 2^-88) at half the body of a full digest.
+const memberTagBytes = 16
+
+// DrawRecord is the public draw record.
+type DrawRecord struct {
+	Version    int    `json:"version"`
+	SaleID     int64  `json:"saleId"`
+	Seed       string `json:"seed"`
+	Commitment string `json:"commitment"`
+	// PreQueueSize is n, the number of tickets drawn.
+	PreQueueSize int64 `json:"preQueueSize"`
+	// Members[i] is the member tag of the holder of pre-queue ticket i, ""
+	// for a ticket nobody could name after a Redis loss (docs/DRAW.md).
+	Members []string `json:"members"`
+}
+
+// MemberTag is the tag that stands for userID in sale saleID's public draw
+// record: the first 16 bytes, hex, of HMAC-SHA256(key = seed, msg =
+// "flashsale/draw/member/v1" || saleID || userID, both 8 bytes
+// big-endian). Keyed by the seed, tags can not be computed before the seed
+// is published, so nobody can prepare a table of user ids before opening,
+// and the tags of one user in two sales can not be linked without the user
+// id. A user id is not a secret, though: whoever knows one can compute its
+// tag and find that user's line.
+func MemberTag(seed []byte, saleID, userID int64) string {
+	return newMemberTagger(seed, saleID).tag(userID)
+}
+
+// memberTagger computes one sale's member tags with one HMAC state, reset
+// between users: a record of a large queue computes a tag per member.
+type memberTagger struct {
+	mac    hash.Hash
+	saleID int64
+	buf    [16]byte
+	sum    [sha256.Size]byte
+}
+
+func newMemberTagger(seed []byte, saleID int64) *memberTagger {
+	return &memberTagger{mac: hmac.New(sha256.New, seed), saleID: saleID}
+}
+
+func (m *memberTagger) tag(userID int64) string {
+	m.mac.Reset()
+	m.mac.Write([]byte(memberLabel))
+	binary.BigEndian.PutUint64(m.buf[:8], uint64(m.saleID))
+	binary.BigEndian.PutUint64(m.buf[8:], uint64(userID))
+	m.mac.Write(m.buf[:])
+	return hex.EncodeToString(m.mac.Sum(m.sum[:0])[:memberTagBytes])
+}
+
+var errIncomplete = flashsale.Errorf(flashsale.CodeUnavailable, "the draw record is being restored; retry shortly")
+
+var errNotDrawn = flashsale.Errorf(flashsale.CodeNotDrawn, "the pre-queue has not been drawn yet: the draw happens at opening")
+
+// DrawRecord returns the sale's public draw record: NOT_DRAWN before the
+// sale opens by the room's clock or before its pre-queue is frozen. An
+// incomplete pre-queue in Redis (lost, not yet restored) is UNAVAILABLE,
+// so a partial record is never published.
+func (r *Room) DrawRecord(ctx context.Context, sale *flashsale.Sale) (DrawRecord, error) {
+	if now := r.cfg.Now(); now.Before(sale.StartsAt) || len(sale.ShuffleSeed) == 0 {
+		return DrawRecord{}, errNotDrawn
+	}
+	users, frozen, err := PreQueue(ctx, r.rdb, sale.ID)
+	if err != nil {
+		return DrawRecord{}, fmt.Errorf("waitroom.DrawRecord: %w", err)
+	}
+	if !frozen {
+		return DrawRecord{}, errNotDrawn
+	}
+	n, err := r.rdb.HGet(ctx, lua.QueueKey(sale.ID, keyState), fieldN).Int64()
+	if err != nil {
+		return DrawRecord{}, fmt.Errorf("waitroom.DrawRecord: %w", err)
+	}
+	if n != int64(len(users)) {
+		// Redis lost part of the queue; the room restores it from the
+		// checkpoint, so this passes.
+		return DrawRecord{}, fmt.Errorf("waitroom.DrawRecord: sale %d: %d of %d pre-queue tickets in Redis: %w", sale.ID, len(users), n, errIncomplete)
+	}
+	rec := DrawRecord{
+		Version:      DrawRecordVersion,
+		SaleID:       sale.ID,
+		Seed:         sale.SeedHex(),
+		Commitment:   sale.ShuffleCommitment,
+		PreQueueSize: int64(len(users)),
+		Members:      make([]string, len(users)),
+	}
+	tags := newMemberTagger(sale.ShuffleSeed, sale.ID)
+	for i, u := range users {
+		if u != 0 { // 0 marks a ticket nobody could name
+			rec.Members[i] = tags.tag(u)
+		}
+	}
+	return rec, nil
+}
+
+// ParseDrawRecord reads a public draw record of at most limit bytes and
+// checks its form: the version, a 32-byte hex seed and commitment, a
+// pre-queue size equal to the number of members, members that are tags or
+// "", and no tag twice (one ticket per user). It does not check the
+// commitment: CheckDrawRecord does.
+func ParseDrawRecord(r io.Reader, limit int64) (DrawRecord, error) {
+	lr := &io.LimitedReader{R: r, N: limit + 1}
+	dec := json.NewDecoder(lr)
+	var rec DrawRecord
+	if err := dec.Decode(&rec); err != nil {
+		if lr.N <= 0 {
+			return DrawRecord{}, fmt.Errorf("waitroom.ParseDrawRecord: larger than %d bytes", limit)
+		}
+		return DrawRecord{}, fmt.Errorf("waitroom.ParseDrawRecord: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return DrawRecord{}, errors.New("waitroom.ParseDrawRecord: data after the record")
+	}
+	if lr.N <= 0 {
+		return DrawRecord{}, fmt.Errorf("waitroom.ParseDrawRecord: larger than %d bytes", limit)
+	}
+	if err := rec.validate(); err != nil {
+		return DrawRecord{}, fmt.Errorf("waitroom.ParseDrawRecord: %w", err)
+	}
+	return rec, nil
+}
+
+func (rec *DrawRecord) validate() error {
+	if rec.Version != DrawRecordVersion {
+		return fmt.Errorf("version %d, this verifier reads %d", rec.Version, DrawRecordVersion)
+	}
+	if rec.SaleID <= 0 {
+		return fmt.Errorf("saleId %d is not a sale id", rec.SaleID)
+	}
+	if !isHex(rec.Seed, 64) {
+		return errors.New("seed is not 64 hex characters")
+	}
+	if !isHex(rec.Commitment, 64) {
+		return errors.New("commitment is not 64 hex characters")
+	}
+	if rec.PreQueueSize != int64(len(rec.Members)) {
+		return fmt.Errorf("preQueueSize %d but %d members", rec.PreQueueSize, len(rec.Members))
+	}
+	seen := make(map[string]int, len(rec.Members))
+	for i, m := range rec.Members {
+		if m == "" {
+			continue
+		}
+		if !isHex(m, 2*memberTagBytes) {
+			return fmt.Errorf("member %d is not a tag of %d hex characters", i, 2*memberTagBytes)
+		}
+		if j, dup := seen[m]; dup {
+			return fmt.Errorf("tickets %d and %d have the same holder", j, i)
+		}
+		seen[m] = i
+	}
+	return nil
+}
+
+// isHex reports whether s is n lowercase hex digits.
+func isHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// DrawCheck is the draw recomputed from a public record.
+type DrawCheck struct {
+	// Order[place] is the pre-queue ticket drawn to that place.
+	Order []int64
+	// Places[ticket] is the place of each pre-queue ticket.
+	Places []int64
+}
+
+// CheckDrawRecord checks a parsed record (ParseDrawRecord) against the
+// commitment and recomputes every place with the room's permutation. It
+// fails when the commitment is not the SHA-256 of the seed or when the
+// places are not a permutation of [0, n).
+func CheckDrawRecord(rec DrawRecord) (DrawCheck, error) {
+	seed, err := hex.DecodeString(rec.Seed)
+	if err != nil {
+		return DrawCheck{}, fmt.Errorf("waitroom.CheckDrawRecord: seed: %w", err)
+	}
+	sum := sha256.Sum256(seed)
+	if !strings.EqualFold(hex.EncodeToString(sum[:]), rec.Commitment) {
+		return DrawCheck{}, errors.New("waitroom.CheckDrawRecord: the commitment is not the SHA-256 of the seed")
+	}
+	n := uint64(len(rec.Members))
+	chk := DrawCheck{Order: make([]int64, n), Places: make([]int64, n)}
+	if n == 0 {
+		return chk, nil
+	}
+	for i := range chk.Order {
+		chk.Order[i] = -1
+	}
+	p := NewPermuter(seed, n)
+	for i := range n {
+		place := p.Place(i)
+		if chk.Order[place] != -1 {
+			return DrawCheck{}, fmt.Errorf("waitroom.CheckDrawRecord: tickets %d and %d drawn to place %d", chk.Order[place], i, place)
+		}
+		chk.Order[place], chk.Places[i] = int64(i), int64(place)
+	}
+	return chk, nil
+}
+
+// FindMember returns the pre-queue ticket of userID in rec, or false.
+func (rec *DrawRecord) FindMember(userID int64) (int64, bool) {
+	seed, err := hex.DecodeString(rec.Seed)
+	if err != nil {
+		return 0, false
+	}
+	tag := MemberTag(seed, rec.SaleID, userID)
+	for i, m := range rec.Members {
+		if m == tag {
+			return int64(i), true
+		}
+	}
+	return 0, false
+}
