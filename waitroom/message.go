@@ -83,15 +83,15 @@ type AdmittedItem struct {
 // message). Type "challenge" (polling Join only) carries the JoinGuard's
 // challenge object in Challenge and marshals as that object plus "type".
 type Status struct {
-	Type           string          `json:"type"`
-	State          string          `json:"state,omitempty"`
-	ServerTimeMs   int64           `json:"serverTimeMs"`
-	OpensAtMs      int64           `json:"opensAtMs"`
-	Position       int64           `json:"position"`
-	EtaSeconds     int64           `json:"etaSeconds"`
-	AdmissionToken string          `json:"admissionToken,omitempty"`
-	ExpiresAtMs    int64           `json:"expiresAtMs,omitempty"`
-	Items          []AdmittedItem  `json:"items,omitempty"`
+	Type           string         `json:"type"`
+	State          string         `json:"state,omitempty"`
+	ServerTimeMs   int64          `json:"serverTimeMs"`
+	OpensAtMs      int64          `json:"opensAtMs"`
+	Position       int64          `json:"position"`
+	EtaSeconds     int64          `json:"etaSeconds"`
+	AdmissionToken string         `json:"admissionToken,omitempty"`
+	ExpiresAtMs    int64          `json:"expiresAtMs,omitempty"`
+	Items          []AdmittedItem `json:"items,omitempty"`
 	// Message is the operator's message (polling only; nil: none).
 	Message   *SaleMessage    `json:"message,omitempty"`
 	Challenge json.RawMessage `json:"-"`
