@@ -362,7 +362,9 @@ func TestMessageReachesEveryGateway(t *testing.T) {
 	if !ok || msg["text"] != want {
 		t.Fatalf("message answered %s", r.Raw)
 	}
-	isMsg := func(m map[string]any) bool { return m["type"] == "message" && m["text"] == want && m["atMs"] == msg["atMs"] }
+	isMsg := func(m map[string]any) bool {
+		return m["type"] == "message" && m["text"] == want && m["atMs"] == msg["atMs"]
+	}
 	onA.waitFor("the message on gateway a", isMsg)
 	onB.waitFor("the message on gateway b", isMsg)
 	late := joinWS(t, b, saleID, 102)
@@ -441,7 +443,9 @@ func TestIfMatchThroughHTTP(t *testing.T) {
 		}
 		return ok, conflict
 	}
-	if ok, c := race(func() apptest.Resp { return s.control(saleID, "message", map[string]any{"text": "hi"}, "If-Match", `"2"`) }); ok != 1 || c != 1 {
+	if ok, c := race(func() apptest.Resp {
+		return s.control(saleID, "message", map[string]any{"text": "hi"}, "If-Match", `"2"`)
+	}); ok != 1 || c != 1 {
 		t.Fatalf("two writes with one version: %d applied, %d refused; want 1 and 1", ok, c)
 	}
 
