@@ -210,6 +210,12 @@ func TestPauseResumeThroughHTTP(t *testing.T) {
 			t.Errorf("message %q", p.Body["message"])
 		}
 	}
+	// A witness sale that is not paused: its shoppers are admitted by the
+	// same ticks that would move the paused sale's cursor, so once two of
+	// them are in, those ticks have run.
+	witness, _ := a.createSaleWith(10000, 5)
+	a.admit(200, witness)
+	a.admit(201, witness)
 	fig := a.figures(saleID)
 	if got := itemFigure(t, fig, items[0], "remaining"); got != 5 {
 		t.Fatalf("remaining %d after refused purchases, want 5", got)
