@@ -20,7 +20,6 @@ type orderJSON struct {
 	Status     string `json:"status"`
 	Payable    bool   `json:"payable"`
 	PriceCents int64  `json:"priceCents"`
-	Currency   string `json:"currency,omitempty"` // the item's, when this gateway knows the sale
 	CreatedAt  string `json:"createdAt"`
 	ExpiresAt  string `json:"expiresAt"`
 }
@@ -36,15 +35,6 @@ func toOrderJSON(o flashsale.Order) orderJSON {
 		CreatedAt:  fmtTime(o.CreatedAt),
 		ExpiresAt:  fmtTime(o.ExpiresAt),
 	}
-}
-
-// orderJSON is toOrderJSON with the item's currency from the sale cache.
-func (s *Server) orderJSON(o flashsale.Order) orderJSON {
-	out := toOrderJSON(o)
-	if _, it, ok := s.d.Sales.ItemSale(o.ItemID); ok {
-		out.Currency = it.Currency
-	}
-	return out
 }
 
 // fmtTime is RFC 3339 in UTC ("" for the zero time).
@@ -79,7 +69,7 @@ func (s *Server) orderAction(c *fiber.Ctx, do func(ctx context.Context, userID i
 		return err
 	}
 	c.Set(fiber.HeaderCacheControl, "no-store")
-	return c.JSON(s.orderJSON(o))
+	return c.JSON(toOrderJSON(o))
 }
 
 // orderGet is GET /api/flash-sales/orders/{orderId}.
@@ -122,7 +112,7 @@ func (s *Server) saleOrder(c *fiber.Ctx) error {
 		return err
 	}
 	c.Set(fiber.HeaderCacheControl, "no-store")
-	return c.JSON(s.orderJSON(o))
+	return c.JSON(toOrderJSON(o))
 }
 
 // queueJoin is POST /api/flash-sales/sales/{saleId}/queue, the polling
