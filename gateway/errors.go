@@ -17,6 +17,10 @@ import (
 // Unknown codes are 500.
 func statusOf(code flashsale.Code) int {
 	switch code {
+	case flashsale.CodeSalePaused:
+		return http.StatusConflict
+	case flashsale.CodeVersionConflict:
+		return http.StatusPreconditionFailed
 	case flashsale.CodeInvalid:
 		return http.StatusBadRequest
 	case flashsale.CodeUnauthenticated:
@@ -28,10 +32,6 @@ func statusOf(code flashsale.Code) int {
 	case flashsale.CodeAlreadyPurchased, flashsale.CodeOrderExpired, flashsale.CodeOrderCancelled,
 		flashsale.CodeNotPayableYet, flashsale.CodeOrderPaid:
 		return http.StatusConflict
-	case flashsale.CodeSalePaused:
-		return http.StatusConflict
-	case flashsale.CodeVersionConflict:
-		return http.StatusPreconditionFailed
 	case flashsale.CodeSoldOut:
 		return http.StatusGone
 	case flashsale.CodeTooLarge:
