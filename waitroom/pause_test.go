@@ -70,7 +70,9 @@ func TestOperatorMessage(t *testing.T) {
 	withMsg := *sale
 	withMsg.Message, withMsg.MessageAt = "Doors open at 19:00", at
 	e.sales.put(&withMsg)
-	isMsg := func(m msg) bool { return m.Type == TypeMessage && m.Text == withMsg.Message && m.AtMs == at.UnixMilli() }
+	isMsg := func(m msg) bool {
+		return m.Type == TypeMessage && m.Text == withMsg.Message && m.AtMs == at.UnixMilli()
+	}
 	a.until("the message", 10*time.Second, isMsg)
 
 	late := dial(t, g.url(72))
