@@ -1,5 +1,6 @@
 // Package lua embeds the reservation scripts (reserve, release, and the
-// shard_*.lua ones of a sale whose stock is split over shards) and names
+// shard_*.lua ones of a sale whose stock is split over shards), the live
+// stock addition (stock_add.lua) and names
 // a sale's stock and order keys, the tag and prefix of the waiting room's
 // keys (QueueKey) and the pub/sub channels of settings and sales. The
 // waiting room's key suffixes, wr:active and its scripts are in
