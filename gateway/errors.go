@@ -17,6 +17,10 @@ import (
 // Unknown codes are 500.
 func statusOf(code flashsale.Code) int {
 	switch code {
+	case flashsale.CodeSalePaused:
+		return http.StatusConflict
+	case flashsale.CodeVersionConflict:
+		return http.StatusPreconditionFailed
 	case flashsale.CodeInvalid:
 		return http.StatusBadRequest
 	case flashsale.CodeUnauthenticated, flashsale.CodeBadSignature, flashsale.CodeStaleSignature:
@@ -204,6 +208,7 @@ var (
 	errBadOrderID      = flashsale.Errorf(flashsale.CodeInvalid, "malformed order id")
 	errNoItem          = flashsale.Errorf(flashsale.CodeNotFound, "no such item")
 	errNoSale          = flashsale.Errorf(flashsale.CodeNotFound, "no such sale")
+	errSalePaused      = flashsale.Errorf(flashsale.CodeSalePaused, "the sale is paused; keep your place")
 )
 
 // notAdmittedBody is the precomputed 403 body of the purchase path's most

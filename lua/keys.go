@@ -1,5 +1,6 @@
 // Package lua embeds the reservation scripts (reserve, release, and the
-// shard_*.lua ones of a sale whose stock is split over shards) and names
+// shard_*.lua ones of a sale whose stock is split over shards), the live
+// stock addition (stock_add.lua) and names
 // a sale's stock and order keys, the tag and prefix of the waiting room's
 // keys (QueueKey) and the pub/sub channels of settings and sales. The
 // waiting room's key suffixes, wr:active and its scripts are in
@@ -93,6 +94,22 @@ var (
 	//go:embed shard_give.lua
 	ShardGive string
 )
+
+// StockAdd adds units to one shard's stock of an item, once per marker.
+//
+//	KEYS: stock, marker (StockAddMarker, under the same tag)
+//	ARGV: itemId, units, markerTtlSeconds
+//	returns 1 added, 0 added before (the marker exists), 2 no stock
+//	record (nothing added, no marker: retried once the stock is rebuilt).
+//
+//go:embed stock_add.lua
+var StockAdd string
+
+// StockAddMarker is the STRING that records, under a shard's tag, that
+// stock addition addID reached that shard.
+func StockAddMarker(tag string, addID int64) string {
+	return "fs:" + tag + ":added:" + strconv.FormatInt(addID, 10)
+}
 
 // Result codes of the shard scripts beside the Reserve/Release ones.
 const (

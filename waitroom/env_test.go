@@ -221,6 +221,8 @@ type msg struct {
 	Items          []AdmittedItem `json:"items"`
 	Error          string         `json:"error"`
 	Message        string         `json:"message"`
+	Text           string         `json:"text"` // type message
+	AtMs           int64          `json:"atMs"` // type message
 }
 
 // read returns the next message, or the read error.
