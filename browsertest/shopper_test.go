@@ -77,7 +77,7 @@ func TestShopperCountdownToPaid(t *testing.T) {
 	tb.waitState("PREQUEUE")
 	tb.screenshot("countdown-prequeue")
 	if time.Now().Before(opens.Add(-time.Second)) {
-		if got := tb.text("#queue-state"); got != "PREQUEUE" {
+		if got := evalT[string](tb, `document.getElementById('queue-state').dataset.state`); got != "PREQUEUE" {
 			t.Errorf("before the opening #queue-state = %q, want PREQUEUE", got)
 		}
 	}
