@@ -26,6 +26,12 @@ const (
 	CodeOrderPaid        Code = "ORDER_PAID"
 	CodeNotPayableYet    Code = "NOT_PAYABLE_YET"
 	CodeInternal         Code = "INTERNAL"
+	// CodeSalePaused: the operator paused the sale; a purchase waits for
+	// the resume (the admission token stays valid).
+	CodeSalePaused Code = "SALE_PAUSED"
+	// CodeVersionConflict: an operator's write named a version (If-Match)
+	// that is no longer the current one; nothing changed.
+	CodeVersionConflict Code = "VERSION_CONFLICT"
 )
 
 // Error is the one domain error type. Message is safe to show a user.

@@ -6,8 +6,10 @@ package flashsale
 import (
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // SaleState is the public state of a sale (CONTRACT section 4).
@@ -19,6 +21,9 @@ const (
 	SaleOpen      SaleState = "OPEN"
 	SaleSoldOut   SaleState = "SOLD_OUT"
 	SaleEnded     SaleState = "ENDED"
+	// SalePaused: an operator paused the sale (the kill switch): nobody is
+	// admitted and purchases are refused until it is resumed.
+	SalePaused SaleState = "PAUSED"
 )
 
 // Sale is one flash sale: a start time, an admission rate and its items.
@@ -43,6 +48,16 @@ type Sale struct {
 	// internal/adapter/redisstock). It is fixed when the sale is created.
 	StockShards int
 	Items       []Item
+	// Version is 1 at creation and grows by one on every change of the
+	// sale (update, pause, resume, end, stock, message): an operator's
+	// write that names a version (If-Match) applies only to that one.
+	Version int64
+	// Paused is the kill switch: no admission, no purchase.
+	Paused bool
+	// Message is the operator's note to everyone in the queue ("" none)
+	// and MessageAt when it was set.
+	Message   string
+	MessageAt time.Time
 }
 
 // Shards is the number of stock shards of the sale (StockShards, at least 1).
@@ -56,13 +71,20 @@ func (s *Sale) Open(now time.Time) bool {
 	return s.EndsAt.IsZero() || now.Before(s.EndsAt)
 }
 
+// Ended reports whether the sale has ended at now.
+func (s *Sale) Ended(now time.Time) bool { return !s.EndsAt.IsZero() && !now.Before(s.EndsAt) }
+
 // State is the sale's state at now, given whether every item is sold out.
+// An end comes first (a sale ended before its start, by the operator's end,
+// is ENDED), then the pause.
 func (s *Sale) State(now time.Time, allSoldOut bool) SaleState {
 	switch {
+	case s.Ended(now):
+		return SaleEnded
+	case s.Paused:
+		return SalePaused
 	case now.Before(s.StartsAt):
 		return SaleScheduled
-	case !s.EndsAt.IsZero() && !now.Before(s.EndsAt):
-		return SaleEnded
 	case allSoldOut:
 		return SaleSoldOut
 	default:
@@ -90,6 +112,15 @@ const (
 	// MaxStockShards bounds Sale.StockShards: a reservation on a dry home
 	// shard may ask each other shard in turn.
 	MaxStockShards = 16
+	MaxItemNameLen = 200  // bytes
+	MaxImageURLLen = 2048 // bytes
+	// MaxMessageLen bounds an operator's message to the queue, in
+	// characters: a short note, shown on a phone.
+	MaxMessageLen = 280
+	// MaxStockAdd bounds the units one stock addition may add.
+	MaxStockAdd = 1_000_000
+	// DefaultCurrency is an item's currency when none is given.
+	DefaultCurrency = "USD"
 )
 
 // Validate checks a sale before it is created: a name, a start, an end (if
@@ -130,8 +161,102 @@ func (s *Sale) Validate() error {
 		case it.PriceCents < 0:
 			return Invalid(field("priceCents"), "must be 0 or more")
 		}
+		if err := it.validateDetails(field); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// validateDetails checks what shoppers see of an item: a name of at most
+// MaxItemNameLen bytes, not blank ("" takes the default), an image URL
+// that is absolute http(s) or a path of this site, and an ISO 4217 code.
+func (it *Item) validateDetails(field func(string) string) error {
+	switch {
+	case it.Name != "" && strings.TrimSpace(it.Name) == "":
+		return Invalid(field("name"), "must not be blank")
+	case len(it.Name) > MaxItemNameLen:
+		return Invalid(field("name"), "at most %d bytes", MaxItemNameLen)
+	case !utf8.ValidString(it.Name) || hasControl(it.Name):
+		return Invalid(field("name"), "must be UTF-8 text without control characters")
+	case len(it.ImageURL) > MaxImageURLLen:
+		return Invalid(field("imageUrl"), "at most %d bytes", MaxImageURLLen)
+	case it.ImageURL != "" && !validImageURL(it.ImageURL):
+		return Invalid(field("imageUrl"), "must be an absolute http:// or https:// URL or a path starting with /")
+	case it.Currency != "" && !ValidCurrency(it.Currency):
+		return Invalid(field("currency"), "must be an ISO 4217 code (three upper-case letters)")
+	}
+	return nil
+}
+
+// ValidCurrency reports whether c has the form of an ISO 4217 code.
+func ValidCurrency(c string) bool {
+	if len(c) != 3 {
+		return false
+	}
+	for i := range 3 {
+		if c[i] < 'A' || c[i] > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// validImageURL: a path of this site ("/assets/x.svg", not "//host",
+// which is another host) or an absolute http(s) URL with a host; no
+// spaces or control characters, which a page would have to escape.
+func validImageURL(u string) bool {
+	for i := 0; i < len(u); i++ {
+		if u[i] <= ' ' || u[i] == 0x7f {
+			return false
+		}
+	}
+	if !utf8.ValidString(u) {
+		return false
+	}
+	if strings.HasPrefix(u, "/") {
+		return !strings.HasPrefix(u, "//") && !strings.HasPrefix(u, "/\\")
+	}
+	p, err := url.Parse(u)
+	if err != nil {
+		return false
+	}
+	return (p.Scheme == "https" || p.Scheme == "http") && p.Host != "" && p.User == nil
+}
+
+func hasControl(s string) bool {
+	for _, r := range s {
+		if r < ' ' || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return true
+		}
+	}
+	return false
+}
+
+// WithDefaults fills what a creation may leave out: an item's name
+// ("Product <productId>") and currency (DefaultCurrency).
+func (it Item) WithDefaults() Item {
+	if it.Name == "" {
+		it.Name = fmt.Sprintf("Product %d", it.ProductID)
+	}
+	if it.Currency == "" {
+		it.Currency = DefaultCurrency
+	}
+	return it
+}
+
+// ParseMessage checks an operator's message to the queue: trimmed, valid
+// UTF-8 without control characters, at most MaxMessageLen characters; ""
+// clears the message.
+func ParseMessage(text string) (string, error) {
+	text = strings.TrimSpace(text)
+	switch {
+	case !utf8.ValidString(text) || hasControl(text):
+		return "", Invalid("text", "must be UTF-8 text without control characters")
+	case utf8.RuneCountInString(text) > MaxMessageLen:
+		return "", Invalid("text", "at most %d characters", MaxMessageLen)
+	}
+	return text, nil
 }
 
 // Item is one product on sale with a fixed quantity and price.
@@ -141,6 +266,11 @@ type Item struct {
 	ProductID  int64
 	Quantity   int64
 	PriceCents int64
+	// Name, ImageURL and Currency are what shoppers see (Validate's
+	// rules; WithDefaults fills a missing name and currency).
+	Name     string
+	ImageURL string
+	Currency string
 }
 
 // OrderStatus is the lifecycle state of an order.
@@ -208,11 +338,39 @@ const (
 // nil fields stay as they are.
 type SaleUpdate struct {
 	// Actor is who asked (the operator's user id), for the audit log.
-	Actor                  string
+	Actor string
+	// IfVersion, when not 0, is the version the operator saw (If-Match):
+	// the change applies only while the sale is at it (VERSION_CONFLICT
+	// otherwise).
+	IfVersion              int64
 	Name                   *string
 	AdmissionRatePerSecond *int
 	EndsAt                 *time.Time
 }
+
+// SaleAction is an operator's action on a running sale: the kill switch
+// (pause, resume, end), a stock addition and a message to the queue.
+type SaleAction struct {
+	Kind  ActionKind
+	Actor string // the operator's user id, for the audit log
+	// IfVersion as in SaleUpdate.
+	IfVersion int64
+	ItemID    int64  // ActionStock
+	Add       int64  // ActionStock: 1 to MaxStockAdd units
+	Text      string // ActionMessage: ParseMessage's result ("" clears)
+}
+
+// ActionKind names a SaleAction; it is also the audit log's action.
+type ActionKind string
+
+// Sale actions.
+const (
+	ActionPause   ActionKind = "sale.pause"
+	ActionResume  ActionKind = "sale.resume"
+	ActionEnd     ActionKind = "sale.end"
+	ActionStock   ActionKind = "sale.stock"
+	ActionMessage ActionKind = "sale.message"
+)
 
 // ItemFigures are the live figures of one item (GET /api/admin/sales/{id}).
 type ItemFigures struct {

@@ -114,13 +114,29 @@ func (s *Store) Version(ctx context.Context) (int64, error) {
 // stored settings. Invalid settings are an INVALID *flashsale.Error naming
 // the field.
 func (s *Store) Put(ctx context.Context, actor string, st Settings) (Settings, error) {
+	return s.PutIf(ctx, actor, -1, st)
+}
+
+// errConflict: the settings changed since the operator read them.
+var errConflict = &flashsale.Error{Code: flashsale.CodeVersionConflict,
+	Message: "the settings were changed by someone else since you read them; nothing changed (the current settings are in \"current\")"}
+
+// PutIf is Put applied only while the stored version is ifVersion (the
+// defaults, never stored, are version 0; negative: any version, as Put):
+// VERSION_CONFLICT otherwise, nothing changed.
+// The check runs under the lock that serializes changes, so of two writes
+// naming one version exactly one applies.
+func (s *Store) PutIf(ctx context.Context, actor string, ifVersion int64, st Settings) (Settings, error) {
 	st = st.clone()
 	st.Preset, st.Version = "", 0
 	if err := st.normalize(); err != nil {
 		return Settings{}, err
 	}
 	st.Preset = presetName(st)
-	out, err := s.write(ctx, actor, ActionPut, "", func(Settings) Settings { return st })
+	out, err := s.write(ctx, actor, ActionPut, "", ifVersion, func(Settings) Settings { return st })
+	if flashsale.ErrorCode(err) == flashsale.CodeVersionConflict {
+		return Settings{}, err
+	}
 	if err != nil {
 		return Settings{}, fmt.Errorf("defense.Store.Put: %w", err)
 	}
@@ -135,7 +151,7 @@ func (s *Store) ApplyPreset(ctx context.Context, actor, name string) (Settings, 
 		names := []string{PresetDrop, PresetNormal, PresetUnderAttack}
 		return Settings{}, flashsale.Errorf(flashsale.CodeNotFound, "preset: %q is not one of %s", truncate(name, 40), strings.Join(names, ", "))
 	}
-	out, err := s.write(ctx, actor, ActionPreset, name, func(before Settings) Settings {
+	out, err := s.write(ctx, actor, ActionPreset, name, -1, func(before Settings) Settings {
 		st := p.clone()
 		st.Blocklist = before.Blocklist
 		return st
@@ -148,7 +164,7 @@ func (s *Store) ApplyPreset(ctx context.Context, actor, name string) (Settings, 
 
 // write runs one serialized change: read the current settings, compute the
 // new ones, store them with version+1 and an audit entry, commit, announce.
-func (s *Store) write(ctx context.Context, actor, action, preset string, next func(before Settings) Settings) (Settings, error) {
+func (s *Store) write(ctx context.Context, actor, action, preset string, ifVersion int64, next func(before Settings) Settings) (Settings, error) {
 	actor = strings.TrimSpace(actor)
 	if actor == "" || len(actor) > 200 {
 		return Settings{}, flashsale.Errorf(flashsale.CodeInvalid, "actor: required (the operator's user id)")
@@ -161,6 +177,9 @@ func (s *Store) write(ctx context.Context, actor, action, preset string, next fu
 		before, err := s.get(ctx, tx)
 		if err != nil {
 			return err
+		}
+		if ifVersion >= 0 && before.Version != ifVersion {
+			return errConflict
 		}
 		after := next(before)
 		after.Version = 0
@@ -256,11 +275,16 @@ func (j JSONStore) Get(ctx context.Context) (json.RawMessage, error) {
 
 // Put validates and stores a settings document; it returns the stored one.
 func (j JSONStore) Put(ctx context.Context, actor string, body json.RawMessage) (json.RawMessage, error) {
+	return j.PutIf(ctx, actor, -1, body)
+}
+
+// PutIf is Put while the stored version is ifVersion (Store.PutIf).
+func (j JSONStore) PutIf(ctx context.Context, actor string, ifVersion int64, body json.RawMessage) (json.RawMessage, error) {
 	st, err := ParseSettings(body)
 	if err != nil {
 		return nil, err
 	}
-	out, err := j.Store.Put(ctx, actor, st)
+	out, err := j.Store.PutIf(ctx, actor, ifVersion, st)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,16 +51,35 @@ type adminSaleJSON struct {
 	ShuffleCommitment      string                  `json:"shuffleCommitment"`
 	ShuffleSeed            string                  `json:"shuffleSeed,omitempty"`
 	CreatedAt              string                  `json:"createdAt,omitempty"`
+	Version                int64                   `json:"version"`
+	Paused                 bool                    `json:"paused"`
+	Message                *messageJSON            `json:"message,omitempty"`
 	Items                  []adminItemJSON         `json:"items"`
 	Queue                  *flashsale.QueueFigures `json:"queue,omitempty"`
 }
 
 type adminItemJSON struct {
-	ID         int64 `json:"id"`
-	ProductID  int64 `json:"productId"`
-	Quantity   int64 `json:"quantity"`
-	PriceCents int64 `json:"priceCents"`
+	ID         int64  `json:"id"`
+	ProductID  int64  `json:"productId"`
+	Name       string `json:"name"`
+	ImageURL   string `json:"imageUrl,omitempty"`
+	Currency   string `json:"currency"`
+	Quantity   int64  `json:"quantity"`
+	PriceCents int64  `json:"priceCents"`
 	*itemFiguresJSON
+}
+
+// messageJSON is the operator's message to the queue.
+type messageJSON struct {
+	Text string `json:"text"`
+	AtMs int64  `json:"atMs"`
+}
+
+func saleMessage(sale *flashsale.Sale) *messageJSON {
+	if sale.Message == "" {
+		return nil
+	}
+	return &messageJSON{Text: sale.Message, AtMs: sale.MessageAt.UnixMilli()}
 }
 
 type itemFiguresJSON struct {
@@ -87,6 +107,9 @@ func (s *Server) adminView(sale *flashsale.Sale, figs []flashsale.ItemFigures, n
 		StockShards:            sale.Shards(),
 		ShuffleCommitment:      sale.ShuffleCommitment,
 		CreatedAt:              fmtTime(sale.CreatedAt),
+		Version:                sale.Version,
+		Paused:                 sale.Paused,
+		Message:                saleMessage(sale),
 		Items:                  make([]adminItemJSON, len(sale.Items)),
 	}
 	if !now.Before(sale.StartsAt) && len(sale.ShuffleSeed) > 0 {
@@ -94,7 +117,8 @@ func (s *Server) adminView(sale *flashsale.Sale, figs []flashsale.ItemFigures, n
 	}
 	all := len(sale.Items) > 0
 	for i, it := range sale.Items {
-		v.Items[i] = adminItemJSON{ID: it.ID, ProductID: it.ProductID, Quantity: it.Quantity, PriceCents: it.PriceCents}
+		v.Items[i] = adminItemJSON{ID: it.ID, ProductID: it.ProductID, Name: it.Name, ImageURL: it.ImageURL, Currency: it.Currency,
+			Quantity: it.Quantity, PriceCents: it.PriceCents}
 		soldOut := s.d.Purchase.SoldOut(it.ID)
 		if f, ok := byItem[it.ID]; ok {
 			v.Items[i].itemFiguresJSON = &itemFiguresJSON{
@@ -121,9 +145,12 @@ type createSaleRequest struct {
 }
 
 type createItemRequest struct {
-	ProductID  *int64 `json:"productId"`
-	Quantity   *int64 `json:"quantity"`
-	PriceCents *int64 `json:"priceCents"`
+	ProductID  *int64  `json:"productId"`
+	Quantity   *int64  `json:"quantity"`
+	PriceCents *int64  `json:"priceCents"`
+	Name       *string `json:"name"`     // absent: "Product <productId>"
+	ImageURL   *string `json:"imageUrl"` // absent: none
+	Currency   *string `json:"currency"` // absent: USD
 }
 
 // parseSaleRequest decodes a create body and returns the sale to store. The
@@ -177,12 +204,31 @@ func parseSaleRequest(body []byte) (flashsale.Sale, error) {
 		case it.PriceCents == nil:
 			return sale, flashsale.Invalid(fmt.Sprintf("items[%d].priceCents", i), "required")
 		}
-		sale.Items[i] = flashsale.Item{ProductID: *it.ProductID, Quantity: *it.Quantity, PriceCents: *it.PriceCents}
+		item := flashsale.Item{ProductID: *it.ProductID, Quantity: *it.Quantity, PriceCents: *it.PriceCents}
+		if it.Name != nil {
+			if *it.Name == "" {
+				return sale, flashsale.Invalid(fmt.Sprintf("items[%d].name", i), "must not be empty (leave it out for the default)")
+			}
+			item.Name = *it.Name
+		}
+		if it.ImageURL != nil {
+			item.ImageURL = *it.ImageURL
+		}
+		if it.Currency != nil {
+			if *it.Currency == "" {
+				return sale, flashsale.Invalid(fmt.Sprintf("items[%d].currency", i), "must be an ISO 4217 code (three upper-case letters)")
+			}
+			item.Currency = *it.Currency
+		}
+		sale.Items[i] = item
 	}
 	if err := sale.Validate(); err != nil {
 		return sale, err
 	}
 	sale.Name = strings.TrimSpace(sale.Name)
+	for i := range sale.Items {
+		sale.Items[i].Name = strings.TrimSpace(sale.Items[i].Name)
+	}
 	return sale, nil
 }
 
@@ -287,6 +333,7 @@ func (s *Server) adminCreate(c *fiber.Ctx) error {
 	}
 	c.Status(http.StatusCreated)
 	c.Location("/api/admin/sales/" + strconv.FormatInt(stored.ID, 10))
+	setETag(c, stored.Version)
 	return c.JSON(s.adminView(&stored, nil, s.now()))
 }
 
@@ -335,6 +382,7 @@ func (s *Server) adminGet(c *fiber.Ctx) error {
 	}
 	v := s.adminView(&sale, figs, s.now())
 	v.Queue = &q
+	setETag(c, sale.Version)
 	c.Set(fiber.HeaderCacheControl, "no-store")
 	return c.JSON(v)
 }
@@ -354,13 +402,10 @@ func (s *Server) adminUpdate(c *fiber.Ctx) error {
 		return err
 	}
 	u.Actor = strconv.FormatInt(op.UserID, 10)
-	ctx, cancel := s.reqCtx()
-	defer cancel()
-	sale, err := s.d.SaleAdmin.Update(ctx, id, u)
-	if err != nil {
-		return err
-	}
-	return c.JSON(s.adminView(&sale, nil, s.now()))
+	return s.saleWrite(c, id, func(ctx context.Context, ifVersion int64) (flashsale.Sale, error) {
+		u.IfVersion = ifVersion
+		return s.d.SaleAdmin.Update(ctx, id, u)
+	})
 }
 
 // sendRaw answers 200 with a JSON document from a store.
@@ -381,6 +426,7 @@ func (s *Server) adminSettingsGet(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	setETag(c, settingsVersion(body))
 	return sendRaw(c, body)
 }
 
@@ -395,12 +441,25 @@ func (s *Server) adminSettingsPut(c *fiber.Ctx) error {
 	if len(body) == 0 || body[0] != '{' || !json.Valid(body) {
 		return flashsale.Errorf(flashsale.CodeInvalid, "request body must be a JSON object")
 	}
-	ctx, cancel := s.reqCtx()
-	defer cancel()
-	stored, err := s.d.Settings.Put(ctx, actor(p), bytes.Clone(body))
+	ifv, err := parseIfMatch(c.Get(fiber.HeaderIfMatch))
 	if err != nil {
 		return err
 	}
+	ctx, cancel := s.reqCtx()
+	defer cancel()
+	stored, err := s.d.Settings.PutIf(ctx, actor(p), ifv, bytes.Clone(body))
+	if flashsale.ErrorCode(err) == flashsale.CodeVersionConflict {
+		current, gerr := s.d.Settings.Get(ctx)
+		if gerr != nil {
+			return gerr
+		}
+		setETag(c, settingsVersion(current))
+		return sendConflict(c, err, current)
+	}
+	if err != nil {
+		return err
+	}
+	setETag(c, settingsVersion(stored))
 	return sendRaw(c, stored)
 }
 

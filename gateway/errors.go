@@ -28,6 +28,10 @@ func statusOf(code flashsale.Code) int {
 	case flashsale.CodeAlreadyPurchased, flashsale.CodeOrderExpired, flashsale.CodeOrderCancelled,
 		flashsale.CodeNotPayableYet, flashsale.CodeOrderPaid:
 		return http.StatusConflict
+	case flashsale.CodeSalePaused:
+		return http.StatusConflict
+	case flashsale.CodeVersionConflict:
+		return http.StatusPreconditionFailed
 	case flashsale.CodeSoldOut:
 		return http.StatusGone
 	case flashsale.CodeTooLarge:
@@ -202,6 +206,7 @@ var (
 	errBadOrderID      = flashsale.Errorf(flashsale.CodeInvalid, "malformed order id")
 	errNoItem          = flashsale.Errorf(flashsale.CodeNotFound, "no such item")
 	errNoSale          = flashsale.Errorf(flashsale.CodeNotFound, "no such sale")
+	errSalePaused      = flashsale.Errorf(flashsale.CodeSalePaused, "the sale is paused; keep your place")
 )
 
 // notAdmittedBody is the precomputed 403 body of the purchase path's most

@@ -258,7 +258,7 @@ func (f *fakeSettings) Get(context.Context) (json.RawMessage, error) {
 	return f.doc, nil
 }
 
-func (f *fakeSettings) Put(_ context.Context, actor string, body json.RawMessage) (json.RawMessage, error) {
+func (f *fakeSettings) PutIf(_ context.Context, actor string, _ int64, body json.RawMessage) (json.RawMessage, error) {
 	var probe struct {
 		Pow *struct {
 			Difficulty int `json:"difficulty"`
@@ -349,6 +349,20 @@ func (f *fakeSaleAdmin) Update(_ context.Context, id int64, u flashsale.SaleUpda
 	}
 	if u.EndsAt != nil {
 		s.EndsAt = *u.EndsAt
+	}
+	f.sales[id] = s
+	return s, nil
+}
+
+func (f *fakeSaleAdmin) Act(_ context.Context, id int64, a flashsale.SaleAction) (flashsale.Sale, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.sales[id]
+	if !ok {
+		return s, flashsale.Errorf(flashsale.CodeNotFound, "no such sale")
+	}
+	if a.Kind == flashsale.ActionPause || a.Kind == flashsale.ActionResume {
+		s.Paused = a.Kind == flashsale.ActionPause
 	}
 	f.sales[id] = s
 	return s, nil

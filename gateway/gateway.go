@@ -64,6 +64,9 @@ type SaleAdmin interface {
 	List(ctx context.Context) ([]flashsale.Sale, error)
 	Update(ctx context.Context, id int64, u flashsale.SaleUpdate) (flashsale.Sale, error)
 	Figures(ctx context.Context, saleID int64) ([]flashsale.ItemFigures, error)
+	// Act applies an operator's control (pause, resume, end, stock,
+	// message); VERSION_CONFLICT when a.IfVersion is set and stale.
+	Act(ctx context.Context, id int64, a flashsale.SaleAction) (flashsale.Sale, error)
 }
 
 // Purchaser reserves stock. SoldOut is a local flag read on every purchase
@@ -122,7 +125,9 @@ const (
 // Bodies are JSON documents the store validates (INVALID naming the field).
 type SettingsStore interface {
 	Get(ctx context.Context) (json.RawMessage, error)
-	Put(ctx context.Context, actor string, body json.RawMessage) (json.RawMessage, error)
+	// PutIf stores body while the stored version is ifVersion (negative:
+	// any), VERSION_CONFLICT otherwise.
+	PutIf(ctx context.Context, actor string, ifVersion int64, body json.RawMessage) (json.RawMessage, error)
 	ApplyPreset(ctx context.Context, actor, name string) (json.RawMessage, error)
 	Audit(ctx context.Context, limit int) (json.RawMessage, error)
 }

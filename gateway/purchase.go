@@ -88,8 +88,8 @@ func (s *Server) guarded(c *fiber.Ctx, class string) (flashsale.Principal, netip
 //	per-IP and per-prefix limits) → item id and the in-memory item lookup
 //	(400, 404) → access token (401; a verified-token cache makes a
 //	shopper's repeated clicks cost one map lookup) → Guard.CheckUserAt (user
-//	blocklist, per-user limit) → local sold-out flag (410) → sale open and
-//	admission token (403) → Reserve.
+//	blocklist, per-user limit) → local sold-out flag (410) → sale open
+//	(403), not paused (409) and admission token (403) → Reserve.
 func (s *Server) purchase(c *fiber.Ctx) error {
 	s.countSaleRequest()
 	now := s.reqNow(c)
@@ -116,6 +116,9 @@ func (s *Server) purchase(c *fiber.Ctx) error {
 	}
 	if !sale.Open(now) {
 		return errSaleNotOpen
+	}
+	if sale.Paused {
+		return errSalePaused
 	}
 	if _, err := s.d.Admission.Verify(c.Get(HeaderAdmissionToken), p.UserID, sale.ID, now); err != nil {
 		return rawJSON(c, http.StatusForbidden, notAdmittedBody)

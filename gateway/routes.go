@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+
+	"github.com/flashsale/flashsale"
 )
 
 // Route names (the `route` label of the request metrics).
@@ -31,6 +33,11 @@ func (s *Server) routes() {
 	app.Get(ad+"/sales", s.handle("admin_sale_list", s.adminList))
 	app.Get(ad+"/sales/:saleId", s.handle("admin_sale", s.adminGet))
 	app.Patch(ad+"/sales/:saleId", s.handle("admin_sale_update", s.adminUpdate))
+	app.Post(ad+"/sales/:saleId/pause", s.handle("admin_sale_pause", s.adminAction(flashsale.ActionPause)))
+	app.Post(ad+"/sales/:saleId/resume", s.handle("admin_sale_resume", s.adminAction(flashsale.ActionResume)))
+	app.Post(ad+"/sales/:saleId/end", s.handle("admin_sale_end", s.adminAction(flashsale.ActionEnd)))
+	app.Post(ad+"/sales/:saleId/message", s.handle("admin_sale_message", s.adminAction(flashsale.ActionMessage)))
+	app.Post(ad+"/sales/:saleId/items/:itemId/stock", s.handle("admin_item_stock", s.adminAction(flashsale.ActionStock)))
 	app.Get(ad+"/settings", s.handle("admin_settings", s.adminSettingsGet))
 	app.Put(ad+"/settings", s.handle("admin_settings_put", s.adminSettingsPut))
 	app.Post(ad+"/settings/preset/:name", s.handle("admin_preset", s.adminPreset))
@@ -92,11 +99,11 @@ func (s *Server) cors() fiber.Handler {
 		}
 		if c.Method() == fiber.MethodOptions && c.Get(fiber.HeaderAccessControlRequestMethod) != "" {
 			h.Set(fiber.HeaderAccessControlAllowMethods, "GET, POST, PUT, PATCH, OPTIONS")
-			h.Set(fiber.HeaderAccessControlAllowHeaders, "Authorization, X-Admission-Token, Content-Type")
+			h.Set(fiber.HeaderAccessControlAllowHeaders, "Authorization, X-Admission-Token, Content-Type, If-Match")
 			h.Set(fiber.HeaderAccessControlMaxAge, "600")
 			return c.SendStatus(fiber.StatusNoContent)
 		}
-		h.Set(fiber.HeaderAccessControlExposeHeaders, "Retry-After")
+		h.Set(fiber.HeaderAccessControlExposeHeaders, "Retry-After, ETag")
 		return c.Next()
 	}
 }

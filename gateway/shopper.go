@@ -188,14 +188,18 @@ type publicSaleJSON struct {
 	State             string           `json:"state"`
 	ShuffleCommitment string           `json:"shuffleCommitment"`
 	ShuffleSeed       string           `json:"shuffleSeed,omitempty"`
+	Message           *messageJSON     `json:"message,omitempty"`
 	Items             []publicItemJSON `json:"items"`
 }
 
 type publicItemJSON struct {
-	ID         int64 `json:"id"`
-	ProductID  int64 `json:"productId"`
-	PriceCents int64 `json:"priceCents"`
-	SoldOut    bool  `json:"soldOut"`
+	ID         int64  `json:"id"`
+	ProductID  int64  `json:"productId"`
+	Name       string `json:"name"`
+	ImageURL   string `json:"imageUrl,omitempty"`
+	Currency   string `json:"currency"`
+	PriceCents int64  `json:"priceCents"`
+	SoldOut    bool   `json:"soldOut"`
 }
 
 // soldOutFlags is whether each item of sale is sold out: the local flag, or
@@ -222,13 +226,15 @@ func (s *Server) publicView(sale *flashsale.Sale, now time.Time) publicSaleJSON 
 		ServerTimeMs:      now.UnixMilli(),
 		State:             string(sale.State(now, all)),
 		ShuffleCommitment: sale.ShuffleCommitment,
+		Message:           saleMessage(sale),
 		Items:             make([]publicItemJSON, len(sale.Items)),
 	}
 	if !now.Before(sale.StartsAt) && len(sale.ShuffleSeed) > 0 {
 		v.ShuffleSeed = sale.SeedHex()
 	}
 	for i, it := range sale.Items {
-		v.Items[i] = publicItemJSON{ID: it.ID, ProductID: it.ProductID, PriceCents: it.PriceCents, SoldOut: flags[i]}
+		v.Items[i] = publicItemJSON{ID: it.ID, ProductID: it.ProductID, Name: it.Name, ImageURL: it.ImageURL, Currency: it.Currency,
+			PriceCents: it.PriceCents, SoldOut: flags[i]}
 	}
 	return v
 }

@@ -94,6 +94,22 @@ var (
 	ShardGive string
 )
 
+// StockAdd adds units to one shard's stock of an item, once per marker.
+//
+//	KEYS: stock, marker (StockAddMarker, under the same tag)
+//	ARGV: itemId, units, markerTtlSeconds
+//	returns 1 added, 0 added before (the marker exists), 2 no stock
+//	record (nothing added: a rebuild counts the units from the database).
+//
+//go:embed stock_add.lua
+var StockAdd string
+
+// StockAddMarker is the STRING that records, under a shard's tag, that
+// stock addition addID reached that shard.
+func StockAddMarker(tag string, addID int64) string {
+	return "fs:" + tag + ":added:" + strconv.FormatInt(addID, 10)
+}
+
 // Result codes of the shard scripts beside the Reserve/Release ones.
 const (
 	ResultClaimed  = 4 // ShardReserve: home shard dry, claim recorded

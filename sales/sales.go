@@ -63,14 +63,16 @@ func (s *Store) Create(ctx context.Context, in flashsale.Sale) (flashsale.Sale, 
 			ends = &in.EndsAt
 		}
 		if err := tx.QueryRow(ctx, `INSERT INTO sales (name, starts_at, ends_at, admission_rate, shuffle_seed, shuffle_commitment, stock_shards)
-			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id, created_at`,
-			in.Name, in.StartsAt, ends, in.AdmissionRatePerSecond, seed, out.ShuffleCommitment, in.Shards()).Scan(&out.ID, &out.CreatedAt); err != nil {
+			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id, created_at, version`,
+			in.Name, in.StartsAt, ends, in.AdmissionRatePerSecond, seed, out.ShuffleCommitment, in.Shards()).Scan(&out.ID, &out.CreatedAt, &out.Version); err != nil {
 			return err
 		}
 		for i, it := range in.Items {
+			it = it.WithDefaults()
 			it.SaleID = out.ID
-			if err := tx.QueryRow(ctx, `INSERT INTO items (sale_id, product_id, quantity, price_cents) VALUES ($1, $2, $3, $4) RETURNING id`,
-				out.ID, it.ProductID, it.Quantity, it.PriceCents).Scan(&it.ID); err != nil {
+			if err := tx.QueryRow(ctx, `INSERT INTO items (sale_id, product_id, quantity, price_cents, name, image_url, currency)
+				VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`,
+				out.ID, it.ProductID, it.Quantity, it.PriceCents, it.Name, it.ImageURL, it.Currency).Scan(&it.ID); err != nil {
 				return err
 			}
 			out.Items[i] = it
@@ -101,17 +103,24 @@ func (s *Store) announce(ctx context.Context, id int64) {
 	_ = s.rdb.Publish(ctx, lua.SalesChannel, id).Err()
 }
 
-const saleColumns = `id, name, starts_at, coalesce(ends_at, 'epoch'::timestamptz), admission_rate, shuffle_seed, shuffle_commitment, created_at, stock_shards`
+const saleColumns = `id, name, starts_at, coalesce(ends_at, 'epoch'::timestamptz), admission_rate, shuffle_seed, shuffle_commitment, created_at, stock_shards,
+	version, paused, message_text, coalesce(message_at, 'epoch'::timestamptz)`
 
 // scanSale reads a sale's row and tells the stock store its shard count.
 func (s *Store) scanSale(row pgx.Row) (flashsale.Sale, error) {
 	var sl flashsale.Sale
-	err := row.Scan(&sl.ID, &sl.Name, &sl.StartsAt, &sl.EndsAt, &sl.AdmissionRatePerSecond, &sl.ShuffleSeed, &sl.ShuffleCommitment, &sl.CreatedAt, &sl.StockShards)
+	err := row.Scan(&sl.ID, &sl.Name, &sl.StartsAt, &sl.EndsAt, &sl.AdmissionRatePerSecond, &sl.ShuffleSeed, &sl.ShuffleCommitment, &sl.CreatedAt, &sl.StockShards,
+		&sl.Version, &sl.Paused, &sl.Message, &sl.MessageAt)
 	if err == nil {
 		s.stock.SetShards(sl.ID, sl.StockShards)
 	}
 	if sl.EndsAt.Unix() == 0 {
 		sl.EndsAt = time.Time{}
+	}
+	if sl.MessageAt.Unix() == 0 || sl.Message == "" {
+		sl.MessageAt = time.Time{}
+	} else {
+		sl.MessageAt = sl.MessageAt.UTC()
 	}
 	sl.StartsAt = sl.StartsAt.UTC()
 	sl.CreatedAt = sl.CreatedAt.UTC()
@@ -136,14 +145,14 @@ func (s *Store) Get(ctx context.Context, id int64) (flashsale.Sale, error) {
 }
 
 func (s *Store) items(ctx context.Context, where string, args ...any) (map[int64][]flashsale.Item, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, sale_id, product_id, quantity, price_cents FROM items `+where+` ORDER BY id`, args...)
+	rows, err := s.pool.Query(ctx, `SELECT id, sale_id, product_id, quantity, price_cents, name, image_url, currency FROM items `+where+` ORDER BY id`, args...)
 	if err != nil {
 		return nil, err
 	}
 	out := map[int64][]flashsale.Item{}
 	for rows.Next() {
 		var it flashsale.Item
-		if err := rows.Scan(&it.ID, &it.SaleID, &it.ProductID, &it.Quantity, &it.PriceCents); err != nil {
+		if err := rows.Scan(&it.ID, &it.SaleID, &it.ProductID, &it.Quantity, &it.PriceCents, &it.Name, &it.ImageURL, &it.Currency); err != nil {
 			return nil, err
 		}
 		out[it.SaleID] = append(out[it.SaleID], it)
@@ -178,20 +187,29 @@ func (s *Store) List(ctx context.Context) ([]flashsale.Sale, error) {
 	return out, nil
 }
 
-// Update applies a live change and announces it.
+// Update applies a live change and announces it. With u.IfVersion set, it
+// applies only while the sale is at that version: VERSION_CONFLICT (nothing
+// changed) otherwise.
 func (s *Store) Update(ctx context.Context, id int64, u flashsale.SaleUpdate) (flashsale.Sale, error) {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		version, err := s.lockVersion(ctx, tx, id, u.IfVersion)
+		if err != nil {
+			return err
+		}
+		// Guarded by the version read under the row lock: the check and
+		// the write are one step.
 		tag, err := tx.Exec(ctx, `UPDATE sales SET
-			name = coalesce($2, name),
-			admission_rate = coalesce($3, admission_rate),
-			ends_at = coalesce($4, ends_at),
+			name = coalesce($3, name),
+			admission_rate = coalesce($4, admission_rate),
+			ends_at = coalesce($5, ends_at),
+			version = version + 1,
 			updated_at = now()
-			WHERE id = $1`, id, u.Name, u.AdmissionRatePerSecond, u.EndsAt)
+			WHERE id = $1 AND version = $2`, id, version, u.Name, u.AdmissionRatePerSecond, u.EndsAt)
 		if err != nil {
 			return err
 		}
 		if tag.RowsAffected() == 0 {
-			return errNotFound
+			return errConflict
 		}
 		change := map[string]any{"saleId": id}
 		if u.Name != nil {
@@ -205,14 +223,35 @@ func (s *Store) Update(ctx context.Context, id int64, u flashsale.SaleUpdate) (f
 		}
 		return audit(ctx, tx, u.Actor, "sale.update", change)
 	})
-	if errors.Is(err, errNotFound) {
-		return flashsale.Sale{}, errNotFound
+	if code := flashsale.ErrorCode(err); code == flashsale.CodeNotFound || code == flashsale.CodeVersionConflict {
+		return flashsale.Sale{}, err
 	}
 	if err != nil {
 		return flashsale.Sale{}, fmt.Errorf("sales.Update: %w", err)
 	}
 	s.announce(ctx, id)
 	return s.Get(ctx, id)
+}
+
+var errConflict = &flashsale.Error{Code: flashsale.CodeVersionConflict,
+	Message: "the sale was changed by someone else since you read it; nothing changed (the current sale is in \"current\")"}
+
+// lockVersion locks the sale's row for the transaction and returns its
+// version: NOT_FOUND for no sale, VERSION_CONFLICT when ifVersion (not 0)
+// is not it.
+func (s *Store) lockVersion(ctx context.Context, tx pgx.Tx, id, ifVersion int64) (int64, error) {
+	var version int64
+	err := tx.QueryRow(ctx, `SELECT version FROM sales WHERE id = $1 FOR UPDATE`, id).Scan(&version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, errNotFound
+	}
+	if err != nil {
+		return 0, err
+	}
+	if ifVersion != 0 && ifVersion != version {
+		return 0, errConflict
+	}
+	return version, nil
 }
 
 // Figures returns the live figures of a sale's items: remaining from Redis

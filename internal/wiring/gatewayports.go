@@ -51,6 +51,14 @@ func (s saleAdmin) Create(ctx context.Context, in flashsale.Sale) (flashsale.Sal
 	return out, s.cache.Refresh(ctx)
 }
 
+func (s saleAdmin) Act(ctx context.Context, id int64, a flashsale.SaleAction) (flashsale.Sale, error) {
+	out, err := s.Store.Act(ctx, id, a)
+	if err != nil {
+		return out, err
+	}
+	return out, s.cache.Refresh(ctx)
+}
+
 func (s saleAdmin) Update(ctx context.Context, id int64, u flashsale.SaleUpdate) (flashsale.Sale, error) {
 	out, err := s.Store.Update(ctx, id, u)
 	if err != nil {

@@ -51,6 +51,11 @@ func (s availSaleAdmin) Update(ctx context.Context, id int64, u flashsale.SaleUp
 	return out, availability(err)
 }
 
+func (s availSaleAdmin) Act(ctx context.Context, id int64, a flashsale.SaleAction) (flashsale.Sale, error) {
+	out, err := s.SaleAdmin.Act(ctx, id, a)
+	return out, availability(err)
+}
+
 func (s availSaleAdmin) Figures(ctx context.Context, saleID int64) ([]flashsale.ItemFigures, error) {
 	out, err := s.SaleAdmin.Figures(ctx, saleID)
 	return out, availability(err)
@@ -65,8 +70,8 @@ func (s availSettings) Get(ctx context.Context) (json.RawMessage, error) {
 	return out, availability(err)
 }
 
-func (s availSettings) Put(ctx context.Context, actor string, body json.RawMessage) (json.RawMessage, error) {
-	out, err := s.SettingsStore.Put(ctx, actor, body)
+func (s availSettings) PutIf(ctx context.Context, actor string, ifVersion int64, body json.RawMessage) (json.RawMessage, error) {
+	out, err := s.SettingsStore.PutIf(ctx, actor, ifVersion, body)
 	return out, availability(err)
 }
 

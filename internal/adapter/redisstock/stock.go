@@ -589,3 +589,33 @@ func (s *Store) Drop(ctx context.Context, saleID int64) error {
 	}
 	return nil
 }
+
+// stockAddMarkerTTL is how long a stock addition's markers stay: far
+// longer than the outbox takes to retry a step (seconds), so a retry never
+// adds twice.
+const stockAddMarkerTTL = 7 * 24 * time.Hour
+
+// AddStock adds units of itemID to a sale's stock in Redis for the stock
+// addition addID (the outbox row of the sale store): units spread over the
+// shards as Load spreads them, one atomic script per shard guarded by a
+// marker of addID, so a retry of a step cut short adds nothing twice. A
+// shard without the item's stock record gets nothing (the rebuild from the
+// database counts the units).
+func (s *Store) AddStock(ctx context.Context, saleID, addID, itemID, units int64) error {
+	script := redis.NewScript(lua.StockAdd)
+	shards, tags := 1, []string{lua.Tag(saleID)}
+	if l := s.layout(saleID); l != nil {
+		shards, tags = l.shards, l.tags
+	}
+	for sh := range shards {
+		n := split(units, shards, sh)
+		if n == 0 {
+			continue
+		}
+		keys := []string{lua.ShardKey(tags[sh], lua.KindStock), lua.StockAddMarker(tags[sh], addID)}
+		if err := script.Run(ctx, s.rdb, keys, itemID, n, int64(stockAddMarkerTTL/time.Second)).Err(); err != nil {
+			return fmt.Errorf("redisstock.AddStock: shard %d: %w", sh, err)
+		}
+	}
+	return nil
+}
