@@ -25,6 +25,9 @@ const (
 	CodeOrderCancelled   Code = "ORDER_CANCELLED"
 	CodeOrderPaid        Code = "ORDER_PAID"
 	CodeNotPayableYet    Code = "NOT_PAYABLE_YET"
+	CodeBadSignature     Code = "BAD_SIGNATURE"   // a payment callback's signature is missing, malformed or wrong
+	CodeStaleSignature   Code = "STALE_SIGNATURE" // a payment callback signed too long ago or ahead
+	CodeReplayed         Code = "REPLAYED"        // a payment callback's exact signature was accepted before
 	CodeInternal         Code = "INTERNAL"
 	// CodeSalePaused: the operator paused the sale; a purchase waits for
 	// the resume (the admission token stays valid).

@@ -389,3 +389,16 @@ type QueueFigures struct {
 	Admitted int64 `json:"admitted"`
 	Waiting  int64 `json:"waiting"`
 }
+
+// ShopPayment is a payment the shop's provider reports for an order
+// (POST /api/shop/orders/{orderId}/paid). The gateway has checked its
+// signature's MAC and age; Signature (the header's t and v1, as sent) is
+// what a replay would repeat.
+type ShopPayment struct {
+	OrderID     string
+	PaymentID   string
+	AmountCents int64
+	Currency    string // "" when the provider sent none
+	Signature   string
+	SignedAt    time.Time
+}

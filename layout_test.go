@@ -44,6 +44,10 @@ var layout = map[string]imports{
 	"admission": {code: "flashsale"},
 	"auth":      {code: "flashsale"},
 	"defense":   {code: "flashsale internal/adapter/prom lua", tests: "internal/harness/testenv"},
+	// events is the order-event outbox: its Append writes in the caller's
+	// transaction, its relay produces through the Kafka adapter's client.
+	"events": {code: "flashsale internal/adapter/kafka internal/adapter/prom",
+		tests: "internal/harness/testenv"},
 	"expiry": {code: "flashsale internal/adapter/prom internal/adapter/redisstock",
 		tests: "orders sales sales/salestest internal/harness/testenv"},
 	// The gateway's Guard interface speaks defense's counters and route

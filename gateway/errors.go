@@ -19,14 +19,14 @@ func statusOf(code flashsale.Code) int {
 	switch code {
 	case flashsale.CodeInvalid:
 		return http.StatusBadRequest
-	case flashsale.CodeUnauthenticated:
+	case flashsale.CodeUnauthenticated, flashsale.CodeBadSignature, flashsale.CodeStaleSignature:
 		return http.StatusUnauthorized
 	case flashsale.CodeForbidden, flashsale.CodeNotAdmitted, flashsale.CodeBlocked:
 		return http.StatusForbidden
 	case flashsale.CodeNotFound:
 		return http.StatusNotFound
 	case flashsale.CodeAlreadyPurchased, flashsale.CodeOrderExpired, flashsale.CodeOrderCancelled,
-		flashsale.CodeNotPayableYet, flashsale.CodeOrderPaid:
+		flashsale.CodeNotPayableYet, flashsale.CodeOrderPaid, flashsale.CodeReplayed:
 		return http.StatusConflict
 	case flashsale.CodeSalePaused:
 		return http.StatusConflict

@@ -170,6 +170,10 @@ type Config struct {
 	// (read, pay, cancel) that reaches its handler: the waiting room's
 	// pacing yields to them (waitroom.Config.Competing).
 	SaleRequests *atomic.Int64
+	// PaymentURL, when set, is the shop's payment page with "{orderId}" in
+	// it (FLASHSALE_PAYMENT_URL): a payable order carries it filled in as
+	// paymentUrl, and the simulated pay answers 403 FORBIDDEN.
+	PaymentURL string
 }
 
 func (c Config) withDefaults() Config {
@@ -202,7 +206,7 @@ func (c Config) withDefaults() Config {
 
 // Deps are the components the gateway calls. All are required except
 // Guard (nil: allow everything), Stock (nil: sold-out flags only), Static
-// (nil: no pages), Metrics (nil: a private registry) and Logger (nil:
+// (nil: no pages), Payments (nil: payment callbacks answer 403), Metrics (nil: a private registry) and Logger (nil:
 // discard).
 type Deps struct {
 	Access    AccessVerifier
@@ -216,6 +220,7 @@ type Deps struct {
 	Guard     Guard
 	Settings  SettingsStore
 	Static    StaticFiles
+	Payments  ShopPayments // nil: payment callbacks off (no payment secret)
 	Metrics   *prometheus.Registry
 	Logger    *slog.Logger
 }

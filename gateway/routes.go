@@ -27,6 +27,7 @@ func (s *Server) routes() {
 	app.Get(fs+"/orders/:orderId", s.handle("order", s.orderGet))
 	app.Post(fs+"/orders/:orderId/pay", s.handle("order_pay", s.orderPay))
 	app.Post(fs+"/orders/:orderId/cancel", s.handle("order_cancel", s.orderCancel))
+	app.Post("/api/shop/orders/:orderId/paid", s.handle("shop_paid", s.shopPaid))
 
 	const ad = "/api/admin"
 	app.Post(ad+"/sales", s.handle("admin_sale_create", s.adminCreate))

@@ -555,6 +555,7 @@ func TestStatusMapping(t *testing.T) {
 		{flashsale.CodeNotPayableYet, 409}, {flashsale.CodeOrderPaid, 409}, {flashsale.CodeSoldOut, 410},
 		{flashsale.CodeTooLarge, 413}, {flashsale.CodeRateLimited, 429}, {flashsale.CodeUnavailable, 503},
 		{flashsale.CodeInternal, 500}, {"SOMETHING_NEW", 500},
+		{flashsale.CodeBadSignature, 401}, {flashsale.CodeStaleSignature, 401}, {flashsale.CodeReplayed, 409},
 	}
 	for _, tt := range tests {
 		if got := statusOf(tt.code); got != tt.want {

@@ -22,6 +22,9 @@ type orderJSON struct {
 	PriceCents int64  `json:"priceCents"`
 	CreatedAt  string `json:"createdAt"`
 	ExpiresAt  string `json:"expiresAt"`
+	// PaymentURL is the shop's payment page of a payable order, when
+	// Config.PaymentURL is set.
+	PaymentURL string `json:"paymentUrl,omitempty"`
 }
 
 func toOrderJSON(o flashsale.Order) orderJSON {
@@ -35,6 +38,16 @@ func toOrderJSON(o flashsale.Order) orderJSON {
 		CreatedAt:  fmtTime(o.CreatedAt),
 		ExpiresAt:  fmtTime(o.ExpiresAt),
 	}
+}
+
+// orderView is the order object of o as the shopper sees it, with the
+// shop's payment page while it can be paid there.
+func (s *Server) orderView(o flashsale.Order) orderJSON {
+	j := toOrderJSON(o)
+	if o.Payable {
+		j.PaymentURL = s.paymentURL(o.ID)
+	}
+	return j
 }
 
 // fmtTime is RFC 3339 in UTC ("" for the zero time).
@@ -69,7 +82,7 @@ func (s *Server) orderAction(c *fiber.Ctx, do func(ctx context.Context, userID i
 		return err
 	}
 	c.Set(fiber.HeaderCacheControl, "no-store")
-	return c.JSON(toOrderJSON(o))
+	return c.JSON(s.orderView(o))
 }
 
 // orderGet is GET /api/flash-sales/orders/{orderId}.
@@ -79,6 +92,9 @@ func (s *Server) orderGet(c *fiber.Ctx) error { return s.orderAction(c, s.d.Orde
 // {"paymentToken": "..."} is checked for form and otherwise unused.
 func (s *Server) orderPay(c *fiber.Ctx) error {
 	return s.orderAction(c, func(ctx context.Context, userID int64, orderID string) (flashsale.Order, error) {
+		if s.cfg.PaymentURL != "" {
+			return flashsale.Order{}, errPayOnShop
+		}
 		if body := bytes.TrimSpace(c.Body()); len(body) > 0 {
 			var req struct {
 				PaymentToken string `json:"paymentToken"`
@@ -112,7 +128,7 @@ func (s *Server) saleOrder(c *fiber.Ctx) error {
 		return err
 	}
 	c.Set(fiber.HeaderCacheControl, "no-store")
-	return c.JSON(toOrderJSON(o))
+	return c.JSON(s.orderView(o))
 }
 
 // queueJoin is POST /api/flash-sales/sales/{saleId}/queue, the polling
