@@ -70,7 +70,8 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 			expired = append(expired, c)
 			continue
 		}
-		if v.state == StateWaiting || v.state == StatePrequeue {
+		r.sendMessage(sr, c)
+		if v.state == StateWaiting || v.state == StatePrequeue || v.state == StatePaused {
 			waiting++
 		}
 		if v == c.last {
@@ -158,6 +159,27 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 		c.push(v, opens, r.admittedMessage(sr, c.user, at[i]))
 	}
 	return waiting
+}
+
+// sendMessage queues the sale's message to c when c has not had it: a new
+// message, or "" with the time it was seen cleared. Called with sr.mu held.
+func (r *Room) sendMessage(sr *saleRoom, c *conn) {
+	s := sr.sale
+	if s == nil {
+		return
+	}
+	text, at := s.Message, s.MessageAt.UnixMilli()
+	if text == "" {
+		if c.msgText == "" {
+			return
+		}
+		at = r.cfg.Now().UnixMilli()
+	}
+	if text == c.msgText && (text == "" || at == c.msgAt) {
+		return
+	}
+	c.msgText, c.msgAt = text, at
+	c.pushMessage(appendMessage(nil, text, at))
 }
 
 // dueStatus is a WAITING status due to a connection, held by broadcast

@@ -16,6 +16,9 @@ const (
 	StateAdmitted = "ADMITTED"
 	StateSoldOut  = "SOLD_OUT"
 	StateEnded    = "ENDED"
+	// StatePaused: the operator paused the sale; the shopper keeps the
+	// place and is admitted in turn after the resume.
+	StatePaused = "PAUSED"
 )
 
 // Server message types.
@@ -24,6 +27,10 @@ const (
 	TypeAdmitted  = "admitted"
 	TypeChallenge = "challenge"
 	TypeError     = "error"
+	// TypeMessage is the operator's message to the queue: sent to every
+	// connection of the sale when it is set (text "" when it is cleared),
+	// and after the first status to a shopper who joins later.
+	TypeMessage = "message"
 )
 
 // ClientMessage is a message from the shopper's page. The only one is join.
@@ -76,16 +83,42 @@ type AdmittedItem struct {
 // message). Type "challenge" (polling Join only) carries the JoinGuard's
 // challenge object in Challenge and marshals as that object plus "type".
 type Status struct {
-	Type           string          `json:"type"`
-	State          string          `json:"state,omitempty"`
-	ServerTimeMs   int64           `json:"serverTimeMs"`
-	OpensAtMs      int64           `json:"opensAtMs"`
-	Position       int64           `json:"position"`
-	EtaSeconds     int64           `json:"etaSeconds"`
-	AdmissionToken string          `json:"admissionToken,omitempty"`
-	ExpiresAtMs    int64           `json:"expiresAtMs,omitempty"`
-	Items          []AdmittedItem  `json:"items,omitempty"`
-	Challenge      json.RawMessage `json:"-"`
+	Type           string         `json:"type"`
+	State          string         `json:"state,omitempty"`
+	ServerTimeMs   int64          `json:"serverTimeMs"`
+	OpensAtMs      int64          `json:"opensAtMs"`
+	Position       int64          `json:"position"`
+	EtaSeconds     int64          `json:"etaSeconds"`
+	AdmissionToken string         `json:"admissionToken,omitempty"`
+	ExpiresAtMs    int64          `json:"expiresAtMs,omitempty"`
+	Items          []AdmittedItem `json:"items,omitempty"`
+	// Message is the operator's message (polling only; nil: none).
+	Message   *SaleMessage    `json:"message,omitempty"`
+	Challenge json.RawMessage `json:"-"`
+}
+
+// SaleMessage is the operator's message to the queue.
+type SaleMessage struct {
+	Text string `json:"text"`
+	AtMs int64  `json:"atMs"`
+}
+
+// saleMessage is the sale's message, nil when none.
+func saleMessage(s *flashsale.Sale) *SaleMessage {
+	if s == nil || s.Message == "" {
+		return nil
+	}
+	return &SaleMessage{Text: s.Message, AtMs: s.MessageAt.UnixMilli()}
+}
+
+// appendMessage encodes a "message" message.
+func appendMessage(b []byte, text string, atMs int64) []byte {
+	m, _ := json.Marshal(struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+		AtMs int64  `json:"atMs"`
+	}{TypeMessage, text, atMs})
+	return append(b, m...)
 }
 
 // MarshalJSON writes a status object, or the challenge object for Type

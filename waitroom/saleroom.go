@@ -151,6 +151,8 @@ func (sr *saleRoom) viewOf(place int64, now time.Time) view {
 	switch {
 	case s != nil && !s.EndsAt.IsZero() && !now.Before(s.EndsAt):
 		return view{state: StateEnded}
+	case s != nil && s.Paused && (place < 0 || place >= sr.st.Serving):
+		return view{state: StatePaused}
 	case sr.soldOut:
 		return view{state: StateSoldOut}
 	case place < 0:

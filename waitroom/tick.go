@@ -72,7 +72,9 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 	}
 	capLimit := int64(-1)
 	ended := !sale.EndsAt.IsZero() && !now.Before(sale.EndsAt)
-	if stockKnown && !ended {
+	// A paused sale admits nobody: the cursor stays (the draw still
+	// happens at the opening).
+	if stockKnown && !ended && !sale.Paused {
 		capLimit = int64(math.Floor(r.cfg.CapacityFactor * float64(total)))
 	}
 	sr := r.saleRoom(id, true)

@@ -50,6 +50,9 @@ type conn struct {
 	lastTick   uint64 // tick of the last status queued
 	pingWaited bool   // its last ping slot passed without a ping (Config.Competing)
 	bought     bool   // its admission expired after the user bought: stays ADMITTED
+	// The operator's message as last queued to it ("" and 0: none).
+	msgText string
+	msgAt   int64
 
 	// Pending output, guarded by mu. A newer status replaces an unsent
 	// one, so a connection never holds more than one status, one admitted
@@ -59,6 +62,7 @@ type conn struct {
 	pendOpens int64
 	hasPend   bool
 	pendAdm   []byte
+	pendMsg   []byte
 	pendRaw   []byte
 	queued    bool // on sendQ
 	queuedHi  bool // on sendHi
@@ -78,6 +82,18 @@ func (c *conn) push(v view, opensMs int64, adm []byte) {
 		c.scheduleHi()
 		return
 	}
+	c.schedule()
+}
+
+// pushMessage queues the operator's message (a newer one replaces an
+// unsent one); it goes after any status queued with it.
+func (c *conn) pushMessage(b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead {
+		return
+	}
+	c.pendMsg = b
 	c.schedule()
 }
 
@@ -154,11 +170,11 @@ func (r *Room) writer() {
 // connection when the write context ends).
 func (c *conn) flush(buf []byte) []byte {
 	c.mu.Lock()
-	v, opens, has, adm, raw := c.pend, c.pendOpens, c.hasPend, c.pendAdm, c.pendRaw
-	c.hasPend, c.pendAdm, c.pendRaw, c.queued, c.queuedHi = false, nil, nil, false, false
+	v, opens, has, adm, msg, raw := c.pend, c.pendOpens, c.hasPend, c.pendAdm, c.pendMsg, c.pendRaw
+	c.hasPend, c.pendAdm, c.pendMsg, c.pendRaw, c.queued, c.queuedHi = false, nil, nil, nil, false, false
 	dead := c.dead
 	c.mu.Unlock()
-	if dead || (!has && adm == nil && raw == nil) {
+	if dead || (!has && adm == nil && msg == nil && raw == nil) {
 		return buf // already flushed from the other queue
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.r.cfg.WriteTimeout)
@@ -170,6 +186,9 @@ func (c *conn) flush(buf []byte) []byte {
 	}
 	if adm != nil && err == nil {
 		err = c.ws.Write(ctx, websocket.MessageText, adm)
+	}
+	if msg != nil && err == nil {
+		err = c.ws.Write(ctx, websocket.MessageText, msg)
 	}
 	if raw != nil && err == nil {
 		err = c.ws.Write(ctx, websocket.MessageText, raw)
@@ -538,6 +557,8 @@ func (c *conn) enter(ctx context.Context, sr *saleRoom, ticket int64) error {
 	c.last = v
 	sr.conns[c] = struct{}{}
 	c.push(v, opens, adm)
+	// A message set before the shopper came goes after the first status.
+	r.sendMessage(sr, c)
 	return nil
 }
 
