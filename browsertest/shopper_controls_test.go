@@ -2,6 +2,7 @@ package browsertest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -70,7 +71,7 @@ func (tb *tab) selectLanguage(lang string) {
 func TestLanguages(t *testing.T) {
 	s := startStack(t)
 	img := picture(t)
-	saleID, items := s.createSaleItems("Drop", time.Now().Add(-time.Second), 100,
+	saleID, items := s.createSaleItems("Rebajas", time.Now().Add(-time.Second), 100,
 		map[string]any{"productId": 501, "quantity": 5, "priceCents": 123456, "currency": "EUR", "name": "Zapatilla roja", "imageUrl": img},
 		map[string]any{"productId": 502, "quantity": 5, "priceCents": 1999})
 	b := newBrowser(t)
@@ -110,7 +111,7 @@ func TestLanguages(t *testing.T) {
 		`document.getElementById('queue-state').textContent`:        "your turn",
 		`document.querySelector('` + item + ` .price').textContent`: "€1,234.56",
 		`localStorage.getItem('flashsale.lang')`:                    "en",
-		`document.title`:                                            "Drop · Flash sale",
+		`document.title`:                                            "Rebajas · Flash sale",
 	})
 	tb.screenshot("english")
 	// Remembered over a reload, although the browser still prefers Spanish.
@@ -306,7 +307,21 @@ func TestPayButtonFollowsPaymentURL(t *testing.T) {
 	orderID := tb.text("#order-id")
 	tb.screenshot("pay-at-shop")
 	tb.click("#pay")
-	tb.waitJS("on the shop's page", fmt.Sprintf(`location.href === %q`, shop.URL+"/checkout/"+orderID))
+	// The page is replaced by the shop's: read the address until it is
+	// there (an evaluation may meet the old page going away).
+	want := shop.URL + "/checkout/" + orderID
+	var href string
+	for deadline := time.Now().Add(waitFor); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(tb.ctx, 5*time.Second)
+		href, _ = chromedp.Run(ctx, chromedp.Evaluate[string](`document.readyState === 'complete' ? location.href : ''`))
+		cancel()
+		if href == want {
+			break
+		}
+	}
+	if href != want {
+		t.Fatalf("after pay the browser is at %q, want the shop's page %q", href, want)
+	}
 	mu.Lock()
 	got := strings.Join(visits, ",")
 	mu.Unlock()
