@@ -34,7 +34,7 @@ const (
 	CacheShort     = "public, max-age=60"
 )
 
-//go:embed site/*.html site/assets/*.js site/assets/*.css
+//go:embed site/*.html site/assets/*.js site/assets/*.css site/assets/*.svg
 var embedded embed.FS
 
 // File is one prepared response body.

@@ -38,6 +38,8 @@ func TestLookupRoutes(t *testing.T) {
 		{"hashed css", css, "text/css; charset=utf-8", CacheImmutable, ":focus-visible"},
 		{"plain js", "/assets/app.js", "text/javascript; charset=utf-8", CacheShort, "QueueClient"},
 		{"plain worker", "/assets/pow-worker.js", "text/javascript; charset=utf-8", CacheShort, "onmessage"},
+		{"demo picture", "/assets/product.svg", "image/svg+xml", CacheShort, "<svg"},
+		{"catalogue", "/assets/lang-es.js", "text/javascript; charset=utf-8", CacheShort, "Artículos"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,7 +75,7 @@ func TestLookupMisses(t *testing.T) {
 
 func TestHashedNamesAndReferences(t *testing.T) {
 	s := newSite(t)
-	hashedRe := regexp.MustCompile(`^/assets/[a-z-]+\.[0-9a-f]{8}\.(js|css)$`)
+	hashedRe := regexp.MustCompile(`^/assets/[a-z-]+\.[0-9a-f]{8}\.(js|css|svg)$`)
 	for name := range s.hashed {
 		p, _ := s.AssetPath(name)
 		if !hashedRe.MatchString(p) {
@@ -195,8 +197,9 @@ func TestNoSecretsOrPurchaseURLs(t *testing.T) {
 			return err
 		}
 		for _, f := range forbidden {
-			if f == "http://" && strings.HasSuffix(p, ".js") {
-				// charts.js names the SVG namespace, which is not a URL that is fetched.
+			if f == "http://" && (strings.HasSuffix(p, ".js") || strings.HasSuffix(p, ".svg")) {
+				// charts.js and the pictures name the SVG namespace, which is
+				// not a URL that is fetched.
 				b = bytes.ReplaceAll(b, []byte("http://www.w3.org/2000/svg"), nil)
 			}
 			if f == "localStorage" && p == "site/assets/lang.js" {
