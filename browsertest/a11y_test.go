@@ -188,7 +188,9 @@ func TestAccessibility(t *testing.T) {
 			checkPage(w, axe, "sold-out")
 
 			// Admitted, order, paid.
-			drop, dropItems := s.createSale("Winter drop", time.Now().Add(-time.Second), 100, 5, 5)
+			drop, dropItems := s.createSaleItems("Winter drop", time.Now().Add(-time.Second), 100,
+				map[string]any{"productId": 501, "quantity": 5, "priceCents": 8999, "currency": "EUR", "name": "Trail runner", "imageUrl": "/assets/product.svg"},
+				map[string]any{"productId": 502, "quantity": 5, "priceCents": 1999})
 			a := b.tab("buyer-" + lang)
 			a.language(lang)
 			a.navigate(s.shopperURL(s.App.PublicURL, drop, base+3, ""))

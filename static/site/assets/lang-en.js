@@ -318,6 +318,7 @@ export default {
   'op.change.preset': 'Preset “{name}” applied.',
   'op.change.presetRefused': 'Preset not applied: {why}',
   'def.title': 'Refusals by rule',
+  'def.table': 'Refusals by rule and outcome',
   'def.rule': 'Rule',
   'def.perSecond': '{outcome} per second',
   'outcome.allowed': 'allowed',

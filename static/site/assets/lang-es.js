@@ -319,6 +319,7 @@ export default {
   'op.change.preset': 'Perfil «{name}» aplicado.',
   'op.change.presetRefused': 'No se aplicó el perfil: {why}',
   'def.title': 'Rechazos por regla',
+  'def.table': 'Rechazos por regla y resultado',
   'def.rule': 'Regla',
   'def.perSecond': '{outcome} por segundo',
   'outcome.allowed': 'permitidos',
