@@ -189,7 +189,7 @@ func TestAccessibility(t *testing.T) {
 
 			// Admitted, order, paid.
 			drop, dropItems := s.createSaleItems("Winter drop", time.Now().Add(-time.Second), 100,
-				map[string]any{"productId": 501, "quantity": 5, "priceCents": 8999, "currency": "EUR", "name": "Trail runner", "imageUrl": "/assets/product.svg"},
+				map[string]any{"productId": 501, "quantity": 5, "priceCents": 8999, "currency": "EUR", "name": "Trail runner", "imageUrl": "/assets/sneaker.svg"},
 				map[string]any{"productId": 502, "quantity": 5, "priceCents": 1999})
 			a := b.tab("buyer-" + lang)
 			a.language(lang)

@@ -89,7 +89,7 @@ func TestScreenshots(t *testing.T) {
 	// as units remain, the rest wait.
 	s := startStack(t, func(c *wiring.Config) { c.CapacityFactor = 1 })
 	item := func(product, quantity, price int, name string) map[string]any {
-		return map[string]any{"productId": product, "quantity": quantity, "priceCents": price, "currency": "EUR", "name": name, "imageUrl": "/assets/product.svg"}
+		return map[string]any{"productId": product, "quantity": quantity, "priceCents": price, "currency": "EUR", "name": name, "imageUrl": "/assets/sneaker.svg"}
 	}
 	winter, winterItems := s.createSaleItems("Winter drop", time.Now().Add(-time.Second), 20,
 		item(501, 2, 8999, "Trail runner, blue"), item(502, 3, 12950, "Court classic, white"))

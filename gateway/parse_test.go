@@ -186,6 +186,8 @@ func FuzzParseSaleRequest(f *testing.F) {
 	f.Add(`{"name":"n","startsAt":"2026-12-01T18:00:00Z","admissionRatePerSecond":5,"stockShards":3,"items":[{"productId":1,"quantity":1,"priceCents":0}]}`)
 	f.Add(`{"name":5}`)
 	f.Add(`[]`)
+	f.Add(`{"name":"n","startsAt":"2026-12-01T18:00:00Z","admissionRatePerSecond":5,"items":[{"productId":1,"quantity":1,"priceCents":0,"name":"Red","currency":"EUR","imageUrl":"https://cdn.example/a.png"}]}`)
+	f.Add(`{"name":"n","startsAt":"2026-12-01T18:00:00Z","admissionRatePerSecond":5,"items":[{"productId":1,"quantity":1,"priceCents":0,"imageUrl":"//evil.example/a.png"}]}`)
 	f.Fuzz(func(t *testing.T, body string) {
 		s, err := parseSaleRequest([]byte(body))
 		if err != nil {
@@ -196,7 +198,10 @@ func FuzzParseSaleRequest(f *testing.F) {
 			t.Fatalf("accepted %q as %+v", body, s)
 		}
 		for _, it := range s.Items {
-			if it.Quantity < 1 || it.PriceCents < 0 || it.ProductID < 1 {
+			if it.Quantity < 1 || it.PriceCents < 0 || it.ProductID < 1 || len(it.Name) > flashsale.MaxItemNameLen ||
+				(it.Currency != "" && !flashsale.ValidCurrency(it.Currency)) || len(it.ImageURL) > flashsale.MaxImageURLLen ||
+				strings.HasPrefix(it.ImageURL, "//") || (it.ImageURL != "" && !strings.HasPrefix(it.ImageURL, "/") &&
+				!strings.HasPrefix(it.ImageURL, "http://") && !strings.HasPrefix(it.ImageURL, "https://")) {
 				t.Fatalf("accepted item %+v from %q", it, body)
 			}
 		}

@@ -73,19 +73,22 @@ func (a *admin) createSale(ctx context.Context, cfg Config, now time.Time) (*adm
 		if i < cfg.Quantity%cfg.Items {
 			q++
 		}
-		sale.Items = append(sale.Items, flashsale.Item{ProductID: 501 + int64(i), Quantity: int64(q), PriceCents: 1999})
+		sale.Items = append(sale.Items, flashsale.Item{ProductID: 501 + int64(i), Quantity: int64(q), PriceCents: 1999,
+			Name: fmt.Sprintf("Load item %d", i+1), Currency: flashsale.DefaultCurrency})
 	}
 	if err := sale.Validate(); err != nil {
 		return nil, fmt.Errorf("loadtest: create sale: %w", err)
 	}
 	type item struct {
-		ProductID  int64 `json:"productId"`
-		Quantity   int64 `json:"quantity"`
-		PriceCents int64 `json:"priceCents"`
+		ProductID  int64  `json:"productId"`
+		Quantity   int64  `json:"quantity"`
+		PriceCents int64  `json:"priceCents"`
+		Name       string `json:"name"`
+		Currency   string `json:"currency"`
 	}
 	items := make([]item, len(sale.Items))
 	for i, it := range sale.Items {
-		items[i] = item{ProductID: it.ProductID, Quantity: it.Quantity, PriceCents: it.PriceCents}
+		items[i] = item{ProductID: it.ProductID, Quantity: it.Quantity, PriceCents: it.PriceCents, Name: it.Name, Currency: it.Currency}
 	}
 	body := map[string]any{
 		"name":                   sale.Name,

@@ -38,7 +38,7 @@ func TestLookupRoutes(t *testing.T) {
 		{"hashed css", css, "text/css; charset=utf-8", CacheImmutable, ":focus-visible"},
 		{"plain js", "/assets/app.js", "text/javascript; charset=utf-8", CacheShort, "QueueClient"},
 		{"plain worker", "/assets/pow-worker.js", "text/javascript; charset=utf-8", CacheShort, "onmessage"},
-		{"demo picture", "/assets/product.svg", "image/svg+xml", CacheShort, "<svg"},
+		{"demo picture", "/assets/sneaker.svg", "image/svg+xml", CacheShort, "<svg"},
 		{"catalogue", "/assets/lang-es.js", "text/javascript; charset=utf-8", CacheShort, "Artículos"},
 	}
 	for _, tc := range tests {

@@ -69,6 +69,7 @@ func (r *Room) Status(ctx context.Context, p flashsale.Principal, saleID int64) 
 func (r *Room) pollStatus(ctx context.Context, sr *saleRoom, userID, ticket int64) (Status, error) {
 	now := r.cfg.Now()
 	sr.mu.Lock()
+	r.latestSale(sr)
 	place, ok := sr.place(ticket)
 	if !ok {
 		place = -1

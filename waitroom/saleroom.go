@@ -1,6 +1,7 @@
 package waitroom
 
 import (
+	"encoding/json"
 	"math"
 	"sync"
 	"time"
@@ -83,6 +84,24 @@ func (r *Room) saleRoom(id int64, create bool) *saleRoom {
 		r.rooms[id] = sr
 	}
 	return sr
+}
+
+// setSale takes the sale as the cache has it now. Called with sr.mu held.
+func (sr *saleRoom) setSale(sale *flashsale.Sale) {
+	if sr.sale == nil || sr.sale != sale {
+		sr.items = admittedItems(sale)
+		sr.itemsJS, _ = json.Marshal(sr.items)
+	}
+	sr.sale = sale
+}
+
+// latestSale takes the cache's sale, so that an answer between two ticks
+// shows the operator's last change (a pause, a message). Called with sr.mu
+// held.
+func (r *Room) latestSale(sr *saleRoom) {
+	if sale, ok := r.sales.Sale(sr.id); ok && sr.sale != nil {
+		sr.setSale(sale)
+	}
 }
 
 // observe takes a newer queue state (the cursor only moves forward).

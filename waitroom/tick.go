@@ -2,7 +2,6 @@ package waitroom
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
@@ -113,11 +112,7 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 	}
 	sr.mu.Lock()
 	defer sr.mu.Unlock()
-	if sr.sale == nil || sr.sale != sale {
-		sr.items = admittedItems(sale)
-		sr.itemsJS, _ = json.Marshal(sr.items)
-	}
-	sr.sale = sale
+	sr.setSale(sale)
 	leader, st := rep.leader, rep.st
 	drawnBefore := sr.st.N >= 0
 	sr.observe(st)

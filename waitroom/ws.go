@@ -529,6 +529,7 @@ func (c *conn) enter(ctx context.Context, sr *saleRoom, ticket int64) error {
 	r := c.r
 	now := r.cfg.Now()
 	sr.mu.Lock()
+	r.latestSale(sr)
 	c.sr, c.ticket = sr, ticket
 	if p, ok := sr.place(ticket); ok {
 		c.place = p

@@ -197,8 +197,8 @@ func createDemoSale(ctx context.Context, w io.Writer, a *wiring.App, cfg wiring.
 		StartsAt:               now.Add(time.Minute).Truncate(time.Second),
 		AdmissionRatePerSecond: 50,
 		Items: []flashsale.Item{
-			{ProductID: 501, Quantity: 100, PriceCents: 1999},
-			{ProductID: 502, Quantity: 20, PriceCents: 4999},
+			{ProductID: 501, Quantity: 100, PriceCents: 1999, Name: "Trail runner Aurora", Currency: "EUR", ImageURL: "/assets/sneaker.svg"},
+			{ProductID: 502, Quantity: 20, PriceCents: 4999, Name: "Trail runner Aurora, limited edition", Currency: "EUR", ImageURL: "/assets/sneaker.svg"},
 		},
 	})
 	if err != nil {

@@ -210,6 +210,12 @@ func TestPauseResumeThroughHTTP(t *testing.T) {
 			t.Errorf("message %q", p.Body["message"])
 		}
 	}
+	// A witness sale that is not paused: its shoppers are admitted by the
+	// same ticks that would move the paused sale's cursor, so once two of
+	// them are in, those ticks have run.
+	witness, _ := a.createSaleWith(10000, 5)
+	a.admit(200, witness)
+	a.admit(201, witness)
 	fig := a.figures(saleID)
 	if got := itemFigure(t, fig, items[0], "remaining"); got != 5 {
 		t.Fatalf("remaining %d after refused purchases, want 5", got)
@@ -545,4 +551,69 @@ func TestControlsBadInput(t *testing.T) {
 	if after := auditActions(t, s); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("bad input wrote audit rows: %v, before %v", after, before)
 	}
+}
+
+// TestOpenAPIControls checks the sale controls, versions and item details
+// against docs/openapi.yaml: every request and answer, the 412 bodies, the
+// PAUSED statuses and the WebSocket message.
+func TestOpenAPIControls(t *testing.T) {
+	s := apptest.Start(t)
+	c := newSpecCheck(t, s)
+	op := s.Token(1, true)
+	created := c.call(false, "POST", "/api/admin/sales", op, map[string]any{
+		"name": "openapi controls", "startsAt": time.Now().Add(-time.Second).UTC().Format(time.RFC3339),
+		"admissionRatePerSecond": 10000,
+		"items": []map[string]any{
+			{"productId": 501, "quantity": 1, "priceCents": 1999, "name": "Trail runner", "currency": "EUR", "imageUrl": "/assets/sneaker.svg"},
+			{"productId": 502, "quantity": 5, "priceCents": 2999},
+		},
+	})
+	c.s.Want(created, 201, "")
+	saleID := int64(created.Body["id"].(float64))
+	item := int64(created.Body["items"].([]any)[0].(map[string]any)["id"].(float64))
+	salePath := fmt.Sprintf("/api/admin/sales/%d", saleID)
+	public := fmt.Sprintf("/api/flash-sales/sales/%d", saleID)
+	queue := public + "/queue"
+	ctl := func(action string, body any, hdr ...string) apptest.Resp {
+		return c.call(false, "POST", salePath+"/"+action, op, body, hdr...)
+	}
+	held := c.admitted(100, saleID)
+
+	c.s.Want(ctl("pause", nil, "If-Match", `"1"`), 200, "")
+	c.s.Want(ctl("pause", map[string]any{}), 200, "")
+	if g := c.call(false, "GET", public, "", nil); g.Body["state"] != "PAUSED" {
+		t.Fatalf("public sale %s, want PAUSED", g.Raw)
+	}
+	c.s.Want(c.call(false, "POST", fmt.Sprintf("/api/flash-sales/items/%d/purchase", item), s.Token(100, false), nil, "X-Admission-Token", held), 409, "SALE_PAUSED")
+	c.s.Want(c.call(false, "POST", queue, s.Token(101, false), nil), 200, "")
+	if st := c.call(false, "GET", queue, s.Token(101, false), nil); st.Body["state"] != "PAUSED" {
+		t.Fatalf("polling status %s, want PAUSED", st.Raw)
+	}
+	c.s.Want(ctl("resume", nil, "If-Match", "2"), 200, "")
+	c.s.Want(ctl("message", map[string]any{"text": "Restock at 19:00"}), 200, "")
+	c.s.Want(c.call(false, "GET", public, "", nil), 200, "")
+	c.s.Want(c.call(false, "GET", queue, s.Token(101, false), nil), 200, "")
+	if got := c.wsJoin(saleID, map[string]string{"type": "join", "accessToken": s.Token(102, false)}, "message"); got[0] != "status" {
+		t.Fatalf("WebSocket messages %v, want a status first", got)
+	}
+	c.s.Want(c.call(false, "POST", fmt.Sprintf("%s/items/%d/stock", salePath, item), op, map[string]any{"add": 3}), 200, "")
+	c.s.Want(c.call(false, "PATCH", salePath, op, map[string]any{"name": "stale"}, "If-Match", `"1"`), 412, "VERSION_CONFLICT")
+	c.s.Want(ctl("end", nil, "If-Match", `"2"`), 412, "VERSION_CONFLICT")
+	c.s.Want(c.callInvalid("POST", salePath+"/end", op, nil, "If-Match", "abc"), 400, "INVALID")
+	c.s.Want(c.callInvalid("POST", fmt.Sprintf("%s/items/%d/stock", salePath, item), op, map[string]any{"add": 0}), 400, "INVALID")
+	c.s.Want(c.callInvalid("POST", salePath+"/message", op, map[string]any{"text": strings.Repeat("x", 281)}), 400, "INVALID")
+	c.s.Want(c.call(false, "POST", "/api/admin/sales/987654/pause", op, nil), 404, "NOT_FOUND")
+	c.s.Want(ctl("end", nil), 200, "")
+	c.s.Want(c.call(false, "GET", salePath, op, nil), 200, "")
+
+	st := c.call(false, "GET", "/api/admin/settings", op, nil)
+	c.s.Want(st, 200, "")
+	var permissive map[string]any
+	if err := json.Unmarshal([]byte(apptest.Permissive), &permissive); err != nil {
+		t.Fatal(err)
+	}
+	v := st.Header.Get("ETag")
+	c.s.Want(c.call(false, "PUT", "/api/admin/settings", op, permissive, "If-Match", v), 200, "")
+	c.s.Want(c.call(false, "PUT", "/api/admin/settings", op, permissive, "If-Match", v), 412, "VERSION_CONFLICT")
+	c.s.Want(c.call(false, "GET", "/api/admin/audit?limit=50", op, nil), 200, "")
 }

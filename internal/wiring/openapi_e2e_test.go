@@ -79,6 +79,7 @@ var wsSchemas = map[string]string{
 	"admitted":  "WsAdmitted",
 	"challenge": "PowChallenge",
 	"error":     "WsError",
+	"message":   "WsMessage",
 }
 
 // wsMessage validates one server message of the waiting room against the
