@@ -198,7 +198,7 @@ func TestAccessibility(t *testing.T) {
 			buy := fmt.Sprintf("#buy-%d", dropItems[0])
 			a.do("buy button", chromedp.WaitVisible(chromedp.CSS(buy)), chromedp.WaitEnabled(chromedp.CSS(buy)))
 			checkPage(a, axe, "admitted")
-			a.do("click buy", chromedp.Click(chromedp.CSS(buy)))
+			clickBuy(a, dropItems[0])
 			a.waitJS("order payable", `document.getElementById('order-status').dataset.status === 'PENDING' && !document.getElementById('pay').disabled`)
 			checkPage(a, axe, "order")
 			a.do("click pay", chromedp.Click(chromedp.CSS("#pay")))

@@ -257,7 +257,7 @@ func TestSalePausedRefusal(t *testing.T) {
 	tb.do("buy button", chromedp.WaitVisible(chromedp.CSS(buy)), chromedp.WaitEnabled(chromedp.CSS(buy)))
 	proxy.freezeQueue.Store(true)
 	s.admin("POST", saleID, "/pause", nil)
-	tb.click(buy)
+	clickBuy(tb, items[0])
 	tb.do("refusal shown", chromedp.WaitVisible(chromedp.CSS(`#result[data-result="SALE_PAUSED"]`)))
 	tb.waitJS("page paused", `document.getElementById('queue-state').dataset.state === 'PAUSED' && document.getElementById('sale-banner').dataset.state === 'PAUSED'`)
 	if got := tb.text("#result"); !strings.Contains(got, "nothing was reserved") || !strings.Contains(got, "keep your place") {
@@ -283,6 +283,10 @@ func TestPayButtonFollowsPaymentURL(t *testing.T) {
 	var mu sync.Mutex
 	var visits []string
 	shop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/checkout/") {
+			http.NotFound(w, r) // the browser's favicon
+			return
+		}
 		mu.Lock()
 		visits = append(visits, r.URL.Path)
 		mu.Unlock()
@@ -298,7 +302,7 @@ func TestPayButtonFollowsPaymentURL(t *testing.T) {
 	tb := b.tab("")
 	tb.navigate(s.shopperURL(proxy.URL, saleID, 6201, ""))
 	tb.waitState("ADMITTED")
-	tb.click(fmt.Sprintf("#buy-%d", items[0]))
+	clickBuy(tb, items[0])
 	tb.do("order reserved", chromedp.WaitVisible(chromedp.CSS(`#result[data-result="RESERVED"]`)))
 	tb.waitJS("payable at the shop", `!document.getElementById('pay').disabled && document.getElementById('pay').dataset.paymentUrl === 'shop'`)
 	if got := tb.text("#pay"); got != "Pay on the shop’s payment page" {
