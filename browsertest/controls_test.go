@@ -141,3 +141,43 @@ func TestOperatorKillSwitchAndConflict(t *testing.T) {
 		t.Errorf("B's block was overwritten: %s", final.Raw)
 	}
 }
+
+// TestOperatorCreatesSaleWithItemDetails: the console's create form sends
+// each item's name, image and currency; a value the server refuses is
+// shown with the field it names, and nothing is created.
+func TestOperatorCreatesSaleWithItemDetails(t *testing.T) {
+	s := startStack(t)
+	b := newBrowser(t)
+	op := b.tab("")
+	op.navigate(fmt.Sprintf("%s/operator#token=%s", s.App.PublicURL, s.Token(1, true)))
+	op.do("console", chromedp.WaitVisible(chromedp.CSS("#create-sale")))
+	fill := func(image string) {
+		op.do("fill the form",
+			chromedp.SetValue(chromedp.CSS("#cs-name"), "Console drop"),
+			chromedp.SetValue(chromedp.CSS("#cs-name-1"), "Trail runner Aurora"),
+			chromedp.SetValue(chromedp.CSS("#cs-currency-1"), "GBP"),
+			chromedp.SetValue(chromedp.CSS("#cs-imageUrl-1"), image),
+			chromedp.SetValue(chromedp.CSS("#cs-priceCents-1"), "4599"),
+		)
+	}
+	fill("ftp://images.example/aurora.png")
+	op.click("#cs-submit")
+	op.waitJS("refusal shown", `document.getElementById('create-result').textContent.startsWith('Not created: the server refused a value: items[0].imageUrl')`)
+	r := s.Do("GET", "/api/admin/sales", s.Token(1, true), nil)
+	s.Want(r, 200, "")
+	if strings.Contains(string(r.Raw), "Console drop") {
+		t.Fatalf("a refused sale was created: %s", r.Raw)
+	}
+	fill("/assets/sneaker.svg")
+	op.click("#cs-submit")
+	op.waitJS("created", `document.getElementById('create-result').textContent.startsWith('Created sale #')`)
+	op.waitJS("figures of the new sale", `document.querySelector('#fig-items th')?.textContent.includes('Trail runner Aurora (£45.99)')`)
+	var saleID int64
+	if _, err := fmt.Sscanf(op.text("#create-result"), "Created sale #%d", &saleID); err != nil {
+		t.Fatalf("create result %q: %v", op.text("#create-result"), err)
+	}
+	it := s.adminSale(saleID)["items"].([]any)[0].(map[string]any)
+	if it["name"] != "Trail runner Aurora" || it["currency"] != "GBP" || it["imageUrl"] != "/assets/sneaker.svg" || it["priceCents"] != float64(4599) {
+		t.Errorf("created item = %v", it)
+	}
+}

@@ -191,7 +191,7 @@ export default {
   'op.error.FORBIDDEN': 'This token is not an operator token.',
   'op.error.NETWORK': 'Cannot reach the server; retrying.',
   'op.error.TOKEN_SHAPE': 'That does not look like an access token.',
-  'op.refused.INVALID': 'the server refused the values (INVALID).',
+  'op.refused.INVALID': 'the server refused a value: {message}',
   'op.refused.NOT_FOUND': 'the sale or item does not exist (NOT_FOUND).',
   'op.refused.NETWORK': 'the server could not be reached.',
   'op.refused.VERSION_CONFLICT': 'another operator changed it first.',

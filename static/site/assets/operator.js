@@ -66,7 +66,9 @@ function renderError() {
 // else the server's message (English, safe to show) after the code.
 function refusal(r) {
   const code = r.error || 'HTTP_' + r.status;
-  if (i18n.has('op.refused.' + code)) return t('op.refused.' + code);
+  // The server's message names the field at fault; the catalogue's words
+  // frame it.
+  if (i18n.has('op.refused.' + code)) return t('op.refused.' + code, { message: r.message || code });
   return r.message ? code + ': ' + r.message : code;
 }
 
