@@ -99,7 +99,7 @@ var (
 //	KEYS: stock, marker (StockAddMarker, under the same tag)
 //	ARGV: itemId, units, markerTtlSeconds
 //	returns 1 added, 0 added before (the marker exists), 2 no stock
-//	record (nothing added: a rebuild counts the units from the database).
+//	record (nothing added, no marker: retried once the stock is rebuilt).
 //
 //go:embed stock_add.lua
 var StockAdd string

@@ -614,7 +614,11 @@ func (r *Reconciler) rebuildIfLost(ctx context.Context, sale *flashsale.Sale) er
 	// a row already (live or not: a REJECTED, EXPIRED or CANCELLED one
 	// holds no unit).
 	err = pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT id, quantity FROM items WHERE sale_id = $1`, sale.ID)
+		// A live stock addition still in its outbox (stock_adds) is in
+		// quantity but not yet in Redis: it is added onto the rebuilt
+		// record afterwards, so the rebuild leaves it out.
+		rows, err := tx.Query(ctx, `SELECT i.id, i.quantity - coalesce((SELECT sum(a.units) FROM stock_adds a WHERE a.item_id = i.id), 0)
+			FROM items i WHERE i.sale_id = $1`, sale.ID)
 		if err != nil {
 			return err
 		}

@@ -590,6 +590,8 @@ func (s *Store) Drop(ctx context.Context, saleID int64) error {
 	return nil
 }
 
+var errNoStockRecord = errors.New("no stock record for the item (Redis lost it; the reconciler rebuilds it)")
+
 // stockAddMarkerTTL is how long a stock addition's markers stay: far
 // longer than the outbox takes to retry a step (seconds), so a retry never
 // adds twice.
@@ -599,8 +601,9 @@ const stockAddMarkerTTL = 7 * 24 * time.Hour
 // addition addID (the outbox row of the sale store): units spread over the
 // shards as Load spreads them, one atomic script per shard guarded by a
 // marker of addID, so a retry of a step cut short adds nothing twice. A
-// shard without the item's stock record gets nothing (the rebuild from the
-// database counts the units).
+// shard without the item's stock record (Redis lost it) gets nothing and
+// the call fails: the caller retries after the rebuild, which leaves out
+// the additions still pending.
 func (s *Store) AddStock(ctx context.Context, saleID, addID, itemID, units int64) error {
 	script := redis.NewScript(lua.StockAdd)
 	shards, tags := 1, []string{lua.Tag(saleID)}
@@ -613,8 +616,12 @@ func (s *Store) AddStock(ctx context.Context, saleID, addID, itemID, units int64
 			continue
 		}
 		keys := []string{lua.ShardKey(tags[sh], lua.KindStock), lua.StockAddMarker(tags[sh], addID)}
-		if err := script.Run(ctx, s.rdb, keys, itemID, n, int64(stockAddMarkerTTL/time.Second)).Err(); err != nil {
+		res, err := script.Run(ctx, s.rdb, keys, itemID, n, int64(stockAddMarkerTTL/time.Second)).Int()
+		if err != nil {
 			return fmt.Errorf("redisstock.AddStock: shard %d: %w", sh, err)
+		}
+		if res == 2 {
+			return fmt.Errorf("redisstock.AddStock: shard %d: %w", sh, errNoStockRecord)
 		}
 	}
 	return nil
