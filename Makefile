@@ -23,6 +23,8 @@ run: build
 # randomised under -race), then every test under the race detector, then
 # the packages that run Redis scripts again on a Redis Cluster.
 test: vet rules
+	@# axe-core for the browser accessibility tests (static/package-lock.json).
+	@if command -v npm >/dev/null; then cd static && npm ci --no-audit --no-fund --loglevel=error; else echo "npm not found: the accessibility tests will skip"; fi
 	$(GO) test -count=1 -run 'Allocs' ./admission/
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	FLASHSALE_TEST_REDIS=cluster $(GO) test -race -count=1 -parallel 1 -timeout 20m $(CLUSTER_PKGS)

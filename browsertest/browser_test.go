@@ -91,6 +91,10 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("hide-scrollbars", true),
 		chromedp.Flag("mute-audio", true),
+		// The pages choose their language from the browser's; the tests
+		// that check another language set it per tab (Accept-Language).
+		chromedp.Flag("lang", "en-US"),
+		chromedp.Flag("accept-lang", "en-US,en"),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 800),
 	}

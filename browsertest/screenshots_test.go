@@ -3,6 +3,7 @@ package browsertest
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -76,7 +77,8 @@ func settle(tb *tab) {
 }
 
 // TestScreenshots renders the shopper page (waiting; admitted and paid) and
-// the operator console at phone and desktop width.
+// the operator console at phone and desktop width, in English and Spanish
+// (name-<lang>-<size>.png).
 func TestScreenshots(t *testing.T) {
 	if os.Getenv("FLASHSALE_UPDATE_SCREENSHOTS") == "1" {
 		if err := os.MkdirAll(committedDir, 0o755); err != nil {
@@ -86,8 +88,13 @@ func TestScreenshots(t *testing.T) {
 	// Capacity factor 1 keeps the queue still: as many shoppers admitted
 	// as units remain, the rest wait.
 	s := startStack(t, func(c *wiring.Config) { c.CapacityFactor = 1 })
-	winter, winterItems := s.createSale("Winter drop", time.Now().Add(-time.Second), 20, 2, 3)
-	spring, springItems := s.createSale("Spring drop", time.Now().Add(-time.Second), 500, 50, 25)
+	item := func(product, quantity, price int, name string) map[string]any {
+		return map[string]any{"productId": product, "quantity": quantity, "priceCents": price, "currency": "EUR", "name": name, "imageUrl": "/assets/sneaker.svg"}
+	}
+	winter, winterItems := s.createSaleItems("Winter drop", time.Now().Add(-time.Second), 20,
+		item(501, 2, 8999, "Trail runner, blue"), item(502, 3, 12950, "Court classic, white"))
+	spring, springItems := s.createSaleItems("Spring drop", time.Now().Add(-time.Second), 500,
+		item(601, 50, 5990, "Canvas low, navy"), item(602, 25, 7450, "Knit runner, grey"))
 
 	// Winter: five shoppers admitted (one per unit), one of them buys and
 	// pays; six more wait.
@@ -110,30 +117,39 @@ func TestScreenshots(t *testing.T) {
 	for u := int64(8106); u <= 8111; u++ {
 		s.join(u, winter)
 	}
+	s.Want(s.Do("POST", fmt.Sprintf("/api/admin/sales/%d/message", winter), s.Token(1, true),
+		map[string]any{"text": "Winter drop: 5 pairs left / quedan 5 pares"}), 200, "")
 
 	b := newBrowser(t)
-	shop := b.tab("")
-	shop.navigate(s.shopperURL(s.App.PublicURL, winter, 8120, ""))
-	shop.waitState("WAITING")
-	shop.waitJS("position and ETA", `document.getElementById('position').textContent !== '–' && document.getElementById('eta').textContent !== '–'`)
-	shootSizes(shop, "shopper-waiting")
+	for i, lang := range []string{"en", "es"} {
+		user := int64(8120 + i)
+		shop := b.tab("shopper-" + lang)
+		shop.language(lang)
+		shop.navigate(s.shopperURL(s.App.PublicURL, winter, user, ""))
+		shop.waitJS("language "+lang, fmt.Sprintf(`document.documentElement.lang === %q`, lang))
+		shop.waitState("WAITING")
+		shop.waitJS("position, ETA, message and pictures", `document.getElementById('position').textContent !== '–' && document.getElementById('eta').textContent !== '–' &&
+		  !document.getElementById('sale-message').hidden && [...document.querySelectorAll('#items img')].every((i) => i.complete && i.naturalWidth > 0)`)
+		shootSizes(shop, "shopper-waiting-"+lang)
 
-	shop.navigate(s.shopperURL(s.App.PublicURL, spring, 8120, ""))
-	shop.waitState("ADMITTED")
-	buyAndPay(shop, springItems[0])
-	shootSizes(shop, "shopper-paid")
+		shop.navigate(s.shopperURL(s.App.PublicURL, spring, user, ""))
+		shop.waitState("ADMITTED")
+		buyAndPay(shop, springItems[0])
+		shootSizes(shop, "shopper-paid-"+lang)
 
-	op := b.tab("operator")
-	op.navigate(s.operatorURL(winter))
-	op.do("figures", chromedp.WaitVisible(chromedp.CSS("#figures-body")))
-	op.waitJS("items, queue and charts", `document.querySelectorAll('#fig-items tr').length === 2 &&
-	  document.getElementById('fig-waiting').textContent.trim() !== '' &&
-	  document.querySelectorAll('#charts svg').length > 0 &&
-	  document.querySelectorAll('#audit-list li').length > 0`)
-	op.do("block a user",
-		chromedp.SetValue(chromedp.CSS("#block-user-input"), "666"),
-		chromedp.Click(chromedp.CSS("#block-user-apply")),
-	)
-	op.waitJS("audit entry", `!!document.querySelector('#audit-list li.fresh')`)
-	shootSizes(op, "operator")
+		op := b.tab("operator-" + lang)
+		op.language(lang)
+		op.navigate(s.operatorURL(winter))
+		op.do("figures", chromedp.WaitVisible(chromedp.CSS("#figures-body")))
+		op.waitJS("items, queue and charts", `document.querySelectorAll('#fig-items tr').length === 2 &&
+		  document.getElementById('fig-waiting').textContent.trim() !== '' &&
+		  document.querySelectorAll('#charts svg').length > 0 &&
+		  document.querySelectorAll('#audit-list li').length > 0`)
+		op.do("block a user",
+			chromedp.SetValue(chromedp.CSS("#block-user-input"), fmt.Sprint(666+i)),
+			chromedp.Click(chromedp.CSS("#block-user-apply")),
+		)
+		op.waitJS("audit entry", `!!document.querySelector('#audit-list li.fresh')`)
+		shootSizes(op, "operator-"+lang)
+	}
 }

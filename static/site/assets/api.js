@@ -34,12 +34,13 @@ export async function request(method, url, { token, headers = {}, body, timeoutM
       message: data && typeof data.message === 'string' ? data.message : '',
       retryAfterMs: retryAfterMs(res.headers.get('Retry-After'), 0),
       ageSeconds: Number(res.headers.get('Age')) || 0,
+      etag: res.headers.get('ETag') || '',
       sentAt,
       receivedAt,
       networkError: false,
     };
   } catch (err) {
-    return { ok: false, status: 0, body: null, error: 'NETWORK', message: String((err && err.message) || err), retryAfterMs: 0, sentAt, receivedAt: performance.now(), networkError: true };
+    return { ok: false, status: 0, body: null, error: 'NETWORK', message: String((err && err.message) || err), retryAfterMs: 0, etag: '', sentAt, receivedAt: performance.now(), networkError: true };
   } finally {
     clearTimeout(timer);
   }

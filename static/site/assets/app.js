@@ -1,8 +1,10 @@
 // Shopper page: the list of sales at "/", one sale at "/sales/{id}".
+// Every text it shows comes from the language catalogues (lang.js); what
+// it wrote is kept as keys, so a change of language re-renders it.
 import { request } from './api.js';
 import { acquireToken, clearToken, decodeClaims, expiresInMs, looksLikeJWT, saveToken } from './auth.js';
 import { ServerClock } from './clock.js';
-import { formatCents, formatCountdown, formatDateTime, formatEta } from './format.js';
+import { setupLanguage } from './lang.js';
 import { buyWithRecovery, findOrder } from './buying.js';
 import { QueueClient, startPowSolver } from './queue.js';
 
@@ -11,17 +13,12 @@ const API = '/api/flash-sales';
 
 const $ = (id) => document.getElementById(id);
 
-const MESSAGES = {
-  UNAUTHENTICATED: 'Your sign-in is missing or has expired. Please sign in again.',
-  FORBIDDEN: 'You are not allowed to do this.',
-  BLOCKED: 'Access from this account or network has been blocked.',
-  NOT_FOUND: 'This sale does not exist.',
-  INVALID: 'The page sent something the server did not understand. Please reload.',
-  TOO_LARGE: 'The page sent too much data. Please reload.',
-  POW_FAILED: 'The browser check failed; trying again.',
-  POW_REJECTED: 'The browser check kept failing. Please reload the page.',
-  NETWORK: 'The connection to the shop was lost; retrying.',
-};
+// States the queue and the sale can be in, each with a label in the
+// catalogues (state.<STATE>).
+const STATES = new Set(['PREQUEUE', 'WAITING', 'ADMITTED', 'SOLD_OUT', 'ENDED', 'PAUSED', 'SCHEDULED', 'OPEN']);
+
+let i18n = null;
+const t = (key, params) => i18n.t(key, params);
 
 const page = {
   token: '',
@@ -32,28 +29,48 @@ const page = {
   opensAtMs: NaN,
   queue: null,
   queueState: '',
+  lastStatus: null,
   maxPosition: 0,
   lastAnnounce: 0,
   admission: null, // {token, expiresAtMs, items: Map itemId → purchaseUrl}
   soldOut: new Set(),
   buyBlockedUntil: 0, // performance.now() until which buying waits (rate limit)
   busy: false,
-  order: null, // {id, status, payable, expiresAtMs}
+  order: null, // {id, status, payable, expiresAtMs, itemId, paymentUrl}
+  orderBody: null,
   orderTimer: null,
   orderMisses: 0,
+  error: null, // {code, message}
+  result: null, // {code, key, params}
+  orderHelp: null, // {key, params}
+  transport: null, // [name, detail, delayMs]
+  message: null, // {text, atMs}
+  powHelp: '',
 };
 
 // ---------- errors and sign-in ----------
 
+// errorText is the text for an error code: the catalogue's, else the
+// server's message (English, safe to show), else a generic one.
+function errorText(code, message) {
+  if (i18n.has('error.' + code)) return t('error.' + code);
+  return message || t('error.generic', { code });
+}
+
 function showError(code, message) {
+  page.error = code ? { code, message } : null;
+  renderError();
+}
+
+function renderError() {
   const el = $('error');
-  if (!code) {
+  if (!page.error) {
     el.textContent = '';
     el.removeAttribute('data-error');
     return;
   }
-  el.dataset.error = code;
-  el.textContent = MESSAGES[code] || message || 'Something went wrong (' + code + ').';
+  el.dataset.error = page.error.code;
+  el.textContent = errorText(page.error.code, page.error.message);
 }
 
 function renderSignin() {
@@ -61,9 +78,9 @@ function renderSignin() {
   $('signin').hidden = signedIn;
   $('signout').hidden = !signedIn;
   page.claims = signedIn ? decodeClaims(page.token) : null;
-  let who = page.claims && page.claims.sub ? 'Signed in as user ' + page.claims.sub : signedIn ? 'Signed in' : 'Not signed in';
+  let who = page.claims && page.claims.sub ? t('signin.asUser', { user: page.claims.sub }) : signedIn ? t('signin.signedIn') : t('signin.notSignedIn');
   const now = page.clock.synced ? page.clock.now() : Date.now();
-  if (signedIn && expiresInMs(page.claims, now) <= 0) who += ' (sign-in expired: please sign in again)';
+  if (signedIn && expiresInMs(page.claims, now) <= 0) who += ' ' + t('signin.expired');
   $('signed-in').textContent = who;
 }
 
@@ -74,24 +91,37 @@ function setToken(token) {
   renderSignin();
 }
 
+function setQueueState(state) {
+  const st = $('queue-state');
+  st.dataset.state = state;
+  st.textContent = stateLabel(state);
+}
+
 function wireSignin() {
   $('token-form').addEventListener('submit', (ev) => {
     ev.preventDefault();
-    const t = $('token-input').value.trim();
+    const tok = $('token-input').value.trim();
     $('token-input').value = '';
-    if (!looksLikeJWT(t)) {
-      showError('TOKEN_SHAPE', 'That does not look like an access token.');
+    if (!looksLikeJWT(tok)) {
+      showError('TOKEN_SHAPE');
       return;
     }
     showError('');
-    setToken(t);
+    setToken(tok);
     if (page.saleId) startQueue();
   });
   $('signout').addEventListener('click', () => {
     stopQueue();
     setToken('');
-    $('queue-state').textContent = 'not joined';
+    setQueueState('');
   });
+}
+
+// stateLabel is the words for a state; '' (not joined) and ERROR read
+// "not joined".
+function stateLabel(state) {
+  if (STATES.has(state)) return t('state.' + state);
+  return t('state.none');
 }
 
 // ---------- clock ----------
@@ -106,6 +136,7 @@ function sampleClock(r) {
 
 async function showList() {
   $('sales-view').hidden = false;
+  document.title = t('shop.title');
   const r = await request('GET', API + '/sales');
   if (!r.ok) {
     showError(r.error || 'NETWORK', r.message);
@@ -126,7 +157,7 @@ async function showList() {
     li.id = 'sale-' + s.id;
     const a = document.createElement('a');
     a.href = '/sales/' + encodeURIComponent(s.id);
-    a.textContent = s.name || 'Sale ' + s.id;
+    a.textContent = s.name || t('sale.numbered', { id: s.id });
     const meta = document.createElement('span');
     meta.className = 'muted';
     meta.dataset.startsAt = String(Date.parse(s.startsAt));
@@ -141,25 +172,15 @@ function tickList() {
   for (const el of document.querySelectorAll('#sales [data-starts-at]')) {
     const starts = Number(el.dataset.startsAt);
     const left = page.clock.synced ? page.clock.until(starts) : NaN;
-    let text = stateLabel(el.dataset.state);
-    if (el.dataset.state === 'SCHEDULED' && Number.isFinite(left)) text = 'opens in ' + formatCountdown(left);
+    let text = listStateLabel(el.dataset.state);
+    if (el.dataset.state === 'SCHEDULED' && Number.isFinite(left)) text = t('list.opensIn', { time: i18n.countdown(left) });
     el.textContent = '· ' + text;
   }
 }
 
-function stateLabel(state) {
-  switch (state) {
-    case 'SCHEDULED':
-      return 'coming soon';
-    case 'OPEN':
-      return 'open now';
-    case 'SOLD_OUT':
-      return 'sold out';
-    case 'ENDED':
-      return 'ended';
-    default:
-      return '';
-  }
+function listStateLabel(state) {
+  const key = 'list.state.' + state;
+  return i18n.has(key) ? t(key) : '';
 }
 
 // ---------- one sale ----------
@@ -179,6 +200,10 @@ async function loadSale() {
   page.sale = r.body;
   if (!Number.isFinite(page.opensAtMs)) page.opensAtMs = Date.parse(page.sale.startsAt);
   for (const it of page.sale.items || []) if (it.soldOut) page.soldOut.add(String(it.id));
+  // The sale data may be a cached copy: it clears only a message that
+  // came from the sale data, and never replaces a newer pushed one.
+  if (page.sale.message && typeof page.sale.message === 'object') onMessage(page.sale.message, 'sale');
+  else if (page.message && page.message.source === 'sale') onMessage({ text: '' }, 'sale');
   renderSale();
   return true;
 }
@@ -196,17 +221,19 @@ function scheduleSaleRefresh(step = 0) {
 
 function renderSale() {
   const s = page.sale;
-  $('sale-name').textContent = s.name || 'Sale ' + s.id;
-  document.title = (s.name || 'Sale') + ' · Flash sale';
-  const t = $('starts-at');
-  t.dateTime = s.startsAt;
-  t.textContent = formatDateTime(Date.parse(s.startsAt));
+  if (!s) return;
+  const name = s.name || t('sale.numbered', { id: s.id });
+  $('sale-name').textContent = name;
+  document.title = t('shop.saleTitle', { name });
+  const el = $('starts-at');
+  el.dateTime = s.startsAt;
+  el.textContent = i18n.dateTime(Date.parse(s.startsAt));
   renderItems();
   renderBanner();
 }
 
 function saleState() {
-  if (page.queueState === 'SOLD_OUT' || page.queueState === 'ENDED') return page.queueState;
+  if (page.queueState === 'SOLD_OUT' || page.queueState === 'ENDED' || page.queueState === 'PAUSED') return page.queueState;
   return page.sale ? page.sale.state : '';
 }
 
@@ -214,7 +241,54 @@ function renderBanner() {
   const b = $('sale-banner');
   const st = saleState();
   b.dataset.state = st;
-  b.textContent = st === 'SOLD_OUT' ? 'Sold out.' : st === 'ENDED' ? 'This sale has ended.' : '';
+  const key = 'banner.' + st;
+  b.textContent = i18n.has(key) ? t(key) : '';
+}
+
+// onMessage shows the operator's message to everyone in the sale ("" or
+// no text clears it); the region is polite and atomic, so a screen reader
+// reads each new message once, whole.
+function onMessage(m, source = 'push') {
+  const text = m && typeof m.text === 'string' ? m.text.trim() : '';
+  const atMs = m ? Number(m.atMs) : NaN;
+  const cur = page.message;
+  if (cur && cur.text === text && (cur.atMs === atMs || !Number.isFinite(atMs))) return;
+  if (cur && Number.isFinite(cur.atMs) && Number.isFinite(atMs) && atMs < cur.atMs) return;
+  if (!cur && !text) return;
+  page.message = text ? { text, atMs, source } : null;
+  renderMessage();
+}
+
+function renderMessage() {
+  const box = $('sale-message');
+  const m = page.message;
+  box.hidden = !m;
+  $('sale-message-text').textContent = m ? m.text : '';
+  const at = $('sale-message-at');
+  if (m && Number.isFinite(m.atMs)) {
+    at.dateTime = new Date(m.atMs).toISOString();
+    at.textContent = '(' + i18n.time(m.atMs) + ')';
+  } else {
+    at.removeAttribute('datetime');
+    at.textContent = '';
+  }
+}
+
+// safeImage accepts the image URLs the contract allows: http(s) or a path
+// on this site.
+function safeImage(url) {
+  if (typeof url !== 'string' || url === '') return '';
+  if (url.startsWith('/') && !url.startsWith('//')) return url;
+  try {
+    const u = new URL(url);
+    return u.protocol === 'https:' || u.protocol === 'http:' ? u.href : '';
+  } catch {
+    return '';
+  }
+}
+
+function itemName(it) {
+  return it.name || t('items.product', { id: it.productId });
 }
 
 function renderItems() {
@@ -229,6 +303,11 @@ function renderItems() {
       li = document.createElement('li');
       li.id = 'item-' + id;
       li.className = 'item';
+      const img = document.createElement('img');
+      img.className = 'item-image';
+      img.width = 64;
+      img.height = 64;
+      img.decoding = 'async';
       const name = document.createElement('span');
       name.className = 'item-name';
       const price = document.createElement('span');
@@ -236,11 +315,24 @@ function renderItems() {
       const action = document.createElement('div');
       action.className = 'action';
       action.id = 'action-' + id;
-      li.append(name, price, action);
+      li.append(img, name, price, action);
       ul.append(li);
     }
-    li.querySelector('.item-name').textContent = 'Product ' + it.productId;
-    li.querySelector('.price').textContent = formatCents(it.priceCents);
+    const name = itemName(it);
+    li.querySelector('.item-name').textContent = name;
+    li.querySelector('.price').textContent = i18n.price(it.priceCents, it.currency || 'USD');
+    const img = li.querySelector('.item-image');
+    const src = safeImage(it.imageUrl);
+    li.classList.toggle('with-image', !!src);
+    if (src) {
+      if (img.getAttribute('src') !== src) img.src = src;
+      img.alt = name;
+      img.hidden = false;
+    } else {
+      img.removeAttribute('src');
+      img.alt = '';
+      img.hidden = true;
+    }
   }
   if (page.admission) {
     for (const id of page.admission.items.keys()) {
@@ -250,7 +342,7 @@ function renderItems() {
         li.className = 'item';
         const name = document.createElement('span');
         name.className = 'item-name';
-        name.textContent = 'Item ' + id;
+        name.dataset.itemOnly = id;
         const action = document.createElement('div');
         action.className = 'action';
         action.id = 'action-' + id;
@@ -258,6 +350,7 @@ function renderItems() {
         ul.append(li);
       }
     }
+    for (const el of document.querySelectorAll('#items [data-item-only]')) el.textContent = t('items.item', { id: el.dataset.itemOnly });
   }
   renderActions();
 }
@@ -268,20 +361,25 @@ function renderActions() {
   const admitted = admissionValid();
   const ordering = page.order && (page.order.status === 'PENDING' || page.order.status === 'PAID' || !page.order.status);
   const waitMs = page.buyBlockedUntil - performance.now();
+  const paused = saleState() === 'PAUSED';
   for (const box of document.querySelectorAll('#items .action')) {
     const id = box.id.slice('action-'.length);
     const url = page.admission && page.admission.items.get(id);
     if (page.order && page.order.status === 'PAID') {
       // One item per sale: after paying there is nothing more to buy.
-      setNote(box, String(page.order.itemId) === id ? 'Bought' : 'One item per sale', '');
+      setNote(box, String(page.order.itemId) === id ? t('items.bought') : t('items.onePerSale'), '');
       continue;
     }
     if (page.soldOut.has(id)) {
-      setNote(box, 'Sold out', 'soldout-' + id);
+      setNote(box, t('items.soldOut'), 'soldout-' + id);
+      continue;
+    }
+    if (paused) {
+      setNote(box, t('items.paused'), '');
       continue;
     }
     if (!admitted || !url) {
-      setNote(box, saleState() === 'ENDED' ? 'Ended' : 'Buy when it is your turn', '');
+      setNote(box, saleState() === 'ENDED' ? t('items.ended') : t('items.waitTurn'), '');
       continue;
     }
     let btn = $('buy-' + id);
@@ -294,13 +392,19 @@ function renderActions() {
       box.replaceChildren(btn);
     }
     btn.disabled = page.busy || ordering || waitMs > 0;
-    btn.textContent = waitMs > 0 ? 'Buy (wait ' + Math.ceil(waitMs / 1000) + ' s)' : 'Buy';
+    const text = waitMs > 0 ? t('items.buyWait', { s: i18n.seconds(waitMs) }) : t('items.buy');
+    if (btn.textContent !== text) btn.textContent = text;
+    // The button names its item for screen readers ("Buy" alone is one of
+    // several identical buttons).
+    const item = ((page.sale && page.sale.items) || []).find((x) => String(x.id) === id);
+    const label = t('items.buyLabel', { name: item ? itemName(item) : t('items.item', { id }) });
+    if (btn.getAttribute('aria-label') !== label) btn.setAttribute('aria-label', label);
   }
 }
 
 function setNote(box, text, id) {
   const first = box.firstElementChild;
-  if (first && first.tagName === 'SPAN' && first.textContent === text) return;
+  if (first && first.tagName === 'SPAN' && first.textContent === text && (first.id || '') === id) return;
   const span = document.createElement('span');
   span.className = 'note';
   if (id) span.id = id;
@@ -342,10 +446,12 @@ function startQueue() {
       onAdmitted,
       onError: onQueueError,
       onTransport,
+      onMessage: (m) => onMessage(m),
       onChallenge: () => {
         $('pow-box').hidden = false;
         $('pow-progress').value = 0;
-        $('queue-help').textContent = 'Checking your browser with a short computation…';
+        page.powHelp = 'pow.checking';
+        $('queue-help').textContent = t(page.powHelp);
       },
       onPowProgress: (f) => {
         $('pow-progress').value = Math.round(f * 100);
@@ -353,7 +459,8 @@ function startQueue() {
       onPowDone: () => {
         $('pow-progress').value = 100;
         $('pow-box').hidden = true;
-        $('queue-help').textContent = 'Browser check done; joining…';
+        page.powHelp = 'pow.done';
+        $('queue-help').textContent = t(page.powHelp);
       },
     },
   });
@@ -372,50 +479,59 @@ function announce(text, force) {
   $('queue-announce').textContent = text;
 }
 
-function onStatus(s) {
+function onStatus(s, rerender = false) {
   const prev = page.queueState;
   page.queueState = s.state;
+  page.lastStatus = s;
+  page.powHelp = '';
   if (Number.isFinite(s.opensAtMs)) page.opensAtMs = s.opensAtMs;
-  const st = $('queue-state');
-  st.textContent = s.state;
-  st.dataset.state = s.state;
+  setQueueState(s.state);
   const help = $('queue-help');
   const pos = Number(s.position);
-  const changed = prev !== s.state;
+  const changed = prev !== s.state && !rerender;
+  const say = (text) => {
+    if (!rerender) announce(text, changed);
+  };
   switch (s.state) {
     case 'PREQUEUE':
       $('position').textContent = '–';
-      $('eta').textContent = 'from the opening';
+      $('eta').textContent = t('queue.fromOpening');
       $('progress').value = 0;
-      help.textContent = 'You are in. Places are drawn at random when the sale opens; keep this page open.';
-      announce('You are in the queue. Places are drawn when the sale opens.', changed);
+      help.textContent = t('help.PREQUEUE');
+      say(t('announce.PREQUEUE'));
       break;
     case 'WAITING':
       if (Number.isFinite(pos)) {
         page.maxPosition = Math.max(page.maxPosition, pos);
-        $('position').textContent = String(pos);
+        $('position').textContent = i18n.number(pos);
         $('progress').value = page.maxPosition > 0 ? Math.round(((page.maxPosition - pos) / page.maxPosition) * 100) : 0;
       }
-      $('eta').textContent = formatEta(Number(s.etaSeconds));
-      help.textContent = 'Keep this page open; your turn comes automatically.';
-      announce(Number.isFinite(pos) ? pos + ' people ahead of you, ' + formatEta(Number(s.etaSeconds)) + '.' : 'Waiting.', changed);
+      $('eta').textContent = i18n.eta(Number(s.etaSeconds));
+      help.textContent = t('help.WAITING');
+      say(Number.isFinite(pos) ? t('announce.ahead', { n: pos, eta: i18n.eta(Number(s.etaSeconds)) }) : t('announce.WAITING'));
       break;
     case 'ADMITTED':
-      $('position').textContent = '0';
-      $('eta').textContent = 'now';
+      $('position').textContent = i18n.number(0);
+      $('eta').textContent = t('queue.now');
       $('progress').value = 100;
-      help.textContent = 'It is your turn. Choose an item below.';
-      announce('It is your turn. You can buy now.', changed);
+      help.textContent = t('help.ADMITTED');
+      say(t('announce.ADMITTED'));
+      break;
+    case 'PAUSED':
+      // The place is kept: position and progress stay as they were.
+      $('eta').textContent = t('queue.pausedEta');
+      help.textContent = t('help.PAUSED');
+      say(t('announce.PAUSED'));
       break;
     case 'SOLD_OUT':
       $('eta').textContent = '–';
-      help.textContent = 'Everything is sold out. Keep the page open: if reserved items are not paid they come back, in queue order.';
-      announce('Sold out.', changed);
+      help.textContent = t('help.SOLD_OUT');
+      say(t('announce.SOLD_OUT'));
       break;
     case 'ENDED':
       $('eta').textContent = '–';
-      help.textContent = 'The sale has ended.';
-      announce('The sale has ended.', changed);
+      help.textContent = t('help.ENDED');
+      say(t('announce.ENDED'));
       break;
     default:
       break;
@@ -430,7 +546,7 @@ function onAdmitted(m) {
     if (sameOrigin(it.purchaseUrl)) items.set(String(it.id), it.purchaseUrl);
   }
   page.admission = { token: m.admissionToken, expiresAtMs: Number(m.expiresAtMs), items };
-  if (page.queueState !== 'SOLD_OUT') onStatus({ state: 'ADMITTED' });
+  if (page.queueState !== 'SOLD_OUT' && page.queueState !== 'PAUSED') onStatus({ state: 'ADMITTED' });
   renderItems();
 }
 
@@ -449,23 +565,29 @@ function onQueueError(code, message, fatal) {
   showError(code, message);
   if (code === 'UNAUTHENTICATED') setToken('');
   if (fatal) {
-    $('queue-state').textContent = 'not joined';
-    $('queue-state').dataset.state = 'ERROR';
+    setQueueState('ERROR');
     $('join').hidden = !page.token || code === 'BLOCKED' || code === 'NOT_FOUND';
   }
 }
 
 function onTransport(name, detail, delayMs) {
+  page.transport = [name, detail, delayMs];
+  renderTransport();
+  if (detail === 'open' || detail === 'forced' || detail === 'websocket failed') showError('');
+}
+
+function renderTransport() {
+  if (!page.transport) return;
+  const [name, detail, delayMs] = page.transport;
   let text = '';
   if (name === 'websocket') {
-    text = detail === 'open' ? 'Live connection' : detail === 'reconnecting' ? 'Reconnecting in ' + Math.ceil(delayMs / 1000) + ' s…' : 'Connecting…';
+    text = detail === 'open' ? t('transport.live') : detail === 'reconnecting' ? t('transport.reconnecting', { s: i18n.seconds(delayMs) }) : t('transport.connecting');
   } else if (name === 'polling') {
-    text = detail === 'retrying' ? 'Checking again in ' + Math.ceil(delayMs / 1000) + ' s…' : 'Checking for updates every 1–2 s';
+    text = detail === 'retrying' ? t('transport.retrying', { s: i18n.seconds(delayMs) }) : t('transport.polling');
   }
   const el = $('transport');
   el.dataset.transport = name;
   el.textContent = text;
-  if (detail === 'open' || detail === 'forced' || detail === 'websocket failed') showError('');
 }
 
 // ---------- buying ----------
@@ -476,7 +598,7 @@ async function buy(itemId) {
   if (!url) return;
   page.busy = true;
   renderActions();
-  setResult('PENDING', 'Reserving…');
+  setResult('PENDING', 'result.reserving');
   const res = await buyWithRecovery({
     request,
     url,
@@ -485,8 +607,7 @@ async function buy(itemId) {
     orderUrl: saleOrderUrl(),
     sleep,
     onRetry: (r, waitMs) => {
-      const why = r.networkError ? 'The connection dropped' : 'The shop could not answer';
-      setResult('CHECKING', why + '; checking whether your order went through in ' + Math.ceil(waitMs / 1000) + ' s…');
+      setResult('CHECKING', r.networkError ? 'result.checkingDropped' : 'result.checkingFailed', { s: i18n.seconds(waitMs) });
     },
   });
   page.busy = false;
@@ -498,7 +619,7 @@ async function buy(itemId) {
   const r = res.r;
   const body = r.body || {};
   if (r.status === 202 && body.orderId) {
-    setResult('RESERVED', 'Reserved! Order ' + body.orderId + '.');
+    setResult('RESERVED', 'result.reserved', { id: body.orderId });
     // The 202 says PENDING; the order cannot be payable before the order
     // writer has stored it, so the first look is a second later.
     showOrder(body.orderId, body, 1000);
@@ -506,16 +627,21 @@ async function buy(itemId) {
     const code = r.error || 'HTTP_' + r.status;
     switch (code) {
       case 'ALREADY_PURCHASED':
-        setResult(code, 'You already hold an order in this sale.');
+        setResult(code, 'result.ALREADY_PURCHASED');
         if (body.orderId) showOrder(body.orderId);
         else await lookupOrder();
         break;
       case 'SOLD_OUT':
         page.soldOut.add(itemId);
-        setResult(code, 'Sorry, this item is sold out.');
+        setResult(code, 'result.SOLD_OUT');
+        break;
+      case 'SALE_PAUSED':
+        // The admission stays valid for after the resume: keep it.
+        setResult(code, 'result.SALE_PAUSED');
+        onStatus({ ...(page.lastStatus || {}), state: 'PAUSED' });
         break;
       case 'NOT_ADMITTED':
-        setResult(code, 'Your turn is no longer valid. Rejoining the queue…');
+        setResult(code, 'result.NOT_ADMITTED');
         page.admission = null;
         startQueue();
         break;
@@ -523,31 +649,39 @@ async function buy(itemId) {
       case 'UNAVAILABLE': {
         const wait = r.retryAfterMs || 2000;
         page.buyBlockedUntil = performance.now() + wait;
-        const why = code === 'RATE_LIMITED' ? 'Too many attempts.' : 'The shop is busy; nothing was reserved.';
-        setResult(code, why + ' Try again in ' + Math.ceil(wait / 1000) + ' s.');
+        setResult(code, 'result.' + code, { s: i18n.seconds(wait) });
         break;
       }
       case 'UNAUTHENTICATED':
-        setResult(code, MESSAGES.UNAUTHENTICATED);
+        setResult(code, 'error.UNAUTHENTICATED');
         setToken('');
         break;
       case 'BLOCKED':
-        setResult(code, MESSAGES.BLOCKED);
+        setResult(code, 'error.BLOCKED');
         break;
       case 'NETWORK':
-        setResult(code, 'The shop could not be reached and holds no order for you. Try again.');
+        setResult(code, 'result.NETWORK');
         break;
       default:
-        setResult(code, r.message || 'The purchase failed (' + code + ').');
+        setResult(code, i18n.has('error.' + code) ? 'error.' + code : 'result.failed', { code, message: r.message });
     }
   }
   renderActions();
 }
 
-function setResult(code, text) {
+// setResult shows the outcome of the shopper's last action; it keeps the
+// key, so a change of language shows it again in the new language.
+function setResult(code, key, params = {}) {
+  page.result = code || key ? { code, key, params } : null;
+  renderResult();
+}
+
+function renderResult() {
   const el = $('result');
-  el.dataset.result = code;
-  el.textContent = text;
+  const r = page.result;
+  if (!r || !r.code) el.removeAttribute('data-result');
+  else el.dataset.result = r.code;
+  el.textContent = r ? t(r.key, r.params) : t('result.none');
 }
 
 const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
@@ -559,12 +693,12 @@ function saleOrderUrl() {
 // showFound shows the outcome of an order lookup after a lost answer.
 function showFound(found) {
   if (found.kind === 'order') {
-    setResult('RESERVED', 'Your order went through: ' + found.order.orderId + '.');
+    setResult('RESERVED', 'result.found', { id: found.order.orderId });
     showOrder(found.order.orderId, found.order);
   } else if (found.kind === 'none') {
-    setResult('NO_ORDER', 'No order was made. You can try again.');
+    setResult('NO_ORDER', 'result.noOrder');
   } else {
-    setResult('UNKNOWN', 'Could not reach the shop to check your order. Reload the page to check again.');
+    setResult('UNKNOWN', 'result.unknown');
   }
 }
 
@@ -579,7 +713,9 @@ const FINAL = new Set(['PAID', 'EXPIRED', 'CANCELLED', 'REJECTED']);
 
 function showOrder(orderId, known, firstPollMs) {
   clearTimeout(page.orderTimer);
-  page.order = { id: orderId, status: '', payable: false, expiresAtMs: NaN, itemId: '' };
+  page.order = { id: orderId, status: '', payable: false, expiresAtMs: NaN, itemId: '', paymentUrl: '' };
+  page.orderBody = null;
+  page.orderHelp = null;
   page.orderMisses = 0;
   $('order').hidden = false;
   $('order-id').textContent = orderId;
@@ -603,7 +739,7 @@ async function pollOrder() {
   } else if (r.status === 404) {
     // Just reserved: the order may take a moment to be visible.
     if (++page.orderMisses > 15) {
-      $('order-help').textContent = 'This order cannot be found.';
+      setOrderHelp('orderHelp.notFound');
       return;
     }
   } else {
@@ -612,61 +748,74 @@ async function pollOrder() {
   page.orderTimer = setTimeout(pollOrder, delay);
 }
 
+// paymentPage is the shop's payment page for the order, when the shop has
+// one (an http(s) URL the server filled in), else ''.
+function paymentPage(url) {
+  if (typeof url !== 'string' || url === '') return '';
+  try {
+    const u = new URL(url, location.origin);
+    return u.protocol === 'https:' || u.protocol === 'http:' ? u.href : '';
+  } catch {
+    return '';
+  }
+}
+
 function renderOrder(body) {
   const o = page.order;
+  page.orderBody = body;
   o.status = body.status || o.status;
   o.payable = !!body.payable;
   if (body.itemId !== undefined) o.itemId = body.itemId;
+  if (body.paymentUrl !== undefined) o.paymentUrl = paymentPage(body.paymentUrl);
   const exp = Date.parse(body.expiresAt);
   if (Number.isFinite(exp)) o.expiresAtMs = exp;
   const st = $('order-status');
-  st.textContent = o.status;
+  st.textContent = i18n.has('orderStatus.' + o.status) ? t('orderStatus.' + o.status) : o.status;
   st.dataset.status = o.status;
   const pending = o.status === 'PENDING';
-  $('pay').disabled = !(pending && o.payable);
+  const pay = $('pay');
+  pay.disabled = !(pending && o.payable);
+  pay.dataset.paymentUrl = o.paymentUrl ? 'shop' : 'simulated';
+  pay.textContent = o.paymentUrl ? t('order.payAtShop') : t('order.pay');
   $('cancel').disabled = !pending;
-  $('pay').hidden = !pending;
+  pay.hidden = !pending;
   $('cancel').hidden = !pending;
-  const help = $('order-help');
-  switch (o.status) {
-    case 'PENDING':
-      help.textContent = o.payable ? 'Reserved for you. Pay before the time runs out.' : 'Confirming your reservation…';
-      break;
-    case 'PAID':
-      help.textContent = 'Paid. Thank you!';
-      break;
-    case 'EXPIRED':
-      help.textContent = 'The payment time ran out; the item went back on sale.';
-      break;
-    case 'CANCELLED':
-      help.textContent = 'Cancelled; the item went back on sale.';
-      break;
-    case 'REJECTED':
-      help.textContent = 'The reservation could not be confirmed. Nothing was charged; you may try again.';
-      break;
-    default:
-      help.textContent = '';
-  }
+  const help = 'orderHelp.' + (o.status === 'PENDING' ? (o.payable ? 'PENDING' : 'confirming') : o.status);
+  setOrderHelp(i18n.has(help) ? help : '');
   if (!pending) $('pay-deadline').textContent = '–';
   renderActions();
+}
+
+function setOrderHelp(key, params = {}) {
+  page.orderHelp = key ? { key, params } : null;
+  $('order-help').textContent = key ? t(key, params) : '';
 }
 
 async function pay() {
   const o = page.order;
   if (!o) return;
+  if (o.paymentUrl) {
+    // The shop takes the payment on its own page and tells flashsale
+    // server to server; the simulated pay is refused then.
+    $('pay').disabled = true;
+    setResult('REDIRECT', 'result.toShop');
+    window.location.assign(o.paymentUrl);
+    return;
+  }
   $('pay').disabled = true;
   for (let attempt = 0; attempt < 10; attempt++) {
     const r = await request('POST', API + '/orders/' + encodeURIComponent(o.id) + '/pay', { token: page.token, body: {} });
     if (r.ok) {
-      setResult('PAID', 'Payment received.');
+      setResult('PAID', 'result.PAID');
       break;
     }
     if (r.error === 'NOT_PAYABLE_YET' || r.networkError || r.status >= 500) {
-      $('order-help').textContent = 'Still confirming; retrying the payment…';
+      setOrderHelp('orderHelp.retryingPay');
       await new Promise((res) => setTimeout(res, r.retryAfterMs || 1000));
       continue;
     }
-    setResult(r.error || 'HTTP_' + r.status, r.error === 'ORDER_EXPIRED' ? 'Too late: the payment time ran out.' : r.error === 'ORDER_CANCELLED' ? 'This order was cancelled.' : r.message || 'Payment failed.');
+    const code = r.error || 'HTTP_' + r.status;
+    setResult(code, code === 'ORDER_EXPIRED' || code === 'ORDER_CANCELLED' ? 'result.' + code : 'result.payFailed', { message: r.message });
     break;
   }
   pollOrder();
@@ -677,9 +826,9 @@ async function cancelOrder() {
   if (!o) return;
   $('cancel').disabled = true;
   const r = await request('POST', API + '/orders/' + encodeURIComponent(o.id) + '/cancel', { token: page.token });
-  if (r.ok) setResult('CANCELLED', 'Order cancelled.');
-  else if (r.error === 'ORDER_PAID') setResult(r.error, 'This order is paid and cannot be cancelled.');
-  else setResult(r.error || 'HTTP_' + r.status, r.message || 'Could not cancel; try again.');
+  if (r.ok) setResult('CANCELLED', 'result.CANCELLED');
+  else if (r.error === 'ORDER_PAID') setResult(r.error, 'result.ORDER_PAID');
+  else setResult(r.error || 'HTTP_' + r.status, 'result.cancelFailed');
   pollOrder();
 }
 
@@ -692,39 +841,36 @@ function tick() {
   const label = $('countdown-label');
   const cd = $('countdown');
   const left = page.clock.synced ? page.clock.until(page.opensAtMs) : NaN;
+  let labelText = t('sale.status');
   let text;
-  if (st === 'SOLD_OUT') {
-    label.textContent = 'Status';
-    text = 'Sold out';
-  } else if (st === 'ENDED') {
-    label.textContent = 'Status';
-    text = 'Ended';
+  if (st === 'SOLD_OUT' || st === 'ENDED' || st === 'PAUSED') {
+    text = t('countdown.' + st);
   } else if (!page.clock.synced) {
-    label.textContent = 'Opens in';
+    labelText = t('sale.opensIn');
     text = '--:--:--';
   } else if (left > 0) {
-    label.textContent = 'Opens in';
-    text = formatCountdown(left);
+    labelText = t('sale.opensIn');
+    text = i18n.countdown(left);
   } else {
-    label.textContent = 'Status';
-    text = 'Open now';
+    text = t('countdown.OPEN');
   }
+  if (label.textContent !== labelText) label.textContent = labelText;
   if (cd.textContent !== text) cd.textContent = text;
   cd.dataset.remainingMs = Number.isFinite(left) ? String(Math.max(0, Math.round(left))) : '';
 
   const adm = $('admission-expiry');
+  let admText = '';
   if (page.order && page.order.status === 'PAID') {
-    adm.textContent = '';
+    admText = '';
   } else if (page.admission && page.clock.synced && Number.isFinite(page.admission.expiresAtMs)) {
     const l = page.clock.until(page.admission.expiresAtMs);
-    adm.textContent = l > 0 ? 'Your turn lasts ' + formatCountdown(l) + ' more.' : 'Your turn has ended.';
+    admText = l > 0 ? t('items.turnLasts', { time: i18n.countdown(l) }) : t('items.turnEnded');
     if (l <= 0 && !page.order) {
       page.admission = null;
       renderActions();
     }
-  } else if (!page.admission) {
-    adm.textContent = '';
   }
+  if (adm.textContent !== admText) adm.textContent = admText;
   if (page.buyBlockedUntil > 0) {
     if (performance.now() >= page.buyBlockedUntil) page.buyBlockedUntil = 0;
     renderActions();
@@ -732,16 +878,39 @@ function tick() {
 
   const o = page.order;
   if (o && o.status === 'PENDING' && Number.isFinite(o.expiresAtMs) && page.clock.synced) {
-    $('pay-deadline').textContent = formatCountdown(page.clock.until(o.expiresAtMs));
+    $('pay-deadline').textContent = i18n.countdown(page.clock.until(o.expiresAtMs));
   }
+}
+
+// relabel shows everything the script wrote in the newly chosen language.
+function relabel() {
+  renderSignin();
+  renderError();
+  if (!$('sales-view').hidden) {
+    document.title = t('shop.title');
+    tickList();
+  }
+  renderSale();
+  setQueueState($('queue-state').dataset.state || '');
+  if (page.lastStatus) onStatus(page.lastStatus, true);
+  if (page.powHelp) $('queue-help').textContent = t(page.powHelp);
+  renderTransport();
+  renderMessage();
+  renderResult();
+  if (page.order && page.orderBody) renderOrder(page.orderBody);
+  if (page.orderHelp) setOrderHelp(page.orderHelp.key, page.orderHelp.params);
+  tick();
 }
 
 // ---------- start ----------
 
 async function init() {
+  i18n = setupLanguage(document, window, relabel);
   page.token = acquireToken(TOKEN_KEY);
-  if (!page.token && typeof window.FLASHSALE_TOKEN !== 'undefined') showError('TOKEN_SHAPE', 'The shop passed an access token that is not valid.');
+  if (!page.token && typeof window.FLASHSALE_TOKEN !== 'undefined') showError('TOKEN_PASSED');
   renderSignin();
+  renderResult();
+  setQueueState('');
   wireSignin();
   $('join').addEventListener('click', startQueue);
   $('pay').addEventListener('click', pay);

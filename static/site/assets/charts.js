@@ -54,7 +54,9 @@ export function sparklinePath(values, width, height) {
 
 // chart returns (creating it inside container once) a titled sparkline and
 // draws values into it.
-export function drawChart(container, key, title, values, latestText) {
+// ariaLabel names the chart for screen readers (the caller words it, in
+// the page's language).
+export function drawChart(container, key, title, values, latestText, ariaLabel = title) {
   let box = container.querySelector('[data-chart="' + key + '"]');
   if (!box) {
     box = document.createElement('figure');
@@ -62,7 +64,7 @@ export function drawChart(container, key, title, values, latestText) {
     const cap = document.createElement('figcaption');
     cap.className = 'chart-title';
     const name = document.createElement('span');
-    name.textContent = title;
+    name.className = 'name';
     const now = document.createElement('span');
     now.className = 'latest';
     cap.append(name, now);
@@ -71,11 +73,12 @@ export function drawChart(container, key, title, values, latestText) {
     svg.setAttribute('viewBox', '0 0 300 60');
     svg.setAttribute('preserveAspectRatio', 'none');
     svg.setAttribute('role', 'img');
-    svg.setAttribute('aria-label', title + ' over the last minutes');
     svg.append(document.createElementNS(SVG, 'path'));
     box.append(cap, svg);
     container.append(box);
   }
+  box.querySelector('.name').textContent = title;
+  box.querySelector('svg').setAttribute('aria-label', ariaLabel);
   box.querySelector('.latest').textContent = latestText;
   box.querySelector('path').setAttribute('d', sparklinePath(values, 300, 58));
 }

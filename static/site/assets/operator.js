@@ -1,8 +1,12 @@
-// Operator console: sales, live figures, bot-defense knobs, audit log.
+// Operator console: sales, live figures, the kill switch, bot-defense
+// knobs, audit log. Every write of a sale or of the settings sends If-Match
+// with the version the console showed; a 412 VERSION_CONFLICT shows what
+// another operator changed and offers a reload, never overwrites.
 import { request } from './api.js';
 import { acquireToken, clearToken, decodeClaims, looksLikeJWT, saveToken } from './auth.js';
 import { Series, drawChart, getPath, pivotCounters, ratePerSecond, setPath, shadowPaths } from './charts.js';
-import { formatCents } from './format.js';
+import { setupLanguage } from './lang.js';
+import { conflictChanges, flatten } from './conflict.js';
 
 const TOKEN_KEY = 'flashsale.operatorToken';
 const ADMIN = '/api/admin';
@@ -10,20 +14,28 @@ const HISTORY = 300; // points: five minutes at one poll a second
 
 // The bot-defense rules (defense/settings.go), for shadow mode.
 const SHADOW_RULES = ['blocklist', 'perIp', 'perPrefix', 'perUser', 'pow'];
-const RULE_LABELS = { blocklist: 'Blocklist', perIp: 'Rate limit per IP', perPrefix: 'Rate limit per network prefix', perUser: 'Rate limit per user', pow: 'Proof of work' };
 
 const $ = (id) => document.getElementById(id);
+
+let i18n = null;
+const t = (key, params) => i18n.t(key, params);
 
 const op = {
   token: '',
   saleId: '',
   sales: [],
+  sale: null, // the admin sale as last read
+  pinned: null, // the admin sale as it was when the operator began an edit
   settings: null,
   series: new Map(), // key → Series
   lastAdmitted: null, // {t, v}
   lastDefense: null, // {t, totals: {outcome: n}}
   timers: [],
   figuresInFlight: false,
+  error: null,
+  change: null, // {key, params, audit}
+  createResult: null,
+  conflict: null, // {kind: 'sale' | 'settings', mine, current}
 };
 
 function series(key) {
@@ -34,24 +46,35 @@ function series(key) {
 // ---------- errors, sign-in ----------
 
 function showError(code, message) {
+  op.error = code ? { code, message } : null;
+  renderError();
+}
+
+function renderError() {
   const el = $('error');
-  if (!code) {
+  if (!op.error) {
     el.textContent = '';
     el.removeAttribute('data-error');
     return;
   }
+  const { code, message } = op.error;
   el.dataset.error = code;
-  const text = {
-    UNAUTHENTICATED: 'The operator token is missing, invalid or expired. Sign in again.',
-    FORBIDDEN: 'This token is not an operator token.',
-    NETWORK: 'Cannot reach the server; retrying.',
-  }[code];
-  el.textContent = text || (message ? code + ': ' + message : 'Error ' + code);
+  el.textContent = i18n.has('op.error.' + code) ? t('op.error.' + code) : message ? code + ': ' + message : t('op.error.generic', { code });
+}
+
+// refusal is the words for a refused write: the catalogue's for its code,
+// else the server's message (English, safe to show) after the code.
+function refusal(r) {
+  const code = r.error || 'HTTP_' + r.status;
+  // The server's message names the field at fault; the catalogue's words
+  // frame it.
+  if (i18n.has('op.refused.' + code)) return t('op.refused.' + code, { message: r.message || code });
+  return r.message ? code + ': ' + r.message : code;
 }
 
 // api calls the admin API and handles sign-in failures in one place.
-async function api(method, path, body) {
-  const r = await request(method, ADMIN + path, { token: op.token, body });
+async function api(method, path, body, headers) {
+  const r = await request(method, ADMIN + path, { token: op.token, body, headers });
   if (r.status === 401) {
     signOut();
     showError('UNAUTHENTICATED');
@@ -61,11 +84,19 @@ async function api(method, path, body) {
   return r;
 }
 
+function renderSigned() {
+  if (!op.token) {
+    $('op-signed').textContent = '';
+    return;
+  }
+  const claims = decodeClaims(op.token);
+  $('op-signed').textContent = claims && claims.sub ? t('op.signedAs', { user: claims.sub }) : t('signin.signedIn');
+}
+
 function signIn(token) {
   op.token = token;
   saveToken(TOKEN_KEY, token);
-  const claims = decodeClaims(token);
-  $('op-signed').textContent = claims && claims.sub ? 'Operator ' + claims.sub : 'Signed in';
+  renderSigned();
   $('op-signin').hidden = true;
   $('op-signout').hidden = false;
   $('console').hidden = false;
@@ -76,12 +107,42 @@ function signIn(token) {
 function signOut() {
   op.token = '';
   clearToken(TOKEN_KEY);
-  for (const t of op.timers) clearInterval(t);
+  for (const tm of op.timers) clearInterval(tm);
   op.timers = [];
-  $('op-signed').textContent = '';
+  renderSigned();
   $('op-signin').hidden = false;
   $('op-signout').hidden = true;
   $('console').hidden = true;
+}
+
+// ---------- versions ----------
+
+// versionOf is the version an admin answer carries (the body's field, else
+// the ETag).
+function versionOf(r) {
+  if (r.body && Number.isFinite(Number(r.body.version)) && r.body.version !== undefined) return Number(r.body.version);
+  const m = /^(?:W\/)?"?(\d+)"?$/.exec(r.etag || '');
+  return m ? Number(m[1]) : NaN;
+}
+
+function ifMatch(version) {
+  return Number.isFinite(version) ? { 'If-Match': '"' + version + '"' } : {};
+}
+
+// saleVersion is the version a sale write sends: the one shown when the
+// operator began editing (a form the operator has typed in keeps it), else
+// the one shown now.
+function saleVersion() {
+  const s = op.pinned || op.sale;
+  return s ? Number(s.version) : NaN;
+}
+
+function pinSale() {
+  if (!op.pinned && op.sale) op.pinned = op.sale;
+}
+
+function stateLabel(state) {
+  return i18n.has('state.' + state) ? t('state.' + state) : state || '';
 }
 
 // ---------- sales ----------
@@ -90,6 +151,10 @@ async function loadSales() {
   const r = await api('GET', '/sales');
   if (!r.ok) return;
   op.sales = Array.isArray(r.body) ? r.body : (r.body && r.body.sales) || [];
+  renderSales();
+}
+
+function renderSales() {
   const ul = $('sales-list');
   ul.replaceChildren();
   for (const s of op.sales) {
@@ -103,14 +168,15 @@ async function loadSales() {
     btn.addEventListener('click', () => selectSale(String(s.id)));
     const meta = document.createElement('span');
     meta.className = 'muted small';
-    meta.textContent = ' ' + (s.state || '') + ' · starts ' + (s.startsAt || '') + ' · ' + (s.admissionRatePerSecond ?? '?') + '/s';
+    const starts = Date.parse(s.startsAt);
+    meta.textContent = ' ' + t('op.sales.meta', { state: stateLabel(s.state), starts: i18n.dateTime(starts), rate: s.admissionRatePerSecond ?? '?' });
     li.append(btn, meta);
     ul.append(li);
   }
   if (!op.sales.length) {
     const li = document.createElement('li');
     li.className = 'muted';
-    li.textContent = 'No sales yet.';
+    li.textContent = t('op.sales.none');
     ul.append(li);
   }
 }
@@ -119,9 +185,13 @@ function selectSale(id) {
   if (op.saleId !== id) {
     op.series.clear();
     op.lastAdmitted = null;
+    op.sale = null;
+    op.pinned = null;
     $('charts').replaceChildren();
     $('fig-items').replaceChildren();
+    $('stock-item').replaceChildren();
     $('rate-input').value = '';
+    $('message-text').value = '';
   }
   op.saleId = id;
   $('figures-empty').hidden = true;
@@ -130,33 +200,51 @@ function selectSale(id) {
   loadFigures();
 }
 
-function addItemRow(productId = '', quantity = '', price = '') {
+// The create form: one row per item, each with product, quantity, price,
+// currency, name and image.
+const ITEM_FIELDS = [
+  { name: 'productId', label: 'op.item.product', type: 'number', min: 1, size: 7, required: true },
+  { name: 'quantity', label: 'op.item.quantity', type: 'number', min: 1, size: 7, required: true },
+  { name: 'priceCents', label: 'op.item.price', type: 'number', min: 0, size: 7, required: true },
+  { name: 'currency', label: 'op.item.currency', type: 'text', size: 4, pattern: '[A-Z]{3}', maxLength: 3 },
+  { name: 'name', label: 'op.item.name', type: 'text', size: 18, maxLength: 200 },
+  { name: 'imageUrl', label: 'op.item.image', type: 'text', size: 24, maxLength: 2048 },
+];
+
+function addItemRow(values = {}) {
   const n = $('cs-items').children.length + 1;
   const row = document.createElement('div');
-  row.className = 'row';
-  const mk = (label, name, value, min) => {
-    const id = 'cs-' + name + '-' + n;
+  row.className = 'row item-row';
+  row.dataset.n = String(n);
+  for (const f of ITEM_FIELDS) {
+    const id = 'cs-' + f.name + '-' + n;
     const l = document.createElement('label');
     l.htmlFor = id;
-    l.textContent = label;
+    l.dataset.i18n = f.label;
+    l.textContent = t(f.label);
     const i = document.createElement('input');
     i.id = id;
-    i.name = name;
-    i.type = 'number';
-    i.min = String(min);
-    i.step = '1';
-    i.size = 7;
-    i.required = true;
-    i.value = String(value);
-    return [l, i];
-  };
-  row.append(...mk('Product', 'productId', productId, 1), ...mk('Quantity', 'quantity', quantity, 1), ...mk('Price (cents)', 'priceCents', price, 0));
+    i.name = f.name;
+    i.type = f.type;
+    if (f.type === 'number') {
+      i.min = String(f.min);
+      i.step = '1';
+    }
+    if (f.pattern) i.pattern = f.pattern;
+    if (f.maxLength) i.maxLength = f.maxLength;
+    i.size = f.size;
+    i.required = !!f.required;
+    i.value = values[f.name] === undefined ? '' : String(values[f.name]);
+    row.append(l, i);
+  }
   if (n > 1) {
     const rm = document.createElement('button');
     rm.type = 'button';
     rm.className = 'secondary';
-    rm.textContent = 'Remove';
-    rm.setAttribute('aria-label', 'Remove item ' + n);
+    rm.dataset.i18n = 'op.item.remove';
+    rm.textContent = t('op.item.remove');
+    rm.dataset.removeN = String(n);
+    rm.setAttribute('aria-label', t('op.item.removeLabel', { n }));
     rm.addEventListener('click', () => row.remove());
     row.append(rm);
   }
@@ -169,18 +257,27 @@ function localInputValue(ms) {
   return d.getFullYear() + '-' + p(d.getMonth() + 1) + '-' + p(d.getDate()) + 'T' + p(d.getHours()) + ':' + p(d.getMinutes()) + ':' + p(d.getSeconds());
 }
 
+function setCreateResult(key, params) {
+  op.createResult = key ? { key, params } : null;
+  $('create-result').textContent = key ? t(key, params) : '';
+}
+
 async function createSale(ev) {
   ev.preventDefault();
   const starts = new Date($('cs-starts').value);
   if (Number.isNaN(starts.getTime())) {
-    $('create-result').textContent = 'Enter a start time.';
+    setCreateResult('op.create.needStart');
     return;
   }
-  const items = [...$('cs-items').children].map((row) => ({
-    productId: Number(row.querySelector('[name=productId]').value),
-    quantity: Number(row.querySelector('[name=quantity]').value),
-    priceCents: Number(row.querySelector('[name=priceCents]').value),
-  }));
+  const items = [...$('cs-items').children].map((row) => {
+    const v = (name) => row.querySelector('[name=' + name + ']').value.trim();
+    const it = { productId: Number(v('productId')), quantity: Number(v('quantity')), priceCents: Number(v('priceCents')) };
+    // Empty optional fields are left out: the server's defaults apply.
+    if (v('currency')) it.currency = v('currency').toUpperCase();
+    if (v('name')) it.name = v('name');
+    if (v('imageUrl')) it.imageUrl = v('imageUrl');
+    return it;
+  });
   const body = {
     name: $('cs-name').value.trim(),
     startsAt: starts.toISOString(),
@@ -191,12 +288,12 @@ async function createSale(ev) {
   const r = await api('POST', '/sales', body);
   $('cs-submit').disabled = false;
   if (r.status === 201 || r.ok) {
-    $('create-result').textContent = 'Created sale #' + r.body.id + ' (' + r.body.state + ').';
+    setCreateResult('op.create.created', { id: r.body.id, state: stateLabel(r.body.state) });
     await loadSales();
     selectSale(String(r.body.id));
-    showChange('Sale #' + r.body.id + ' created');
+    showChange('op.change.created', { id: r.body.id });
   } else {
-    $('create-result').textContent = 'Not created: ' + (r.message || r.error || 'HTTP ' + r.status);
+    setCreateResult('op.create.failed', { why: refusal(r) });
   }
 }
 
@@ -204,7 +301,15 @@ async function createSale(ev) {
 
 function itemFigures(it) {
   const f = it.figures && typeof it.figures === 'object' ? { ...it, ...it.figures } : it;
-  return { id: String(f.id ?? f.itemId), productId: f.productId, quantity: f.quantity, priceCents: f.priceCents, remaining: f.remaining, sold: f.sold, paid: f.paid, expired: f.expired, cancelled: f.cancelled, rejected: f.rejected };
+  return {
+    id: String(f.id ?? f.itemId), productId: f.productId, name: f.name, currency: f.currency, imageUrl: f.imageUrl, quantity: f.quantity, priceCents: f.priceCents,
+    remaining: f.remaining, sold: f.sold, paid: f.paid, expired: f.expired, cancelled: f.cancelled, rejected: f.rejected,
+  };
+}
+
+function itemLabel(it) {
+  const name = it.name || t('items.product', { id: it.productId });
+  return '#' + it.id + ' ' + name + (Number.isFinite(Number(it.priceCents)) ? ' (' + i18n.price(Number(it.priceCents), it.currency || 'USD') + ')' : '');
 }
 
 async function loadFigures() {
@@ -218,37 +323,54 @@ async function loadFigures() {
     if (r.networkError) showError('NETWORK');
     return;
   }
-  const s = r.body;
-  const t = Date.now();
+  if (!Number.isFinite(Number(r.body.version))) {
+    const v = versionOf(r);
+    if (Number.isFinite(v)) r.body.version = v;
+  }
+  op.sale = r.body;
+  renderFigures(true);
+}
+
+function renderFigures(sample) {
+  const s = op.sale;
+  if (!s) return;
+  const now = Date.now();
   const q = s.queue || {};
-  $('figures-title').textContent = 'Live figures · #' + s.id + ' ' + (s.name || '');
-  $('fig-state').textContent = s.state || '';
+  $('figures-title').textContent = t('op.fig.titleOf', { id: s.id, name: s.name || '' });
+  const st = $('fig-state');
+  st.textContent = stateLabel(s.state);
+  st.dataset.state = s.state || '';
+  $('fig-version').textContent = num(s.version);
   $('fig-joined').textContent = num(q.joined);
   $('fig-waiting').textContent = num(q.waiting);
   $('fig-admitted').textContent = num(q.admitted);
-  $('fig-rate-setting').textContent = num(s.admissionRatePerSecond) + '/s';
+  $('fig-rate-setting').textContent = t('op.fig.perSecond', { n: num(s.admissionRatePerSecond) });
   if (document.activeElement !== $('rate-input') && $('rate-input').value === '') $('rate-input').value = s.admissionRatePerSecond ?? '';
+  $('ctl-pause').disabled = s.state === 'PAUSED' || s.state === 'ENDED';
+  $('ctl-resume').disabled = s.state !== 'PAUSED';
+  $('ctl-end').disabled = s.state === 'ENDED';
 
-  const cur = { t, v: Number(q.admitted) };
-  const rate = ratePerSecond(op.lastAdmitted, cur);
-  if (Number.isFinite(cur.v)) op.lastAdmitted = cur;
-  $('fig-admit-rate').textContent = rate === null ? '–' : rate.toFixed(1);
-  if (rate !== null) series('admitRate').push(t, rate);
-  series('waiting').push(t, Number(q.waiting));
+  let rate = null;
+  if (sample) {
+    const cur = { t: now, v: Number(q.admitted) };
+    rate = ratePerSecond(op.lastAdmitted, cur);
+    if (Number.isFinite(cur.v)) op.lastAdmitted = cur;
+    $('fig-admit-rate').textContent = rate === null ? '–' : i18n.number(Math.round(rate * 10) / 10);
+    if (rate !== null) series('admitRate').push(now, rate);
+    series('waiting').push(now, Number(q.waiting));
+  }
 
   const tbody = $('fig-items');
   let remaining = 0, sold = 0, paid = 0;
   const rows = [];
-  for (const it of (s.items || []).map(itemFigures)) {
+  const items = (s.items || []).map(itemFigures);
+  for (const it of items) {
     remaining += Number(it.remaining) || 0;
     sold += Number(it.sold) || 0;
     paid += Number(it.paid) || 0;
     const tr = document.createElement('tr');
     tr.id = 'fig-item-' + it.id;
-    const cells = [
-      '#' + it.id + (it.productId !== undefined ? ' (product ' + it.productId + ', ' + formatCents(Number(it.priceCents)) + ')' : ''),
-      num(it.quantity), num(it.remaining), num(it.sold), num(it.paid), num(it.expired), num(it.cancelled), num(it.rejected),
-    ];
+    const cells = [itemLabel(it), num(it.quantity), num(it.remaining), num(it.sold), num(it.paid), num(it.expired), num(it.cancelled), num(it.rejected)];
     cells.forEach((c, i) => {
       const cell = document.createElement(i === 0 ? 'th' : 'td');
       if (i === 0) cell.scope = 'row';
@@ -258,20 +380,83 @@ async function loadFigures() {
     rows.push(tr);
   }
   tbody.replaceChildren(...rows);
-  series('remaining').push(t, remaining);
-  series('sold').push(t, sold);
-  series('paid').push(t, paid);
-
+  renderStockItems(items);
+  if (sample) {
+    series('remaining').push(now, remaining);
+    series('sold').push(now, sold);
+    series('paid').push(now, paid);
+  }
+  const last = (k) => {
+    const v = series(k).values();
+    return v.length ? v[v.length - 1] : NaN;
+  };
   const charts = $('charts');
-  drawChart(charts, 'admitRate', 'Admissions per second', series('admitRate').values(), rate === null ? '–' : rate.toFixed(1));
-  drawChart(charts, 'waiting', 'Waiting', series('waiting').values(), num(q.waiting));
-  drawChart(charts, 'remaining', 'Remaining (all items)', series('remaining').values(), String(remaining));
-  drawChart(charts, 'sold', 'Sold (pending + paid)', series('sold').values(), String(sold));
-  drawChart(charts, 'paid', 'Paid', series('paid').values(), String(paid));
+  const draw = (key, label, latest) => drawChart(charts, key, t(label), series(key).values(), latest, t('op.chart.aria', { name: t(label) }));
+  const rateNow = last('admitRate');
+  draw('admitRate', 'op.chart.admitRate', Number.isFinite(rateNow) ? i18n.number(Math.round(rateNow * 10) / 10) : '–');
+  draw('waiting', 'op.chart.waiting', num(q.waiting));
+  draw('remaining', 'op.chart.remaining', i18n.number(remaining));
+  draw('sold', 'op.chart.sold', i18n.number(sold));
+  draw('paid', 'op.chart.paid', i18n.number(paid));
+  if (!op.pinned && document.activeElement !== $('message-text') && $('message-text').value === '' && s.message && s.message.text) {
+    $('message-text').value = s.message.text;
+  }
+}
+
+function renderStockItems(items) {
+  const sel = $('stock-item');
+  const want = items.map((it) => it.id).join(',');
+  const label = (it) => itemLabel(it);
+  if (sel.dataset.items === want) {
+    for (const o of sel.options) {
+      const it = items.find((x) => x.id === o.value);
+      if (it) o.textContent = label(it);
+    }
+    return;
+  }
+  const keep = sel.value;
+  sel.replaceChildren(
+    ...items.map((it) => {
+      const o = document.createElement('option');
+      o.value = it.id;
+      o.textContent = label(it);
+      return o;
+    }),
+  );
+  if (items.some((it) => it.id === keep)) sel.value = keep;
+  sel.dataset.items = want;
 }
 
 function num(v) {
-  return v === undefined || v === null || v === '' ? '–' : String(v);
+  if (v === undefined || v === null || v === '') return '–';
+  const n = Number(v);
+  return Number.isFinite(n) ? i18n.number(n) : String(v);
+}
+
+// saleWrite sends one write of the chosen sale with If-Match, then shows
+// the result: the new sale, or the conflict with the current one.
+async function saleWrite(method, path, body, key, params, audited = true) {
+  if (!op.saleId) return false;
+  const mine = op.pinned || op.sale;
+  const r = await api(method, '/sales/' + encodeURIComponent(op.saleId) + path, body, ifMatch(saleVersion()));
+  if (r.ok) {
+    op.pinned = null;
+    if (r.body && typeof r.body === 'object' && r.body.id !== undefined) {
+      if (!Number.isFinite(Number(r.body.version))) r.body.version = versionOf(r);
+      op.sale = r.body;
+      renderFigures(false);
+    }
+    await showChange(key, params, audited);
+    loadFigures();
+    return true;
+  }
+  if (r.status === 412 && r.error === 'VERSION_CONFLICT') {
+    showConflict('sale', mine, r.body && r.body.current);
+    return false;
+  }
+  showChange('op.change.refused', { why: refusal(r) }, false);
+  loadFigures();
+  return false;
 }
 
 async function applyRate(ev) {
@@ -279,15 +464,128 @@ async function applyRate(ev) {
   if (!op.saleId) return;
   const n = Number($('rate-input').value);
   if (!Number.isInteger(n) || n < 1) {
-    showChange('The admission rate must be a whole number of 1 or more.');
+    showChange('op.change.badRate', {}, false);
     return;
   }
-  const r = await api('PATCH', '/sales/' + encodeURIComponent(op.saleId), { admissionRatePerSecond: n });
-  // A sale change is not in the audit log (only settings changes are):
-  // report it without an audit entry, which would be an unrelated one.
-  if (r.ok) $('change-result').textContent = 'Admission rate set to ' + n + '/s.';
-  else showChange('Not changed: ' + (r.message || r.error || 'HTTP ' + r.status));
-  loadFigures();
+  // A PATCH is not an audited action: its report names no audit entry,
+  // which would be an unrelated one.
+  await saleWrite('PATCH', '', { admissionRatePerSecond: n }, 'op.change.rate', { n }, false);
+}
+
+function wireControls() {
+  $('rate-form').addEventListener('submit', applyRate);
+  for (const id of ['rate-input', 'message-text', 'stock-add']) $(id).addEventListener('input', pinSale);
+  $('ctl-pause').addEventListener('click', () => saleWrite('POST', '/pause', undefined, 'op.change.paused'));
+  $('ctl-resume').addEventListener('click', () => saleWrite('POST', '/resume', undefined, 'op.change.resumed'));
+  $('ctl-end').addEventListener('click', () => {
+    // Ending cannot be undone: it asks first, with what it does.
+    pinSale();
+    $('end-confirm').hidden = false;
+    $('ctl-end-no').focus();
+  });
+  $('ctl-end-no').addEventListener('click', () => {
+    $('end-confirm').hidden = true;
+    op.pinned = null;
+    $('ctl-end').focus();
+  });
+  $('ctl-end-yes').addEventListener('click', async () => {
+    $('end-confirm').hidden = true;
+    await saleWrite('POST', '/end', undefined, 'op.change.ended');
+  });
+  $('stock-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const item = $('stock-item').value;
+    const n = Number($('stock-add').value);
+    if (!item) return;
+    if (!Number.isInteger(n) || n < 1 || n > 1000000) {
+      showChange('op.change.badStock', {}, false);
+      return;
+    }
+    if (await saleWrite('POST', '/items/' + encodeURIComponent(item) + '/stock', { add: n }, 'op.change.stock', { n, item })) $('stock-add').value = '';
+  });
+  $('message-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const text = $('message-text').value.trim();
+    if (text.length > 280) {
+      showChange('op.change.longMessage', {}, false);
+      return;
+    }
+    await saleWrite('POST', '/message', { text }, text ? 'op.change.message' : 'op.change.messageCleared');
+  });
+  $('message-clear').addEventListener('click', async () => {
+    pinSale();
+    if (await saleWrite('POST', '/message', { text: '' }, 'op.change.messageCleared')) $('message-text').value = '';
+  });
+  $('conflict-reload').addEventListener('click', reloadAfterConflict);
+  $('conflict-dismiss').addEventListener('click', () => {
+    op.conflict = null;
+    $('conflict').hidden = true;
+  });
+}
+
+// ---------- conflicts ----------
+
+function showConflict(kind, mine, current) {
+  op.conflict = { kind, mine: mine || {}, current: current || {} };
+  renderConflict();
+  $('conflict').hidden = false;
+  $('conflict-reload').focus();
+}
+
+function renderConflict() {
+  const c = op.conflict;
+  if (!c) return;
+  const box = $('conflict');
+  box.dataset.kind = c.kind;
+  const ver = (x) => (x && x.version !== undefined ? x.version : '?');
+  $('conflict-text').textContent = t(c.kind === 'sale' ? 'conflict.sale' : 'conflict.settings', { mine: ver(c.mine), now: ver(c.current) });
+  const ul = $('conflict-changes');
+  ul.replaceChildren();
+  const changes = conflictChanges(c.mine, c.current);
+  for (const ch of changes.slice(0, 30)) {
+    const li = document.createElement('li');
+    li.dataset.path = ch.path;
+    li.textContent = t('conflict.change', { field: fieldLabel(ch.path), was: shown(ch.path, ch.was), now: shown(ch.path, ch.now) });
+    ul.append(li);
+  }
+  if (!changes.length) {
+    const li = document.createElement('li');
+    li.textContent = t('conflict.noDiff');
+    ul.append(li);
+  }
+}
+
+function fieldLabel(path) {
+  const key = 'field.' + path.replace(/\.\d+\./g, '.*.').replace(/^items\.\*\./, 'items.');
+  if (i18n.has(key)) {
+    const m = /^items\.(\d+)\./.exec(path);
+    return m ? t('field.itemN', { n: Number(m[1]) + 1, field: t(key) }) : t(key);
+  }
+  return path;
+}
+
+function shown(path, v) {
+  if (v === undefined) return t('conflict.none');
+  if (/(^|\.)state$/.test(path)) return stateLabel(String(v));
+  if (typeof v === 'number') return i18n.number(v);
+  if (typeof v === 'boolean') return t(v ? 'common.yes' : 'common.no');
+  if (/At$/.test(path) && typeof v === 'string' && Number.isFinite(Date.parse(v))) return i18n.dateTime(Date.parse(v));
+  return String(v);
+}
+
+async function reloadAfterConflict() {
+  const c = op.conflict;
+  op.conflict = null;
+  $('conflict').hidden = true;
+  op.pinned = null;
+  if (c && c.kind === 'settings') {
+    await loadSettings(true);
+  } else {
+    $('message-text').value = '';
+    $('rate-input').value = '';
+    await loadFigures();
+  }
+  showChange('op.change.reloaded', {}, false);
 }
 
 // ---------- defense counters ----------
@@ -295,13 +593,28 @@ async function applyRate(ev) {
 async function loadDefense() {
   const r = await api('GET', '/defense');
   if (!r.ok || !r.body) return;
-  const { outcomes, rows } = pivotCounters(r.body);
+  op.defense = r.body;
+  renderDefense(true);
+}
+
+function outcomeLabel(o) {
+  return i18n.has('outcome.' + o) ? t('outcome.' + o) : o;
+}
+
+function ruleLabel(rule) {
+  return i18n.has('rule.' + rule) ? t('rule.' + rule) : rule;
+}
+
+function renderDefense(sample) {
+  if (!op.defense) return;
+  const { outcomes, rows } = pivotCounters(op.defense);
   const table = $('defense-table');
   const head = document.createElement('thead');
   const hr = document.createElement('tr');
-  for (const h of ['Rule', ...outcomes]) {
+  for (const [i, h] of [t('def.rule'), ...outcomes.map(outcomeLabel)].entries()) {
     const th = document.createElement('th');
     th.scope = 'col';
+    if (i > 0) th.dataset.outcome = outcomes[i - 1];
     th.textContent = h;
     hr.append(th);
   }
@@ -313,7 +626,7 @@ async function loadDefense() {
     tr.dataset.rule = row.rule;
     const th = document.createElement('th');
     th.scope = 'row';
-    th.textContent = row.rule;
+    th.textContent = ruleLabel(row.rule);
     tr.append(th);
     for (const o of outcomes) {
       const td = document.createElement('td');
@@ -326,23 +639,36 @@ async function loadDefense() {
   }
   table.replaceChildren(head, body);
 
-  const t = Date.now();
+  const now = Date.now();
   const charts = $('defense-charts');
   for (const o of outcomes) {
-    const rate = op.lastDefense ? ratePerSecond({ t: op.lastDefense.t, v: op.lastDefense.totals[o] ?? 0 }, { t, v: totals[o] }) : null;
-    if (rate !== null) series('def-' + o).push(t, rate);
-    drawChart(charts, 'def-' + o, o + ' per second', series('def-' + o).values(), rate === null ? '–' : rate.toFixed(1));
+    let latest = '–';
+    if (sample) {
+      const rate = op.lastDefense ? ratePerSecond({ t: op.lastDefense.t, v: op.lastDefense.totals[o] ?? 0 }, { t: now, v: totals[o] }) : null;
+      if (rate !== null) series('def-' + o).push(now, rate);
+    }
+    const v = series('def-' + o).values();
+    if (v.length) latest = i18n.number(Math.round(v[v.length - 1] * 10) / 10);
+    const title = t('def.perSecond', { outcome: outcomeLabel(o) });
+    drawChart(charts, 'def-' + o, title, v, latest, t('op.chart.aria', { name: title }));
   }
-  op.lastDefense = { t, totals };
+  if (sample) op.lastDefense = { t: now, totals };
 }
 
 // ---------- settings ----------
 
-async function loadSettings() {
+// loadSettings reads the settings; the forms show them and later writes
+// send their version. force replaces a document the operator is editing.
+async function loadSettings(force = false) {
   const r = await api('GET', '/settings');
   if (!r.ok || !r.body) return null;
+  if (!Number.isFinite(Number(r.body.version))) {
+    const v = versionOf(r);
+    if (Number.isFinite(v)) r.body.version = v;
+  }
   op.settings = r.body;
-  renderSettings();
+  if (force) $('settings-json').blur();
+  renderSettings(force);
   return r.body;
 }
 
@@ -351,17 +677,18 @@ function setIfIdle(id, v) {
   if (document.activeElement !== el) el.value = v === undefined || v === null ? '' : String(v);
 }
 
-function renderSettings() {
+function renderSettings(forceDoc = false) {
   const s = op.settings || {};
   setIfIdle('rl-ip-rps', getPath(s, ['rateLimit', 'perIp', 'rps']));
   setIfIdle('rl-ip-burst', getPath(s, ['rateLimit', 'perIp', 'burst']));
   setIfIdle('rl-user-rps', getPath(s, ['rateLimit', 'perUser', 'rps']));
   setIfIdle('rl-user-burst', getPath(s, ['rateLimit', 'perUser', 'burst']));
   setIfIdle('pow-difficulty', getPath(s, ['pow', 'difficulty']));
-  renderChips('block-users', getPath(s, ['blocklist', 'users']) || [], 'users', 'Unblock user ');
-  renderChips('block-cidrs', getPath(s, ['blocklist', 'cidrs']) || [], 'cidrs', 'Unblock network ');
+  renderChips('block-users', getPath(s, ['blocklist', 'users']) || [], 'users', 'knobs.unblockUser');
+  renderChips('block-cidrs', getPath(s, ['blocklist', 'cidrs']) || [], 'cidrs', 'knobs.unblockCidr');
   setIfIdle('pow-solve-seconds', getPath(s, ['pow', 'solveSeconds']));
-  $('preset-name').textContent = s.preset || '–';
+  $('preset-name').textContent = s.preset ? (i18n.has('preset.' + s.preset) ? t('preset.' + s.preset) : s.preset) : '–';
+  $('settings-version').textContent = num(s.version);
   const box = $('shadow-list');
   box.replaceChildren();
   // defense/settings.go: "shadow" maps a rule name to true; other paths
@@ -377,22 +704,26 @@ function renderSettings() {
     cb.type = 'checkbox';
     cb.id = id;
     cb.checked = getPath(s, path) === true;
+    const rule = path.slice(1).join('.');
     cb.addEventListener('change', () =>
       changeSettings((doc) => {
         setPath(doc, path, cb.checked);
         if (path[0] === 'shadow' && !cb.checked) delete doc.shadow[path[1]];
-      }, 'Shadow mode ' + (cb.checked ? 'on' : 'off') + ' for ' + path.slice(1).join('.')),
+      }, cb.checked ? 'op.change.shadowOn' : 'op.change.shadowOff', { rule: ruleLabel(rule) }),
     );
     const l = document.createElement('label');
     l.htmlFor = id;
-    l.textContent = ' ' + (RULE_LABELS[path[path.length - 1]] || path.join('.'));
+    l.textContent = ' ' + ruleLabel(path[path.length - 1]);
     row.append(cb, l);
     box.append(row);
   }
-  if (document.activeElement !== $('settings-json')) $('settings-json').value = JSON.stringify(s, null, 2);
+  if (forceDoc || document.activeElement !== $('settings-json')) {
+    $('settings-json').value = JSON.stringify(s, null, 2);
+    op.settingsDocVersion = Number(s.version);
+  }
 }
 
-function renderChips(listId, values, field, label) {
+function renderChips(listId, values, field, labelKey) {
   const ul = $(listId);
   ul.replaceChildren();
   for (const v of values) {
@@ -402,37 +733,57 @@ function renderChips(listId, values, field, label) {
     b.type = 'button';
     b.className = 'secondary';
     b.textContent = '×';
-    b.setAttribute('aria-label', label + v);
+    b.setAttribute('aria-label', t(labelKey, { v }));
     b.addEventListener('click', () =>
       changeSettings((doc) => {
         const list = getPath(doc, ['blocklist', field]) || [];
         setPath(doc, ['blocklist', field], list.filter((x) => String(x) !== String(v)));
-      }, label + v),
+      }, labelKey === 'knobs.unblockUser' ? 'op.change.unblockedUser' : 'op.change.unblockedCidr', { v }),
     );
     li.append(b);
     ul.append(li);
   }
 }
 
-// changeSettings reads the current document, edits it and writes it whole,
-// so that fields this page does not know survive.
-async function changeSettings(edit, what) {
-  const current = await loadSettings();
+// putSettings writes a whole document with If-Match: the version the
+// console read it at.
+async function putSettings(doc, version, key, params) {
+  const mine = op.settings;
+  const body = structuredClone(doc);
+  delete body.version;
+  const r = await api('PUT', '/settings', body, ifMatch(version));
+  if (r.ok) {
+    const next = r.body && typeof r.body === 'object' ? r.body : doc;
+    if (!Number.isFinite(Number(next.version))) {
+      const v = versionOf(r);
+      if (Number.isFinite(v)) next.version = v;
+    }
+    op.settings = next;
+    $('settings-json').blur();
+    renderSettings(true);
+    await showChange(key, params);
+    return true;
+  }
+  if (r.status === 412 && r.error === 'VERSION_CONFLICT') {
+    showConflict('settings', mine, r.body && r.body.current);
+    return false;
+  }
+  showChange('op.change.refused', { why: refusal(r) }, false);
+  return false;
+}
+
+// changeSettings edits the document as the console last read it and
+// writes it whole (fields this page does not know survive), with the
+// version it was read at.
+async function changeSettings(edit, key, params) {
+  const current = op.settings || (await loadSettings());
   if (!current) {
-    showChange('Not changed: cannot read the settings.');
+    showChange('op.change.cannotRead', {}, false);
     return;
   }
   const doc = structuredClone(current);
   edit(doc);
-  const r = await api('PUT', '/settings', doc);
-  if (r.ok) {
-    op.settings = r.body && typeof r.body === 'object' ? r.body : doc;
-    renderSettings();
-    await showChange(what);
-  } else {
-    showChange('Not changed: ' + (r.message || r.error || 'HTTP ' + r.status));
-    loadSettings();
-  }
+  await putSettings(doc, Number(current.version), key, params);
 }
 
 function numberOrKeep(id, old) {
@@ -451,38 +802,38 @@ function wireSettings() {
       setPath(doc, [...p, 'perIp', 'burst'], numberOrKeep('rl-ip-burst', getPath(doc, [...p, 'perIp', 'burst'])));
       setPath(doc, [...p, 'perUser', 'rps'], numberOrKeep('rl-user-rps', getPath(doc, [...p, 'perUser', 'rps'])));
       setPath(doc, [...p, 'perUser', 'burst'], numberOrKeep('rl-user-burst', getPath(doc, [...p, 'perUser', 'burst'])));
-    }, 'Rate limits changed');
+    }, 'op.change.rateLimits');
   });
   $('pow-form').addEventListener('submit', (ev) => {
     ev.preventDefault();
     const d = Number($('pow-difficulty').value);
     if (!Number.isInteger(d) || d < 0) {
-      showChange('The difficulty must be a whole number of 0 or more.');
+      showChange('op.change.badDifficulty', {}, false);
       return;
     }
     // A solve time would override the difficulty: clear it.
     changeSettings((doc) => {
       setPath(doc, ['pow', 'difficulty'], d);
       delete doc.pow.solveSeconds;
-    }, 'Proof-of-work difficulty set to ' + d + ' expected hashes');
+    }, 'op.change.difficulty', { d });
   });
   $('pow-seconds-form').addEventListener('submit', (ev) => {
     ev.preventDefault();
     const sec = Number($('pow-solve-seconds').value);
     if (!Number.isFinite(sec) || sec < 0) {
-      showChange('The solve time must be 0 or more seconds.');
+      showChange('op.change.badSolve', {}, false);
       return;
     }
     changeSettings((doc) => {
       setPath(doc, ['pow', 'solveSeconds'], sec);
       if (sec === 0) delete doc.pow.solveSeconds;
-    }, 'Proof-of-work solve time set to ' + sec + ' s');
+    }, 'op.change.solve', { s: sec });
   });
   $('block-user-form').addEventListener('submit', (ev) => {
     ev.preventDefault();
     const u = $('block-user-input').value.trim();
     if (!/^\d+$/.test(u)) {
-      showChange('A user id is a number.');
+      showChange('op.change.badUser', {}, false);
       return;
     }
     $('block-user-input').value = '';
@@ -490,13 +841,13 @@ function wireSettings() {
       const list = getPath(doc, ['blocklist', 'users']) || [];
       if (!list.map(String).includes(u)) list.push(u);
       setPath(doc, ['blocklist', 'users'], list);
-    }, 'User ' + u + ' blocked');
+    }, 'op.change.blockedUser', { v: u });
   });
   $('block-cidr-form').addEventListener('submit', (ev) => {
     ev.preventDefault();
     let c = $('block-cidr-input').value.trim();
     if (!/^[0-9a-fA-F:.]+(\/\d{1,3})?$/.test(c)) {
-      showChange('Enter an address or a network such as 203.0.113.0/24.');
+      showChange('op.change.badCidr', {}, false);
       return;
     }
     if (!c.includes('/')) c += c.includes(':') ? '/128' : '/32';
@@ -505,35 +856,37 @@ function wireSettings() {
       const list = getPath(doc, ['blocklist', 'cidrs']) || [];
       if (!list.includes(c)) list.push(c);
       setPath(doc, ['blocklist', 'cidrs'], list);
-    }, 'Network ' + c + ' blocked');
+    }, 'op.change.blockedCidr', { v: c });
+  });
+  $('settings-json').addEventListener('focus', () => {
+    if (!Number.isFinite(op.settingsDocVersion) && op.settings) op.settingsDocVersion = Number(op.settings.version);
   });
   $('settings-apply').addEventListener('click', async () => {
     let doc;
     try {
       doc = JSON.parse($('settings-json').value);
     } catch (err) {
-      showChange('The document is not valid JSON: ' + err.message);
+      showChange('op.change.badJson', { why: err.message }, false);
       return;
     }
-    const r = await api('PUT', '/settings', doc);
-    if (r.ok) {
-      op.settings = r.body || doc;
-      $('settings-json').blur();
-      renderSettings();
-      await showChange('Settings document saved');
-    } else showChange('Not saved: ' + (r.message || r.error || 'HTTP ' + r.status));
+    // The document is written with the version it was shown at, not the
+    // one in its text (which the operator may have edited).
+    await putSettings(doc, op.settingsDocVersion, 'op.change.docSaved');
   });
   for (const b of document.querySelectorAll('[data-preset]')) {
     b.addEventListener('click', async () => {
       const name = b.dataset.preset;
-      const r = await api('POST', '/settings/preset/' + encodeURIComponent(name));
+      const r = await api('POST', '/settings/preset/' + encodeURIComponent(name), undefined, ifMatch(Number(op.settings && op.settings.version)));
+      const label = i18n.has('preset.' + name) ? t('preset.' + name) : name;
       if (r.ok) {
         if (r.body && typeof r.body === 'object') {
           op.settings = r.body;
-          renderSettings();
-        } else loadSettings();
-        await showChange('Preset "' + name + '" applied');
-      } else showChange('Preset not applied: ' + (r.message || r.error || 'HTTP ' + r.status));
+          renderSettings(true);
+        } else loadSettings(true);
+        await showChange('op.change.preset', { name: label });
+      } else if (r.status === 412 && r.error === 'VERSION_CONFLICT') {
+        showConflict('settings', op.settings, r.body && r.body.current);
+      } else showChange('op.change.presetRefused', { why: refusal(r) }, false);
     });
   }
 }
@@ -544,6 +897,13 @@ async function loadAudit() {
   const r = await api('GET', '/audit');
   if (!r.ok) return [];
   const entries = Array.isArray(r.body) ? r.body : (r.body && r.body.entries) || [];
+  op.audit = entries;
+  renderAudit();
+  return entries;
+}
+
+function renderAudit() {
+  const entries = op.audit || [];
   const ul = $('audit-list');
   const freshId = ul.dataset.fresh;
   ul.replaceChildren();
@@ -554,7 +914,6 @@ async function loadAudit() {
     li.textContent = auditText(e);
     ul.append(li);
   }
-  return entries;
 }
 
 function auditText(e, withBody = true) {
@@ -563,59 +922,86 @@ function auditText(e, withBody = true) {
     body = typeof e.body === 'string' ? e.body : JSON.stringify(e.body);
     if (body.length > 400) body = body.slice(0, 400) + '…';
   }
-  return (e.at || '') + ' · ' + (e.actor ?? '?') + ' · ' + (e.action || '') + (body ? ' · ' + body : '');
+  const at = Date.parse(e.at);
+  return (Number.isFinite(at) ? i18n.dateTime(at) : e.at || '') + ' · ' + (e.actor ?? '?') + ' · ' + (e.action || '') + (body ? ' · ' + body : '');
 }
 
-// showChange reports a change and the audit entry it produced.
-async function showChange(what) {
-  const el = $('change-result');
-  el.textContent = what + '.';
+// showChange reports a change and, when it is audited, the audit entry it
+// produced.
+async function showChange(key, params = {}, audited = true) {
+  op.change = { key, params, audit: null };
+  renderChange();
+  if (!audited) return;
   const entries = await loadAudit();
-  if (entries.length) {
+  if (entries.length && op.change && op.change.key === key) {
     const e = entries[0];
     $('audit-list').dataset.fresh = String(e.id);
     const li = $('audit-' + e.id);
     if (li) li.className = 'fresh';
-    // The entry's body (the whole settings document) is in the audit list.
-    el.textContent = what + '. Audit #' + e.id + ': ' + auditText(e, false);
+    op.change.audit = e;
+    renderChange();
   }
+}
+
+function renderChange() {
+  const el = $('change-result');
+  const c = op.change;
+  if (!c) {
+    el.textContent = '';
+    return;
+  }
+  let text = t(c.key, c.params);
+  // The entry's body (the whole settings document) is in the audit list.
+  if (c.audit) text += ' ' + t('op.change.audit', { id: c.audit.id, entry: auditText(c.audit, false) });
+  el.textContent = text;
 }
 
 // ---------- start ----------
 
 function startPolling() {
-  for (const t of op.timers) clearInterval(t);
+  for (const tm of op.timers) clearInterval(tm);
   loadSales();
   loadSettings();
   loadDefense();
   loadAudit();
-  op.timers = [
-    setInterval(loadFigures, 1000),
-    setInterval(loadDefense, 2000),
-    setInterval(loadAudit, 5000),
-    setInterval(loadSales, 10000),
-  ];
+  op.timers = [setInterval(loadFigures, 1000), setInterval(loadDefense, 2000), setInterval(loadAudit, 5000), setInterval(loadSales, 10000)];
+}
+
+// relabel shows everything the script wrote in the newly chosen language.
+function relabel() {
+  renderSigned();
+  renderError();
+  renderSales();
+  renderFigures(false);
+  renderDefense(false);
+  if (op.settings) renderSettings();
+  renderAudit();
+  renderChange();
+  renderConflict();
+  if (op.createResult) setCreateResult(op.createResult.key, op.createResult.params);
+  for (const b of document.querySelectorAll('#cs-items [data-remove-n]')) b.setAttribute('aria-label', t('op.item.removeLabel', { n: Number(b.dataset.removeN) }));
 }
 
 function init() {
+  i18n = setupLanguage(document, window, relabel);
   $('op-signin-form').addEventListener('submit', (ev) => {
     ev.preventDefault();
-    const t = $('op-token').value.trim();
+    const tok = $('op-token').value.trim();
     $('op-token').value = '';
-    if (!looksLikeJWT(t)) {
-      showError('TOKEN_SHAPE', 'that does not look like an access token');
+    if (!looksLikeJWT(tok)) {
+      showError('TOKEN_SHAPE');
       return;
     }
-    signIn(t);
+    signIn(tok);
   });
   $('op-signout').addEventListener('click', signOut);
   $('create-sale').addEventListener('submit', createSale);
   $('cs-add-item').addEventListener('click', () => addItemRow());
-  $('rate-form').addEventListener('submit', applyRate);
+  wireControls();
   wireSettings();
-  addItemRow(501, 100, 1999);
+  addItemRow({ productId: 501, quantity: 100, priceCents: 1999, currency: 'EUR', name: t('op.create.demoItem') });
   $('cs-starts').value = localInputValue(Date.now() + 2 * 60 * 1000);
-  $('cs-name').value = 'Demo drop';
+  $('cs-name').value = t('op.create.demoName');
   const token = acquireToken(TOKEN_KEY);
   if (!token) {
     signOut();

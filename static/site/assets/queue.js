@@ -76,7 +76,7 @@ export class QueueClient {
   // opts: saleId, token, transport ('auto' | 'polling'), location,
   // WebSocketImpl, request (api.js request), solvePow (startPowSolver),
   // serverNow () => ms, random, handlers {onStatus, onAdmitted, onError,
-  // onTransport, onChallenge, onPowProgress, onPowDone}.
+  // onTransport, onChallenge, onPowProgress, onPowDone, onMessage}.
   constructor(opts) {
     this.saleId = opts.saleId;
     this.token = opts.token;
@@ -98,6 +98,7 @@ export class QueueClient {
       onChallenge: h.onChallenge || noop,
       onPowProgress: h.onPowProgress || noop,
       onPowDone: h.onPowDone || noop,
+      onMessage: h.onMessage || noop,
     };
     this.backoff = new Backoff({ random: this.random });
     this.transport = '';
@@ -230,6 +231,9 @@ export class QueueClient {
       case 'admitted':
         this.onAdmitted(msg);
         break;
+      case 'message':
+        this.h.onMessage(msg);
+        break;
       case 'error':
         this.onServerError(msg.error, msg.message);
         break;
@@ -344,6 +348,7 @@ export class QueueClient {
     }
     if (!body || typeof body !== 'object') return false;
     if (body.state) this.onStatus({ type: 'status', ...body });
+    if (body.message && typeof body.message === 'object') this.h.onMessage({ type: 'message', ...body.message });
     if (body.admissionToken && body.admissionToken !== this.admissionToken) {
       this.onAdmitted({ type: 'admitted', admissionToken: body.admissionToken, expiresAtMs: body.expiresAtMs, items: body.items || [] });
     }

@@ -56,6 +56,7 @@ function client(over = {}) {
       onError: (code, _m, fatal) => events.push(['error', code, fatal]),
       onTransport: (n, d) => events.push(['transport', n, d]),
       onPowDone: () => events.push(['powDone']),
+      onMessage: (m) => events.push(['message', m.text, m.atMs]),
     },
     ...over,
   });
@@ -166,4 +167,20 @@ test('polling honours Retry-After and reports 401 as fatal', async () => {
   await flush();
   assert.equal(calls.length, 2);
   assert.deepEqual(events.filter((e) => e[0] === 'error'), [['error', 'UNAUTHENTICATED', true]]);
+});
+
+test('the operator\'s message reaches the page over WebSocket and polling; PAUSED is a status', async () => {
+  const ws = client();
+  ws.c.start();
+  ws.sockets[0].open();
+  ws.sockets[0].recv({ type: 'status', state: 'PAUSED', position: 4 });
+  ws.sockets[0].recv({ type: 'message', text: 'Back soon', atMs: 5 });
+  ws.sockets[0].recv({ type: 'message', text: '', atMs: 6 });
+  assert.deepEqual(ws.events.filter((e) => e[0] !== 'transport'), [['status', 'PAUSED'], ['message', 'Back soon', 5], ['message', '', 6]]);
+  assert.equal(ws.sockets.length, 1, 'PAUSED keeps the connection');
+
+  const poll = client({ transport: 'polling', respond: () => ({ ok: true, status: 200, body: { state: 'PAUSED', position: 4, message: { text: 'Back soon', atMs: 5 } } }) });
+  poll.c.start();
+  await flush();
+  assert.deepEqual(poll.events.filter((e) => e[0] !== 'transport'), [['status', 'PAUSED'], ['message', 'Back soon', 5]]);
 });
