@@ -25,6 +25,8 @@ type orderJSON struct {
 	// PaymentURL is the shop's payment page of a payable order, when
 	// Config.PaymentURL is set.
 	PaymentURL string `json:"paymentUrl,omitempty"`
+	// Currency is the item's (ISO 4217), when the sale is in the cache.
+	Currency string `json:"currency,omitempty"`
 }
 
 func toOrderJSON(o flashsale.Order) orderJSON {
@@ -44,6 +46,9 @@ func toOrderJSON(o flashsale.Order) orderJSON {
 // shop's payment page while it can be paid there.
 func (s *Server) orderView(o flashsale.Order) orderJSON {
 	j := toOrderJSON(o)
+	if _, it, ok := s.d.Sales.ItemSale(o.ItemID); ok {
+		j.Currency = it.Currency
+	}
 	if o.Payable {
 		j.PaymentURL = s.paymentURL(o.ID)
 	}

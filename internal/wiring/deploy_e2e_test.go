@@ -4,12 +4,15 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flashsale/flashsale/internal/wiring"
 )
 
 // scrapeNames returns the names of every series the app's /metrics serves
@@ -46,7 +49,15 @@ var metricRef = regexp.MustCompile(`\bflashsale_[a-z0-9_]+`)
 // (deploy/grafana/flashsale.json) query is served by a running app after
 // a drop, so renaming a metric breaks this test instead of an alert.
 func TestDeployMetricsExist(t *testing.T) {
-	s := startStack(t)
+	// A webhook receiver, so the webhook's series are served too.
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(hook.Close)
+	s := startStack(t, func(c *wiring.Config) {
+		c.WebhookURL, c.WebhookSecret = hook.URL, "deploy-test-webhook-secret"
+	})
 	saleID, items := s.createSale(1, 5)
 	// A drop: a purchase, a pay, a sold-out refusal, an unknown route.
 	at := s.admit(100, saleID)
