@@ -326,6 +326,9 @@ func (r *Room) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	if r.closing {
 		r.mu.Unlock()
+		// Another gateway can take the shopper at once; every 503 of the
+		// contract says when to retry.
+		w.Header().Set("Retry-After", "1")
 		httpError(w, http.StatusServiceUnavailable, flashsale.CodeUnavailable, "shutting down")
 		return
 	}

@@ -228,4 +228,19 @@ func TestShutdownGoingAway(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
+	// A shopper who connects while the gateway shuts down is told to
+	// retry (elsewhere), as every 503 of the contract is.
+	req, err := http.NewRequest("GET", strings.Replace(g.url(sale.ID), "ws://", "http://", 1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Upgrade", "websocket")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("connect after Shutdown: %d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
 }

@@ -175,6 +175,13 @@ func (c *specCheck) send(checkRequest, admin bool, method, path, bearer string, 
 	if admin {
 		base = c.s.App.AdminURL
 	}
+	return c.exchange(checkRequest, base, method, path, bearer, payload, hdr...)
+}
+
+// exchange sends payload (nil: no body) as it is and validates the answer,
+// and the request too when checkRequest.
+func (c *specCheck) exchange(checkRequest bool, base, method, path, bearer string, payload []byte, hdr ...string) apptest.Resp {
+	c.t.Helper()
 	newReq := func() *http.Request {
 		var rd io.Reader
 		if payload != nil {

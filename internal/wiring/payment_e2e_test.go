@@ -1,11 +1,9 @@
 package wiring_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -59,7 +57,7 @@ func (s *payStack) callback(orderID string, body []byte, sig string, valid bool)
 	if sig != "" {
 		hdr = []string{"X-Flashsale-Signature", sig}
 	}
-	return s.spec.sendRaw(valid, "POST", "/api/shop/orders/"+orderID+"/paid", body, hdr...)
+	return s.spec.exchange(valid, s.App.PublicURL, "POST", "/api/shop/orders/"+orderID+"/paid", "", body, hdr...)
 }
 
 // pay sends a correctly signed callback signed at t.
@@ -485,47 +483,6 @@ func TestShopPaymentURL(t *testing.T) {
 	body := payBody("pi_off", 1999)
 	r = off.Do("POST", "/api/shop/orders/"+id+"/paid", "", body, "X-Flashsale-Signature", events.Sign([]byte(paySecret), time.Now(), body))
 	off.Want(r, http.StatusForbidden, "FORBIDDEN")
-}
-
-// sendRaw sends body as it is to the public listener and validates the
-// answer, and the request too when checkRequest.
-func (c *specCheck) sendRaw(checkRequest bool, method, path string, body []byte, hdr ...string) apptest.Resp {
-	c.t.Helper()
-	newReq := func() *http.Request {
-		req, err := http.NewRequest(method, c.s.App.PublicURL+path, bytes.NewReader(body))
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		return req
-	}
-	resp, err := c.s.Client.Do(newReq())
-	if err != nil {
-		c.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	raw, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		c.t.Fatalf("%s %s: read: %v", method, path, err)
-	}
-	resp.Body = io.NopCloser(bytes.NewReader(raw))
-	validate := c.v.ValidateHttpResponse
-	if checkRequest {
-		validate = c.v.ValidateHttpRequestResponse
-	}
-	if ok, errs := validate(newReq(), resp); !ok {
-		var why []string
-		for _, e := range errs {
-			why = append(why, describe(e))
-		}
-		c.t.Errorf("%s %s → %d %s\n  does not match %s:\n  %s", method, path, resp.StatusCode, raw, openAPIFile, strings.Join(why, "\n  "))
-	}
-	a := apptest.Resp{Status: resp.StatusCode, Header: resp.Header, Raw: raw}
-	_ = json.Unmarshal(raw, &a.Body)
-	return a
 }
 
 // TestShopPaymentNotYetStored: a payment for an order accepted (202) but
