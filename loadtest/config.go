@@ -152,6 +152,11 @@ type Config struct {
 	Progress    io.Writer        `json:"-"` // live progress line (\r-updated); nil: none
 	DatabaseURL string           `json:"-"` // optional: invariants straight from PostgreSQL
 	Redis       redisconn.Config `json:"-"` // optional: Redis command counter around the hostile phase
+	// ServerPIDs names the server processes whose CPU the report counts,
+	// by role ("gateway", "redis", "postgres", …; see ParseServerPIDs):
+	// each with its live children and the children it reaped. The load
+	// tool and its workers are counted as RoleLoad in any case.
+	ServerPIDs map[string][]int `json:"serverPids,omitempty"`
 
 	// SolvePow answers a waiting-room proof-of-work challenge (the whole
 	// challenge message in, the "pow" object of the next join out). Nil:
