@@ -235,3 +235,10 @@ func TestCPUWindow(t *testing.T) {
 		t.Errorf("text:\n%s", txt)
 	}
 }
+
+func BenchmarkCPUSnap(b *testing.B) {
+	s := newCPUSampler("/proc", os.Getpid(), nil)
+	for b.Loop() {
+		s.snap(time.Now())
+	}
+}
