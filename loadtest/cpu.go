@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -39,7 +40,8 @@ type procStat struct {
 
 // parseProcStat parses a /proc/<pid>/stat line. The command name (field 2)
 // is in parentheses and may itself hold spaces and parentheses, so the
-// fields are counted from the last ')'.
+// fields are counted from the last ')'. It does not allocate: a snapshot
+// reads every process's line, and each one runs during the drop.
 func parseProcStat(b []byte) (procStat, error) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 || bytes.IndexByte(b, '(') < 0 {
@@ -47,22 +49,56 @@ func parseProcStat(b []byte) (procStat, error) {
 	}
 	// After ')': state (field 3), ppid (4), … utime (14), stime (15),
 	// cutime (16), cstime (17).
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 15 {
-		return procStat{}, fmt.Errorf("loadtest.parseProcStat: %d fields after the name, want at least 15", len(f))
-	}
 	var v [5]int64
-	for k, idx := range []int{1, 11, 12, 13, 14} {
-		n, err := strconv.ParseInt(f[idx], 10, 64)
-		if err != nil {
-			return procStat{}, fmt.Errorf("loadtest.parseProcStat: field %d: %w", idx+3, err)
+	rest := b[i+1:]
+	field, k := 3, 0
+	for k < len(v) {
+		for len(rest) > 0 && (rest[0] == ' ' || rest[0] == '\n') {
+			rest = rest[1:]
 		}
-		if n < 0 && idx != 1 {
-			return procStat{}, fmt.Errorf("loadtest.parseProcStat: field %d: negative CPU time %d", idx+3, n)
+		if len(rest) == 0 {
+			return procStat{}, fmt.Errorf("loadtest.parseProcStat: %d fields, want at least 17", field-1)
 		}
-		v[k] = n
+		j := 0
+		for j < len(rest) && rest[j] != ' ' && rest[j] != '\n' {
+			j++
+		}
+		tok := rest[:j]
+		rest = rest[j:]
+		if field == 4 || (field >= 14 && field <= 17) {
+			n, ok := parseTicks(tok, field == 4)
+			if !ok {
+				return procStat{}, fmt.Errorf("loadtest.parseProcStat: field %d: %q is not a count", field, tok)
+			}
+			v[k] = n
+			k++
+		}
+		field++
 	}
 	return procStat{PPID: int(v[0]), Self: v[1] + v[2], Children: v[3] + v[4]}, nil
+}
+
+// parseTicks parses a decimal count (negative only when signed) of at
+// most 18 digits.
+func parseTicks(b []byte, signed bool) (int64, bool) {
+	neg := false
+	if signed && len(b) > 0 && b[0] == '-' {
+		neg, b = true, b[1:]
+	}
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
 }
 
 // clockTicks is the kernel's clock tick rate (AT_CLKTCK of the auxiliary
@@ -89,38 +125,54 @@ func clockTicks() int64 {
 // procTable reads /proc/<pid>/stat of every process (processes that end
 // while it reads are skipped).
 func procTable(proc string) (map[int]procStat, error) {
-	ents, err := os.ReadDir(proc)
+	d, err := os.Open(proc)
 	if err != nil {
 		return nil, fmt.Errorf("loadtest.procTable: %w", err)
 	}
-	out := make(map[int]procStat, len(ents))
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return nil, fmt.Errorf("loadtest.procTable: %w", err)
+	}
+	out := make(map[int]procStat, len(names))
+	buf := make([]byte, 4096)
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
 		if err != nil || pid <= 0 {
 			continue
 		}
-		b, err := os.ReadFile(proc + "/" + e.Name() + "/stat")
+		n, err := readInto(proc+"/"+name+"/stat", buf)
 		if err != nil {
 			continue
 		}
-		if st, err := parseProcStat(b); err == nil {
+		if st, err := parseProcStat(buf[:n]); err == nil {
 			out[pid] = st
 		}
 	}
 	return out, nil
 }
 
+// readInto reads a small file into buf (a stat line is well under 1 KiB).
+func readInto(path string, buf []byte) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	n, err := io.ReadFull(f, buf)
+	if err == io.ErrUnexpectedEOF || err == io.EOF {
+		err = nil
+	}
+	return n, err
+}
+
 // treeTicks is the CPU of root and of its live descendants (each with
 // what it reaped), leaving out the subtrees of the pids in skip: those are
 // named processes counted under their own role. ok is false when root is
 // not in the table.
-func treeTicks(tab map[int]procStat, root int, skip map[int]bool) (ticks int64, ok bool) {
+func treeTicks(tab map[int]procStat, kids map[int][]int, root int, skip map[int]bool) (ticks int64, ok bool) {
 	if _, ok := tab[root]; !ok {
 		return 0, false
-	}
-	kids := map[int][]int{}
-	for pid, st := range tab {
-		kids[st.PPID] = append(kids[st.PPID], pid)
 	}
 	stack := []int{root}
 	seen := map[int]bool{}
@@ -140,6 +192,15 @@ func treeTicks(tab map[int]procStat, root int, skip map[int]bool) (ticks int64, 
 		}
 	}
 	return ticks, true
+}
+
+// childrenOf indexes the table by parent pid.
+func childrenOf(tab map[int]procStat) map[int][]int {
+	kids := make(map[int][]int, len(tab))
+	for pid, st := range tab {
+		kids[st.PPID] = append(kids[st.PPID], pid)
+	}
+	return kids
 }
 
 // ParseServerPIDs parses the --server-pids list: comma-separated
@@ -218,9 +279,10 @@ func (s *cpuSampler) snap(now time.Time) {
 		return
 	}
 	sn := cpuSnapshot{at: now, ticks: map[int]int64{}}
+	kids := childrenOf(tab)
 	for _, pids := range s.roles {
 		for _, p := range pids {
-			if t, ok := treeTicks(tab, p, s.skip); ok {
+			if t, ok := treeTicks(tab, kids, p, s.skip); ok {
 				sn.ticks[p] = t
 			}
 		}

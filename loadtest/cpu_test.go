@@ -142,7 +142,7 @@ func TestProcTreeCountsChild(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, ok := treeTicks(tab, child, nil)
+		c, ok := treeTicks(tab, childrenOf(tab), child, nil)
 		if !ok {
 			t.Fatalf("child %d not in /proc", child)
 		}
@@ -153,8 +153,8 @@ func TestProcTreeCountsChild(t *testing.T) {
 			childTicks = c
 			// The child is in the test process's tree, and out of it
 			// when named for a role of its own.
-			all, _ := treeTicks(tab, self, nil)
-			without, _ := treeTicks(tab, self, map[int]bool{child: true})
+			all, _ := treeTicks(tab, childrenOf(tab), self, nil)
+			without, _ := treeTicks(tab, childrenOf(tab), self, map[int]bool{child: true})
 			if all-without != c {
 				t.Fatalf("tree with the child − tree without = %d ticks, want the child's %d", all-without, c)
 			}
