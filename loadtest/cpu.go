@@ -351,6 +351,15 @@ type CPUSeconds struct {
 type CPURole struct {
 	PIDs []int `json:"pids"`
 	CPUSeconds
+	// Processes: each process's own figure (with its children), so that
+	// one busy gateway among idle ones shows.
+	Processes []CPUProcess `json:"processes"`
+}
+
+// CPUProcess is one named process's CPU.
+type CPUProcess struct {
+	PID int `json:"pid"`
+	CPUSeconds
 }
 
 // CPUSums are the three sums.
@@ -416,14 +425,17 @@ func (s *cpuSampler) report(opensAt time.Time, lastMs int64, from string, shoppe
 				r.Missing = append(r.Missing, fmt.Sprintf("%s %d", role, p))
 				continue
 			}
-			cr.Total += sec(b - a)
+			pc := CPUProcess{PID: p, CPUSeconds: CPUSeconds{Total: sec(b - a)}}
 			if ws != nil && we != nil {
 				a, okA := ws.ticks[p]
 				b, okB := we.ticks[p]
 				if okA && okB && b >= a {
-					cr.Window += sec(b - a)
+					pc.Window = sec(b - a)
 				}
 			}
+			cr.Total += pc.Total
+			cr.Window += pc.Window
+			cr.Processes = append(cr.Processes, pc)
 		}
 		r.Roles[role] = cr
 		if role == RoleLoad {
@@ -462,7 +474,14 @@ func (r *CPUReport) Text() string {
 	sort.Strings(roles)
 	for _, role := range roles {
 		c := r.Roles[role]
-		fmt.Fprintf(&b, "cpu %-12s window %7.2f s  total %7.2f s  (%d processes)\n", role, c.Window, c.Total, len(c.PIDs))
+		var each []string
+		if len(c.Processes) > 1 {
+			for _, p := range c.Processes {
+				each = append(each, fmt.Sprintf("%d %.2f/%.2f", p.PID, p.Window, p.Total))
+			}
+		}
+		fmt.Fprintf(&b, "cpu %-12s window %7.2f s  total %7.2f s  (%d processes%s)\n", role, c.Window, c.Total, len(c.PIDs),
+			strings.TrimSuffix(": "+strings.Join(each, ", "), ": "))
 	}
 	fmt.Fprintf(&b, "cpu server       window %7.2f s  total %7.2f s\n", r.Server.Window, r.Server.Total)
 	fmt.Fprintf(&b, "cpu all          window %7.2f s  total %7.2f s\n", r.All.Window, r.All.Total)

@@ -206,6 +206,12 @@ func TestCPUWindow(t *testing.T) {
 	}
 	near("gateway window", r.Roles["gateway"].Window, 1.4) // (160−100)+(180−100) ticks
 	near("gateway total", r.Roles["gateway"].Total, 7)
+	if ps := r.Roles["gateway"].Processes; len(ps) != 2 || ps[0].PID != 10 || ps[1].PID != 11 {
+		t.Fatalf("gateway processes = %+v", ps)
+	} else {
+		near("gateway 11 window", ps[1].Window, 0.8)
+		near("gateway 11 total", ps[1].Total, 4)
+	}
 	near("redis window", r.Roles["redis"].Window, 1)
 	near("load window", r.Load.Window, 0.2)
 	near("server window", r.Server.Window, 2.4)
@@ -231,7 +237,7 @@ func TestCPUWindow(t *testing.T) {
 	if len(r.Missing) != 1 || r.Missing[0] != "redis 20" || r.Roles["redis"].Total != 0 {
 		t.Errorf("missing %v, redis %+v; want redis 20 left out", r.Missing, r.Roles["redis"])
 	}
-	if txt := r.Text(); !strings.Contains(txt, "cpu gateway") || !strings.Contains(txt, "redis 20") {
+	if txt := r.Text(); !strings.Contains(txt, "(2 processes: 10 0.60/3.10, 11 0.80/4.10)") || !strings.Contains(txt, "redis 20") {
 		t.Errorf("text:\n%s", txt)
 	}
 }
