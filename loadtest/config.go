@@ -46,6 +46,13 @@
 //     opening of every admission token a shopper received and of every
 //     202: the recovery from a fault at T is the first of each after T.
 //
+// The "cpu" part: CPU-seconds (utime + stime from /proc, children reaped
+// included) of each server process named in ServerPIDs, grouped by role,
+// and of the load tool with its workers ("load"), over the window from the
+// opening to the first 100 ms snapshot at or after the last reservation
+// and over the whole run; their sums and the same per 1,000 shoppers and
+// per 1,000 units sold (see CPUReport).
+//
 // Invariants besides oversell, one order per user and conservation:
 // "acknowledged orders kept" (every 202 ends PENDING, PAID, EXPIRED or
 // CANCELLED by its shopper), "no stranded stock" and "no 5xx but 503
@@ -152,6 +159,11 @@ type Config struct {
 	Progress    io.Writer        `json:"-"` // live progress line (\r-updated); nil: none
 	DatabaseURL string           `json:"-"` // optional: invariants straight from PostgreSQL
 	Redis       redisconn.Config `json:"-"` // optional: Redis command counter around the hostile phase
+	// ServerPIDs names the server processes whose CPU the report counts,
+	// by role ("gateway", "redis", "postgres", …; see ParseServerPIDs):
+	// each with its live children and the children it reaped. The load
+	// tool and its workers are counted as RoleLoad in any case.
+	ServerPIDs map[string][]int `json:"serverPids,omitempty"`
 
 	// SolvePow answers a waiting-room proof-of-work challenge (the whole
 	// challenge message in, the "pow" object of the next join out). Nil:

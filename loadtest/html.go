@@ -190,6 +190,7 @@ td,th{border:1px solid #ddd;padding:4px 8px;text-align:right;vertical-align:top}
 {{with .R.Redis}}<h2>Redis commands around the hostile-only phase</h2><table>
 <tr><th>baseline window</th><th>baseline commands</th><th>hostile phase</th><th>before</th><th>after</th><th>hostile commands</th><th>hostile requests</th><th>excess commands / hostile request</th></tr>
 <tr><td>{{.BaselineMs}} ms</td><td>{{.BaselineCommands}}</td><td>{{.HostileMs}} ms</td><td>{{.Before}}</td><td>{{.After}}</td><td>{{.HostileCommands}}</td><td>{{.HostileRequests}}</td><td>{{printf "%.4f" .ExcessPerRequest}}</td></tr></table>{{if .Error}}<p class="bad">{{.Error}}</p>{{end}}{{end}}
+{{with .R.CPU}}<h2>CPU-seconds by role</h2><pre>{{.Text}}</pre>{{end}}
 <h2>Requests and outcomes over time</h2><div class="charts">{{.TS}}</div>
 <h2>Steps</h2><table><tr><th class="l">step</th><th>count</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>max ms</th><th class="l">outcomes</th></tr>
 {{range .Steps}}<tr><td class="l">{{.Name}}</td><td>{{.R.Count}}</td><td>{{printf "%.2f" .R.Latency.P50Ms}}</td><td>{{printf "%.2f" .R.Latency.P90Ms}}</td><td>{{printf "%.2f" .R.Latency.P99Ms}}</td><td>{{printf "%.2f" .R.Latency.MaxMs}}</td>

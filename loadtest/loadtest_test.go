@@ -218,6 +218,7 @@ func TestWriters(t *testing.T) {
 	r := &Report{Scenario: "smoke <b>", SaleID: 7, SellOutMs: 120, Transport: "ws",
 		Invariants: []InvariantResult{{Name: "conservation", OK: true}, {Name: "x", Detail: "<script>alert(1)</script>"}},
 		Redis:      &RedisReport{HostileRequests: 10},
+		CPU:        &CPUReport{Roles: map[string]CPURole{"gateway": {PIDs: []int{5}, CPUSeconds: CPUSeconds{Window: 1, Total: 2}}}},
 		Summary:    &Summary{AcknowledgedRejected: 3, HTTP5xx: Tally{Total: 1, ByRoute: map[string]int64{"purchase 500": 1}}}}
 	rec := newRecorder(time.Now())
 	for i := range 100 {
@@ -233,7 +234,7 @@ func TestWriters(t *testing.T) {
 	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
 		t.Fatalf("JSON does not decode: %v", err)
 	}
-	for _, k := range []string{"steps", "invariants", "timeseries", "sellOutMs", "redis", "orders"} {
+	for _, k := range []string{"steps", "invariants", "timeseries", "sellOutMs", "redis", "orders", "cpu"} {
 		if _, ok := back[k]; !ok {
 			t.Errorf("JSON lacks %q", k)
 		}
@@ -243,7 +244,7 @@ func TestWriters(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := h.String()
-	for _, want := range []string{"<svg", "polyline", "latency histogram purchase", "BROKEN", "&lt;script&gt;", "Promises under faults", "purchase 500 × 1"} {
+	for _, want := range []string{"<svg", "polyline", "latency histogram purchase", "BROKEN", "&lt;script&gt;", "Promises under faults", "purchase 500 × 1", "cpu gateway"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("HTML lacks %q", want)
 		}

@@ -3,6 +3,7 @@ package loadtest
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -24,6 +25,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		fmt.Fprintln(cfg.Progress, w)
 	}
 	started := time.Now()
+	// The CPU snapshots: one now, one at the opening and every
+	// cpuSampleEvery through the shopper phase, one at the end.
+	cpu := newCPUSampler("/proc", os.Getpid(), cfg.ServerPIDs)
+	cpu.snap(started)
 	parent := ctx
 	ctx, cancel := context.WithDeadline(ctx, started.Add(cfg.Duration))
 	defer cancel()
@@ -64,6 +69,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, it := range info.Items {
 		rep.Quantity += it.Quantity
 	}
+
+	cpuCtx, cpuStop := context.WithCancel(ctx)
+	cpuDone := make(chan struct{})
+	go func() {
+		defer close(cpuDone)
+		cpu.run(cpuCtx, info.OpensAt)
+	}()
+	stopCPU := sync.OnceFunc(func() { cpuStop(); <-cpuDone })
+	defer stopCPU()
 
 	cl := newClients(bases, cfg.SourceAddrs)
 	defer cl.close()
@@ -165,6 +179,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	shopCancel()
 	wg.Wait()
 	<-watchDone
+	stopCPU()
 	if workerErr != nil {
 		rep.Notes = append(rep.Notes, "workers: "+workerErr.Error())
 	}
@@ -227,6 +242,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	sm.tallyResponses(p.Server5xx, p.NetErrors)
 	rep.checkSummary()
 	rep.FinishedAt = time.Now()
+	cpu.snap(rep.FinishedAt)
+	rep.CPU = rep.cpuReport(cpu, clockTicks())
 	rep.ElapsedMs = rep.FinishedAt.Sub(started).Milliseconds()
 	return rep, rep.Err()
 }

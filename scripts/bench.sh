@@ -167,7 +167,7 @@ fi
 		[ -z "${SKIP_LOAD:-}" ] && [ -s "out/load/$sc.txt" ] || continue
 		echo
 		echo "Load scenario $sc (out/load/$sc.json, .html):"
-		grep -hE '^(shoppers|reserved|first/last|PostgreSQL|redis|invariant)' "out/load/$sc.txt" | sed 's/^/  /'
+		grep -hE '^(shoppers|reserved|first/last|PostgreSQL|redis|cpu|invariant)' "out/load/$sc.txt" | sed 's/^/  /'
 	done
 	if [ -z "${SKIP_FAULTS:-}" ] && [ -s out/faults/summary.json ]; then
 		echo

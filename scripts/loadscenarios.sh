@@ -133,6 +133,10 @@ start_stack() { # scenario
 		--http-addr 127.0.0.1:18080 --admin-addr 127.0.0.1:19080 \
 		>"$dir/dev.out" 2>"$dir/dev.log" &
 	PIDS+=($!)
+	# The server processes whose CPU-seconds the load report counts
+	# (--server-pids): dev holds the Kafka broker, the writer, expiry and
+	# the operator gateway in one process.
+	SERVER_PIDS="dev=$!"
 	REDIS_URL=$(banner_value "$dir/dev.out" Redis)
 	DATABASE_URL=$(banner_value "$dir/dev.out" PostgreSQL)
 	wait_url http://127.0.0.1:19080/readyz 60
@@ -149,10 +153,21 @@ start_stack() { # scenario
 			nice -n "-$GATEWAY_NICE" $BIN gateway --http-addr 127.0.0.1:$((18080 + g)) --admin-addr 127.0.0.1:$((19080 + g)) \
 			>"$dir/gateway$g.log" 2>&1 &
 		PIDS+=($!)
+		SERVER_PIDS="$SERVER_PIDS,gateway=$!"
 		wait_url http://127.0.0.1:$((19080 + g))/readyz 60
 		URLS="${URLS:+$URLS,}http://127.0.0.1:$((18080 + g))"
 	done
 	echo "stack for $s: gateways $URLS, redis $REDIS_URL, postgres $DATABASE_URL, kafka 127.0.0.1:$KAFKA_PORT"
+	# redis-server by its port, PostgreSQL by its postmaster (the report
+	# counts its backends, live and exited).
+	local rp p
+	rp=${REDIS_URL##*:}
+	for p in $(pgrep -f "redis-server 127.0.0.1:${rp%%/*}" || true); do
+		SERVER_PIDS="$SERVER_PIDS,redis=$p"
+	done
+	p=$(head -n 1 "$dir/data/pg/postmaster.pid" 2>/dev/null || true)
+	[ -n "$p" ] && SERVER_PIDS="$SERVER_PIDS,postgres=$p"
+	echo "server pids for the CPU figures: $SERVER_PIDS"
 
 	# The data tier (redis-server, PostgreSQL, and the dev process with the
 	# Kafka broker and the writer) would have machines of its own; here it
@@ -207,7 +222,7 @@ run_scenario() { # scenario
 	echo "== $s  $(date -u +%FT%TZ)  load average before: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/$s.txt"
 	local rc=0
 	GOMAXPROCS=$PROCS_EACH $BIN loadtest --scenario "$s" --url "$URLS" --admin-url http://127.0.0.1:19081 \
-		--database-url "$DATABASE_URL" --redis-url "$REDIS_URL" \
+		--database-url "$DATABASE_URL" --redis-url "$REDIS_URL" --server-pids "$SERVER_PIDS" \
 		--json "$OUT/$s.json" --html "$OUT/$s.html" "${args[@]}" \
 		> >(tee -a "$OUT/$s.txt") 2> >(tr '\r' '\n' | tail -n 40 >>"$OUT/$s.progress") || rc=$?
 	echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg); exit $rc" | tee -a "$OUT/$s.txt"

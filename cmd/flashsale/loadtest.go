@@ -53,6 +53,7 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	seed := fs.Uint64("seed", 0, "seed of the shoppers' draws (who pays, item choice, think times, backoff); default 1")
 	jsonOut := fs.String("json", "loadtest-report.json", "JSON report file (empty: none); its \"summary\" (oversold, acknowledgedLost, acknowledgedRejected, strandedUnits, http5xx, networkErrors), \"ledger\" (every order and how it ended) and \"timeline\" (admissionsMs, reservationsMs) are described in the loadtest package doc")
 	htmlOut := fs.String("html", "loadtest-report.html", "HTML report file (empty: none)")
+	serverPIDs := fs.String("server-pids", "", "server processes whose CPU-seconds the report's \"cpu\" section counts, as role=pid,… (gateway=812,gateway=815,redis=640,postgres=700: a PostgreSQL postmaster counts its backends, live and exited); the load tool and its workers count as \"load\" in any case")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -123,6 +124,9 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if cfg.JWTSecret == "" {
 		return errors.New("no JWT secret: set FLASHSALE_JWT_SECRET or --secret")
 	}
+	if cfg.ServerPIDs, err = loadtest.ParseServerPIDs(*serverPIDs); err != nil {
+		return err
+	}
 	rep, runErr := loadtest.Run(ctx, cfg)
 	if rep == nil {
 		return runErr
@@ -132,6 +136,9 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if err := writeReport(*htmlOut, rep.WriteHTML); err != nil {
 		return err
+	}
+	if rep.CPU != nil {
+		fmt.Fprint(stdout, "\n"+rep.CPU.Text())
 	}
 	fmt.Fprintf(stdout, "\nreports: %s %s\n", *jsonOut, *htmlOut)
 	return runErr

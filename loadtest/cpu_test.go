@@ -1,0 +1,250 @@
+package loadtest
+
+import (
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseProcStat(t *testing.T) {
+	tail := " 10 11 12 13 14 15 16 17 18 19 20"
+	for _, tc := range []struct {
+		name, line string
+		want       procStat
+		bad        bool
+	}{
+		{name: "plain", line: "42 (redis-server) S 7 42 42 0 -1 4194560 1 2 3 4 30 12 5 6" + tail,
+			want: procStat{PPID: 7, Self: 42, Children: 11}},
+		{name: "name with spaces and parentheses", line: "9 (a) b (c)) R 1 9 9 0 -1 0 0 0 0 0 100 200 3 4" + tail,
+			want: procStat{PPID: 1, Self: 300, Children: 7}},
+		{name: "only up to cstime", line: "9 (x) R 1 9 9 0 -1 0 0 0 0 0 1 2 3 4",
+			want: procStat{PPID: 1, Self: 3, Children: 7}},
+		{name: "no name", line: "9 x R 1 9 9 0 -1 0 0 0 0 0 1 2 3 4" + tail, bad: true},
+		{name: "short", line: "9 (x) R 1 9 9", bad: true},
+		{name: "not a number", line: "9 (x) R 1 9 9 0 -1 0 0 0 0 0 1 z 3 4" + tail, bad: true},
+		{name: "negative time", line: "9 (x) R 1 9 9 0 -1 0 0 0 0 0 1 -2 3 4" + tail, bad: true},
+		{name: "empty", line: "", bad: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseProcStat([]byte(tc.line))
+			if tc.bad {
+				if err == nil {
+					t.Fatalf("parseProcStat(%q) = %+v, want an error", tc.line, got)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("parseProcStat(%q) = %+v, %v; want %+v", tc.line, got, err, tc.want)
+			}
+		})
+	}
+}
+
+func FuzzParseProcStat(f *testing.F) {
+	f.Add([]byte("42 (redis-server) S 7 42 42 0 -1 4194560 1 2 3 4 30 12 5 6 20 0 1 0 100"))
+	f.Add([]byte("9 (a) b (c)) R 1 9 9 0 -1 0 0 0 0 0 100 200 3 4"))
+	f.Add([]byte("9 ("))
+	f.Add([]byte(")"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := parseProcStat(b)
+		if err == nil && (st.Self < 0 || st.Children < 0) {
+			t.Fatalf("parseProcStat(%q) = %+v: negative CPU accepted", b, st)
+		}
+	})
+}
+
+func TestParseServerPIDs(t *testing.T) {
+	got, err := ParseServerPIDs(" gateway=812,gateway=815, redis=640,postgres=700,")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := got["gateway"]; len(g) != 2 || g[0] != 812 || g[1] != 815 || len(got["redis"]) != 1 || got["postgres"][0] != 700 {
+		t.Fatalf("ParseServerPIDs = %v", got)
+	}
+	if got, err := ParseServerPIDs(""); err != nil || len(got) != 0 {
+		t.Fatalf("ParseServerPIDs(\"\") = %v, %v; want none", got, err)
+	}
+	for _, bad := range []string{"gateway", "=12", "gateway=", "gateway=x", "gateway=-1", "gateway=0",
+		"Gateway=12", "g w=12", "load=12", "a=12,b=12", "gateway=99999999999"} {
+		if got, err := ParseServerPIDs(bad); err == nil {
+			t.Errorf("ParseServerPIDs(%q) = %v, want an error", bad, got)
+		}
+	}
+}
+
+func FuzzParseServerPIDs(f *testing.F) {
+	f.Add("gateway=812,gateway=815,redis=640")
+	f.Add("load=1")
+	f.Add("a=1,a=1")
+	f.Add(",,=")
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := ParseServerPIDs(s)
+		if err != nil {
+			return
+		}
+		seen := map[int]bool{}
+		for role, pids := range m {
+			if role == RoleLoad || role == "" {
+				t.Fatalf("ParseServerPIDs(%q): role %q accepted", s, role)
+			}
+			for _, p := range pids {
+				if p <= 0 || seen[p] {
+					t.Fatalf("ParseServerPIDs(%q): pid %d accepted", s, p)
+				}
+				seen[p] = true
+			}
+		}
+	})
+}
+
+func TestClockTicks(t *testing.T) {
+	if hz := clockTicks(); hz <= 0 {
+		t.Fatalf("clockTicks() = %d", hz)
+	}
+}
+
+// TestProcTreeCountsChild reads the real /proc: a child that burns CPU
+// shows under the test process's tree and grows; left out when named
+// under a role of its own; once reaped, its CPU stays in the parent's
+// cutime + cstime.
+func TestProcTreeCountsChild(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	self := os.Getpid()
+	tab, err := procTable("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := tab[self]; !ok || st.PPID != os.Getppid() {
+		t.Fatalf("own stat = %+v (found %v), want ppid %d", st, ok, os.Getppid())
+	}
+	cmd := exec.Command("sh", "-c", "i=0; while :; do i=$((i+1)); done")
+	if err := cmd.Start(); err != nil {
+		t.Skip(err)
+	}
+	done := false
+	t.Cleanup(func() {
+		if !done {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	child := cmd.Process.Pid
+	// The child's own figure grows (polled; the deadline only guards
+	// against a hang).
+	var first, childTicks int64 = -1, 0
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		tab, err := procTable("/proc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, ok := treeTicks(tab, childrenOf(tab), child, nil)
+		if !ok {
+			t.Fatalf("child %d not in /proc", child)
+		}
+		if first < 0 {
+			first = c
+		}
+		if c > first && c > 0 {
+			childTicks = c
+			// The child is in the test process's tree, and out of it
+			// when named for a role of its own.
+			all, _ := treeTicks(tab, childrenOf(tab), self, nil)
+			without, _ := treeTicks(tab, childrenOf(tab), self, map[int]bool{child: true})
+			if all-without != c {
+				t.Fatalf("tree with the child − tree without = %d ticks, want the child's %d", all-without, c)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the busy child's CPU did not grow from %d ticks", first)
+		}
+	}
+	before := tab[self].Children
+	cmd.Process.Kill()
+	cmd.Wait()
+	done = true
+	tab, err = procTable("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tab[self].Children - before; got < childTicks {
+		t.Errorf("reaped children's CPU grew by %d ticks, want at least the child's %d", got, childTicks)
+	}
+}
+
+// TestCPUWindow: the window runs from the first snapshot at or after the
+// opening to the first at or after the last reservation; the total from
+// the first snapshot to the last; the sums and the per-1,000 figures
+// follow.
+func TestCPUWindow(t *testing.T) {
+	opens := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return opens.Add(time.Duration(ms) * time.Millisecond) }
+	s := newCPUSampler("/nonexistent", 1, map[string][]int{"gateway": {10, 11}, "redis": {20}})
+	snap := func(ms int, self, g1, g2, r int64) {
+		s.snaps = append(s.snaps, cpuSnapshot{at: at(ms), ticks: map[int]int64{1: self, 10: g1, 11: g2, 20: r}})
+	}
+	snap(-5000, 0, 0, 0, 0) // the run's start
+	snap(3, 100, 100, 100, 100)
+	snap(103, 110, 130, 140, 150)
+	snap(203, 120, 160, 180, 200) // first at or after the last reservation (150 ms)
+	snap(303, 130, 190, 220, 250)
+	snap(9000, 200, 300, 400, 500) // the run's end
+	r := s.report(opens, 150, "orders.created_at", 2000, 500, 100)
+	if r.WindowStartMs != 3 || r.WindowEndMs != 203 || r.TotalMs != 14000 {
+		t.Fatalf("window %d…%d ms, total %d ms; want 3…203, 14000", r.WindowStartMs, r.WindowEndMs, r.TotalMs)
+	}
+	near := func(name string, got, want float64) {
+		t.Helper()
+		if d := got - want; d > 1e-9 || d < -1e-9 {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	near("gateway window", r.Roles["gateway"].Window, 1.4) // (160−100)+(180−100) ticks
+	near("gateway total", r.Roles["gateway"].Total, 7)
+	if ps := r.Roles["gateway"].Processes; len(ps) != 2 || ps[0].PID != 10 || ps[1].PID != 11 {
+		t.Fatalf("gateway processes = %+v", ps)
+	} else {
+		near("gateway 11 window", ps[1].Window, 0.8)
+		near("gateway 11 total", ps[1].Total, 4)
+	}
+	near("redis window", r.Roles["redis"].Window, 1)
+	near("load window", r.Load.Window, 0.2)
+	near("server window", r.Server.Window, 2.4)
+	near("all total", r.All.Total, 14)
+	near("per 1,000 shoppers, all window", r.PerThousandShoppers.All.Window, 1.3)
+	near("per 1,000 units, server total", r.PerThousandUnits.Server.Total, 24)
+	if len(r.Missing) != 0 || r.Error != "" {
+		t.Errorf("missing %v, error %q", r.Missing, r.Error)
+	}
+
+	// A last reservation after every snapshot of the drop: the window
+	// ends at the last snapshot. None: no window.
+	if r := s.report(opens, 9500, "client 202", 2000, 500, 100); r.WindowEndMs != 9000 {
+		t.Errorf("late last reservation: window end %d ms, want 9000", r.WindowEndMs)
+	}
+	if r := s.report(opens, -1, "client 202", 2000, 0, 100); r.WindowEndMs != -1 || r.Roles["redis"].Window != 0 || r.PerThousandUnits != nil {
+		t.Errorf("no reservation: %+v", r)
+	}
+
+	// A process gone by the end is named and left out of the sums.
+	s.snaps = append(s.snaps, cpuSnapshot{at: at(9100), ticks: map[int]int64{1: 210, 10: 310, 11: 410}})
+	r = s.report(opens, 150, "client 202", 2000, 500, 100)
+	if len(r.Missing) != 1 || r.Missing[0] != "redis 20" || r.Roles["redis"].Total != 0 {
+		t.Errorf("missing %v, redis %+v; want redis 20 left out", r.Missing, r.Roles["redis"])
+	}
+	if txt := r.Text(); !strings.Contains(txt, "(2 processes: 10 0.60/3.10, 11 0.80/4.10)") || !strings.Contains(txt, "redis 20") {
+		t.Errorf("text:\n%s", txt)
+	}
+}
+
+func BenchmarkCPUSnap(b *testing.B) {
+	s := newCPUSampler("/proc", os.Getpid(), nil)
+	for b.Loop() {
+		s.snap(time.Now())
+	}
+}
