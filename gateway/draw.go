@@ -14,7 +14,7 @@ import (
 	"github.com/flashsale/flashsale"
 )
 
-var errNotDrawn = flashsale.Errorf(flashsale.CodeNotDrawn, "the pre-queue has not been drawn yet: the draw happens at opening")
+var errNotDrawn = flashsale.Errorf(flashsale.CodeNotDrawn, "the pre-queue has not been drawn yet: the draw happens when the pre-queue closes")
 
 // drawCacheControl lets browsers and CDNs keep a record for good: it never
 // changes after the draw.
