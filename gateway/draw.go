@@ -39,7 +39,7 @@ func (s *Server) saleDraw(c *fiber.Ctx) error {
 	if !ok || s.d.Draws == nil {
 		return errNoSale
 	}
-	if now.Before(sale.StartsAt) {
+	if !s.seedPublic(sale, now) {
 		return errNotDrawn
 	}
 	f, err := s.draws.get(saleID, func() (StaticFile, error) {
