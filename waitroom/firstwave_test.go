@@ -130,3 +130,25 @@ func indexOf(s []int64, v int64) int {
 	}
 	return -1
 }
+
+// The measured rate leaves out the first wave's jump at the draw: before
+// the opening it is the configured rate, after it the admissions since.
+func TestRateIgnoresTheFirstWave(t *testing.T) {
+	opens := time.UnixMilli(10_000)
+	sr := &saleRoom{sale: &flashsale.Sale{StartsAt: opens, AdmissionRatePerSecond: 7}}
+	add := func(ms, serving int64) {
+		sr.samples[sr.nsample%rateSamples] = struct{ ms, serving int64 }{ms, serving}
+		sr.nsample++
+	}
+	add(6_000, 0)
+	add(7_000, 500) // the draw: the first wave
+	add(8_000, 500)
+	if r := sr.rate(); r != 7 {
+		t.Fatalf("rate before the opening %v, want the configured 7", r)
+	}
+	add(10_000, 500)
+	add(11_000, 520)
+	if r := sr.rate(); r != 20 {
+		t.Fatalf("rate after the opening %v, want 20/s (the first wave left out)", r)
+	}
+}

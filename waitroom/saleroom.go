@@ -140,6 +140,14 @@ func (sr *saleRoom) place(ticket int64) (int64, bool) {
 // the configured rate when nothing was measured. Called with sr.mu held.
 func (sr *saleRoom) rate() float64 {
 	n := min(sr.nsample, rateSamples)
+	// The first wave, admitted at once at the draw, is no rate: measure
+	// from the last sample at or before the opening.
+	if s := sr.sale; s != nil {
+		opens := s.StartsAt.UnixMilli()
+		for n >= 2 && sr.samples[(sr.nsample-n+1)%rateSamples].ms <= opens {
+			n--
+		}
+	}
 	if n >= 2 {
 		newest := sr.samples[(sr.nsample-1)%rateSamples]
 		oldest := sr.samples[(sr.nsample-n)%rateSamples]
