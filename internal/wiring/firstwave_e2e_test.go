@@ -59,6 +59,11 @@ func TestFirstWaveEndToEnd(t *testing.T) {
 		t.Fatalf("seed not public after the close: %s", pub.Raw)
 	}
 	c.s.Want(c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d/draw", saleID), "", nil), 200, "")
+	// Over the WebSocket the first wave's admitted message (validated
+	// against the file: notBeforeMs is documented there).
+	if got := c.wsJoin(saleID, map[string]string{"type": "join", "accessToken": s.Token(201, false)}, "admitted"); got[len(got)-1] != "admitted" {
+		t.Fatalf("WebSocket messages %v, want the admission before the opening", got)
+	}
 
 	shopper := s.Token(200, false)
 	purchase := fmt.Sprintf("/api/flash-sales/items/%d/purchase", itemID)
