@@ -102,12 +102,19 @@ func (r *Room) expiry(admittedAtMs int64) time.Time {
 }
 
 // notBefore is when an admission made at admittedAtMs buys: the opening
-// for the first wave (admitted before it), zero (at once) otherwise.
+// for the first wave (admitted before it), zero (at once) otherwise. It is
+// the opening rounded up to the millisecond: tokens and pages count in
+// milliseconds, and a purchase at the rounded-down instant would still be
+// before the opening.
 func notBefore(sale *flashsale.Sale, admittedAtMs int64) time.Time {
-	if admittedAtMs < sale.StartsAt.UnixMilli() {
-		return sale.StartsAt
+	if admittedAtMs >= sale.StartsAt.UnixMilli() {
+		return time.Time{}
 	}
-	return time.Time{}
+	nb := sale.StartsAt.Truncate(time.Millisecond)
+	if nb.Before(sale.StartsAt) {
+		nb = nb.Add(time.Millisecond)
+	}
+	return nb
 }
 
 // token signs the admission made at admittedAtMs; it returns the token,

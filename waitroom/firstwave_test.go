@@ -152,3 +152,19 @@ func TestRateIgnoresTheFirstWave(t *testing.T) {
 		t.Fatalf("rate after the opening %v, want 20/s (the first wave left out)", r)
 	}
 }
+
+// A first-wave not-before is the opening rounded up to the millisecond,
+// so a purchase at it is never before the opening.
+func TestNotBeforeRoundsUp(t *testing.T) {
+	sale := &flashsale.Sale{StartsAt: time.UnixMilli(10_000).Add(300 * time.Microsecond)}
+	if nb := notBefore(sale, 9_000); nb.UnixMilli() != 10_001 || nb.Before(sale.StartsAt) {
+		t.Fatalf("not-before %v for an opening at %v", nb, sale.StartsAt)
+	}
+	exact := &flashsale.Sale{StartsAt: time.UnixMilli(10_000)}
+	if nb := notBefore(exact, 9_000); !nb.Equal(exact.StartsAt) {
+		t.Fatalf("not-before %v for an opening on the millisecond %v", nb, exact.StartsAt)
+	}
+	if nb := notBefore(exact, 10_000); !nb.IsZero() {
+		t.Fatalf("an admission at the opening has not-before %v, want none", nb)
+	}
+}
