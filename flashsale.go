@@ -315,11 +315,14 @@ type OrderPlaced struct {
 }
 
 // Admission is what an admission token asserts: this user may buy in this
-// sale until ExpiresAt.
+// sale from NotBefore (when set) until ExpiresAt.
 type Admission struct {
 	UserID    int64
 	SaleID    int64
 	ExpiresAt time.Time
+	// NotBefore, when set, is the instant from which the admission buys:
+	// the first wave is admitted before the opening with NotBefore at it.
+	NotBefore time.Time
 }
 
 // Principal is the caller identified by an access token.

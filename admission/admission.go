@@ -1,9 +1,15 @@
 // Package admission signs and verifies the admission tokens the waiting room
 // hands out and the purchase path checks on every request.
 //
-// A token is base64url (no padding) of 42 bytes:
+// A token is base64url (no padding) of 50 bytes:
 //
-//	version(1)=1 | keyID(1) | userID(8) | saleID(8) | expiresAtMs(8) | HMAC-SHA256(first 26 bytes)[:16]
+//	version(1)=2 | keyID(1) | userID(8) | saleID(8) | expiresAtMs(8) | notBeforeMs(8) | HMAC-SHA256(first 34 bytes)[:16]
+//
+// A token is valid from notBefore (0: at once) until expiresAt, so the
+// first wave of a sale can be admitted before the opening with tokens
+// that buy only from the opening instant. Version 1 tokens (42 bytes, no
+// notBefore) still verify, so tokens issued before an upgrade keep working
+// for their life; every new token is version 2.
 //
 // Verification decodes into a stack buffer and computes one HMAC with a
 // pooled hash, so it allocates nothing on the happy path. Keys carry a
@@ -24,12 +30,21 @@ import (
 )
 
 const (
-	version    = 1
-	bodyLen    = 26
+	version    = 2
+	bodyLen    = 34
 	macLen     = 16
 	rawLen     = bodyLen + macLen
-	encodedLen = (rawLen*8 + 5) / 6 // 56
+	encodedLen = (rawLen*8 + 5) / 6 // 67
+
+	// version 1: the same without notBeforeMs
+	v1BodyLen    = 26
+	v1RawLen     = v1BodyLen + macLen
+	v1EncodedLen = (v1RawLen*8 + 5) / 6 // 56
 )
+
+// strict decodes refusing non-zero padding bits: a 50-byte token leaves two
+// bits over, and one token must have one spelling.
+var strict = base64.RawURLEncoding.Strict()
 
 // Key is one signing key.
 type Key struct {
@@ -79,10 +94,10 @@ var errNotAdmitted = &flashsale.Error{Code: flashsale.CodeNotAdmitted, Message: 
 // ErrNotAdmitted is the error of every refused token.
 func ErrNotAdmitted() error { return errNotAdmitted }
 
-// macInto computes the MAC of sc.raw's body into sc.sum.
-func macInto(sc *scratch) []byte {
+// macInto computes the MAC of the first body bytes of sc.raw into sc.sum.
+func macInto(sc *scratch, body int) []byte {
 	sc.h.Reset()
-	sc.h.Write(sc.raw[:bodyLen])
+	sc.h.Write(sc.raw[:body])
 	return sc.h.Sum(sc.sum[:0])[:macLen]
 }
 
@@ -96,14 +111,24 @@ func (s *Signer) Sign(a flashsale.Admission) string {
 	binary.BigEndian.PutUint64(sc.raw[2:], uint64(a.UserID))
 	binary.BigEndian.PutUint64(sc.raw[10:], uint64(a.SaleID))
 	binary.BigEndian.PutUint64(sc.raw[18:], uint64(a.ExpiresAt.UnixMilli()))
-	copy(sc.raw[bodyLen:], macInto(sc))
+	var nb int64
+	if !a.NotBefore.IsZero() {
+		nb = a.NotBefore.UnixMilli()
+	}
+	binary.BigEndian.PutUint64(sc.raw[26:], uint64(nb))
+	copy(sc.raw[bodyLen:], macInto(sc, bodyLen))
 	return base64.RawURLEncoding.EncodeToString(sc.raw[:])
 }
 
 // Parse checks the token's form and signature and returns what it asserts,
 // without checking expiry or binding.
 func (s *Signer) Parse(token string) (flashsale.Admission, error) {
-	if len(token) != encodedLen {
+	ver, body, raw := byte(version), bodyLen, rawLen
+	switch len(token) {
+	case encodedLen:
+	case v1EncodedLen:
+		ver, body, raw = 1, v1BodyLen, v1RawLen
+	default:
 		return flashsale.Admission{}, errNotAdmitted
 	}
 	// The key id is the second byte; decode the first 4 characters to find it.
@@ -112,34 +137,41 @@ func (s *Signer) Parse(token string) (flashsale.Admission, error) {
 		return flashsale.Admission{}, errNotAdmitted
 	}
 	v := s.keys[head[1]]
-	if v == nil || head[0] != version {
+	if v == nil || head[0] != ver {
 		return flashsale.Admission{}, errNotAdmitted
 	}
 	sc := v.get()
 	defer v.pool.Put(sc)
-	copy(sc.enc[:], token)
-	n, err := base64.RawURLEncoding.Decode(sc.raw[:], sc.enc[:])
-	if err != nil || n != rawLen {
+	n := copy(sc.enc[:], token)
+	m, err := strict.Decode(sc.raw[:], sc.enc[:n])
+	if err != nil || m != raw {
 		return flashsale.Admission{}, errNotAdmitted
 	}
-	if !hmac.Equal(macInto(sc), sc.raw[bodyLen:]) {
+	if !hmac.Equal(macInto(sc, body), sc.raw[body:raw]) {
 		return flashsale.Admission{}, errNotAdmitted
 	}
-	return flashsale.Admission{
+	a := flashsale.Admission{
 		UserID:    int64(binary.BigEndian.Uint64(sc.raw[2:])),
 		SaleID:    int64(binary.BigEndian.Uint64(sc.raw[10:])),
 		ExpiresAt: time.UnixMilli(int64(binary.BigEndian.Uint64(sc.raw[18:]))),
-	}, nil
+	}
+	if ver == version {
+		if nb := int64(binary.BigEndian.Uint64(sc.raw[26:])); nb != 0 {
+			a.NotBefore = time.UnixMilli(nb)
+		}
+	}
+	return a, nil
 }
 
-// Verify accepts the token only when it is genuine, unexpired at now, and
-// bound to this user and sale. Every refusal is NOT_ADMITTED.
+// Verify accepts the token only when it is genuine, valid at now (not
+// before its notBefore, before its expiry), and bound to this user and
+// sale. Every refusal is NOT_ADMITTED.
 func (s *Signer) Verify(token string, userID, saleID int64, now time.Time) (flashsale.Admission, error) {
 	a, err := s.Parse(token)
 	if err != nil {
 		return a, err
 	}
-	if a.UserID != userID || a.SaleID != saleID || !now.Before(a.ExpiresAt) {
+	if a.UserID != userID || a.SaleID != saleID || !now.Before(a.ExpiresAt) || now.Before(a.NotBefore) {
 		return flashsale.Admission{}, errNotAdmitted
 	}
 	return a, nil

@@ -112,7 +112,7 @@ func (s *Server) adminView(sale *flashsale.Sale, figs []flashsale.ItemFigures, n
 		Message:                saleMessage(sale),
 		Items:                  make([]adminItemJSON, len(sale.Items)),
 	}
-	if !now.Before(sale.StartsAt) && len(sale.ShuffleSeed) > 0 {
+	if s.seedPublic(sale, now) {
 		v.ShuffleSeed = sale.SeedHex()
 	}
 	all := len(sale.Items) > 0

@@ -14,7 +14,7 @@ import (
 	"github.com/flashsale/flashsale"
 )
 
-var errNotDrawn = flashsale.Errorf(flashsale.CodeNotDrawn, "the pre-queue has not been drawn yet: the draw happens at opening")
+var errNotDrawn = flashsale.Errorf(flashsale.CodeNotDrawn, "the pre-queue has not been drawn yet: the draw happens when the pre-queue closes")
 
 // drawCacheControl lets browsers and CDNs keep a record for good: it never
 // changes after the draw.
@@ -39,7 +39,7 @@ func (s *Server) saleDraw(c *fiber.Ctx) error {
 	if !ok || s.d.Draws == nil {
 		return errNoSale
 	}
-	if now.Before(sale.StartsAt) {
+	if !s.seedPublic(sale, now) {
 		return errNotDrawn
 	}
 	f, err := s.draws.get(saleID, func() (StaticFile, error) {

@@ -183,6 +183,10 @@ type Config struct {
 	// it (FLASHSALE_PAYMENT_URL): a payable order carries it filled in as
 	// paymentUrl, and the simulated pay answers 403 FORBIDDEN.
 	PaymentURL string
+	// DrawLead is how long before a sale's opening its pre-queue closes
+	// and its draw runs (waitroom.Config.DrawLead): the sale data carries
+	// the seed from then on.
+	DrawLead time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -444,3 +448,9 @@ func (allowAll) CheckAddrAt(netip.Addr, string, time.Time) (time.Duration, error
 }
 func (allowAll) CheckUserAt(int64, string, time.Time) (time.Duration, error) { return 0, nil }
 func (allowAll) Counters() []defense.Counter                                 { return nil }
+
+// seedPublic reports whether the sale's seed may be shown at now: from the
+// pre-queue's close (DrawLead before the opening), when the draw is made.
+func (s *Server) seedPublic(sale *flashsale.Sale, now time.Time) bool {
+	return len(sale.ShuffleSeed) > 0 && !now.Before(sale.StartsAt.Add(-max(0, s.cfg.DrawLead)))
+}

@@ -250,7 +250,7 @@ func (s *Server) publicView(sale *flashsale.Sale, now time.Time) publicSaleJSON 
 		Message:           saleMessage(sale),
 		Items:             make([]publicItemJSON, len(sale.Items)),
 	}
-	if !now.Before(sale.StartsAt) && len(sale.ShuffleSeed) > 0 {
+	if s.seedPublic(sale, now) {
 		v.ShuffleSeed = sale.SeedHex()
 	}
 	for i, it := range sale.Items {

@@ -65,6 +65,9 @@ type fakeFaults struct {
 	dropAnswers int // the first n purchases reserve, then the connection closes unanswered
 	admitOnly   int // only the first n joiners are ever admitted (0: all)
 	roomBusy    int // the first n room joins are answered error UNAVAILABLE, closed 1013
+	// firstWave: each shopper's admission comes this long before its turn,
+	// with notBeforeMs at the turn (purchases before it are NOT_ADMITTED)
+	firstWave time.Duration
 }
 
 // killableListener is a gateway's listener that can die as a process
@@ -391,14 +394,24 @@ func (f *fakeStack) queue(w http.ResponseWriter, r *http.Request) {
 	case <-ctx.Done():
 		return
 	case <-so:
-	case <-time.After(time.Until(at)):
+	case <-time.After(time.Until(at.Add(-f.faults.firstWave))):
 	}
 	st = f.status(p.UserID)
 	admitted := st["state"] == "ADMITTED"
-	if admitted {
-		wsSend(ctx, c, stripAdmission(st))
-		wsSend(ctx, c, map[string]any{"type": "admitted", "admissionToken": st["admissionToken"],
-			"expiresAtMs": time.Now().Add(time.Minute).UnixMilli(), "items": st["items"]})
+	f.mu.Lock()
+	early := !admitted && f.faults.firstWave > 0 && !f.closedSO && time.Now().Before(at)
+	items := f.itemsLocked()
+	f.mu.Unlock()
+	if admitted || early {
+		adm := map[string]any{"type": "admitted", "admissionToken": fmt.Sprintf("adm-%d", p.UserID),
+			"expiresAtMs": time.Now().Add(time.Minute).UnixMilli(), "items": items}
+		if early {
+			adm["notBeforeMs"] = at.Add(time.Millisecond - 1).UnixMilli() // rounded up, as the room does
+		} else {
+			wsSend(ctx, c, stripAdmission(st))
+		}
+		wsSend(ctx, c, adm)
+		admitted = true
 		select {
 		case <-ctx.Done():
 			return

@@ -588,3 +588,20 @@ func TestRedisReportExcess(t *testing.T) {
 		t.Errorf("ExcessPerRequest = %v, want 0.01", r.ExcessPerRequest)
 	}
 }
+
+// TestRunFakeFirstWave: admissions that come before the shopper's turn
+// with a not-before (the first wave) are bought from it: the tool waits,
+// so no purchase is refused NOT_ADMITTED and the stock sells out.
+func TestRunFakeFirstWave(t *testing.T) {
+	f := newFakeStackWith(t, false, fakeFaults{firstWave: 2 * time.Second}, 1)
+	r, err := Run(context.Background(), fakeConfig(f))
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if r.Orders.Reserved != 10 || r.Orders.Sold != 10 {
+		t.Errorf("orders = %+v, want 10 reserved and sold", r.Orders)
+	}
+	if got := r.Steps[StepPurchase].Outcomes["403 NOT_ADMITTED"]; got != 0 {
+		t.Errorf("%d purchases refused NOT_ADMITTED: the tool bought before the not-before", got)
+	}
+}

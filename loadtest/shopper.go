@@ -89,6 +89,7 @@ type roomMsg struct {
 	OpensAtMs      int64       `json:"opensAtMs"`
 	AdmissionToken string      `json:"admissionToken"`
 	ExpiresAtMs    int64       `json:"expiresAtMs"`
+	NotBeforeMs    int64       `json:"notBeforeMs"`
 	Items          []roomItem  `json:"items"`
 	Position       json.Number `json:"position"`
 }
@@ -486,6 +487,17 @@ func (s *shard) linger(ctx context.Context, sh *shopper, conn *websocket.Conn) {
 func (s *shard) admittedBuy(ctx context.Context, sh *shopper, w *wait, m *roomMsg) bool {
 	s.admittedNow(sh, w, m)
 	w.lastAdm = m
+	// A first-wave admission (made before the opening) buys from its
+	// not-before: the shopper waits for it, as the page does.
+	if d := time.Until(time.UnixMilli(m.NotBeforeMs)); m.NotBeforeMs > 0 && d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return true
+		case <-t.C:
+		}
+	}
 	res, o := s.buy(ctx, sh, m)
 	switch res {
 	case buyBought:

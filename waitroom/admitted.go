@@ -61,7 +61,7 @@ func (r *Room) requeue(ctx context.Context, sr *saleRoom, users []int64, now tim
 	if len(again) == 0 {
 		return tickets, bought, nil
 	}
-	_, ts, err := registerJoins(ctx, r.rdb, sale, now.UnixMilli(), r.cfg.AdmissionTTL.Milliseconds(), sr.knownNow(), again)
+	_, ts, err := registerJoins(ctx, r.rdb, sale, r.cfg.DrawLead, now.UnixMilli(), r.cfg.AdmissionTTL.Milliseconds(), sr.knownNow(), again)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -101,13 +101,40 @@ func (r *Room) expiry(admittedAtMs int64) time.Time {
 	return time.UnixMilli(admittedAtMs).Add(r.cfg.AdmissionTTL)
 }
 
-func (r *Room) token(saleID, userID, admittedAtMs int64) (string, time.Time) {
+// notBefore is when an admission made at admittedAtMs buys: the opening
+// for the first wave (admitted before it), zero (at once) otherwise. It is
+// the opening rounded up to the millisecond: tokens and pages count in
+// milliseconds, and a purchase at the rounded-down instant would still be
+// before the opening.
+func notBefore(sale *flashsale.Sale, admittedAtMs int64) time.Time {
+	if admittedAtMs >= sale.StartsAt.UnixMilli() {
+		return time.Time{}
+	}
+	nb := sale.StartsAt.Truncate(time.Millisecond)
+	if nb.Before(sale.StartsAt) {
+		nb = nb.Add(time.Millisecond)
+	}
+	return nb
+}
+
+// token signs the admission made at admittedAtMs; it returns the token,
+// its expiry and its not-before (zero: none).
+func (r *Room) token(sale *flashsale.Sale, userID, admittedAtMs int64) (string, time.Time, time.Time) {
 	exp := r.expiry(admittedAtMs)
-	return r.signer.Sign(flashsale.Admission{UserID: userID, SaleID: saleID, ExpiresAt: exp}), exp
+	nb := notBefore(sale, admittedAtMs)
+	return r.signer.Sign(flashsale.Admission{UserID: userID, SaleID: sale.ID, ExpiresAt: exp, NotBefore: nb}), exp, nb
 }
 
 // admittedMessage encodes the "admitted" message. Called with sr.mu held.
 func (r *Room) admittedMessage(sr *saleRoom, userID, admittedAtMs int64) []byte {
-	tok, exp := r.token(sr.id, userID, admittedAtMs)
-	return appendAdmitted(make([]byte, 0, 64+len(tok)+len(sr.itemsJS)), tok, exp.UnixMilli(), sr.itemsJS)
+	tok, exp, nb := r.token(sr.sale, userID, admittedAtMs)
+	return appendAdmitted(make([]byte, 0, 96+len(tok)+len(sr.itemsJS)), tok, exp.UnixMilli(), unixMilli(nb), sr.itemsJS)
+}
+
+// unixMilli is t in Unix milliseconds, 0 for the zero time.
+func unixMilli(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
 }

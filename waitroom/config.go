@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"runtime"
 	"time"
+
+	"github.com/flashsale/flashsale"
 )
 
 // Config configures a Room. Zero values take the defaults in brackets.
@@ -26,8 +28,15 @@ type Config struct {
 	// it below the open-file limit, so a crowd cannot starve the process of
 	// the descriptors its Redis, PostgreSQL and Kafka connections need.
 	MaxConns        int
-	MaxConnsPerUser int           // [4]
-	CapacityFactor  float64       // admitted-unused places ≤ factor × remaining stock [2.0]
+	MaxConnsPerUser int     // [4]
+	CapacityFactor  float64 // admitted-unused places ≤ factor × remaining stock [2.0]
+	// DrawLead is how long before a sale's opening the pre-queue closes and
+	// the draw runs [0: at the opening]. At the draw the first wave
+	// (remaining stock × CapacityFactor places, in drawn order) is
+	// admitted with tokens valid from the opening instant, so that at the
+	// opening the CPU goes to the purchases, not to admissions. The seed is
+	// public from the close (DrawAt).
+	DrawLead        time.Duration
 	OriginPatterns  []string      // cross-origin pages allowed to open the WebSocket
 	JoinBatchWindow time.Duration // how long joins are collected into one batch [2ms]
 	MaxJoinBatch    int           // largest join batch [1000]
@@ -121,6 +130,7 @@ func (c *Config) defaults() {
 	if c.CapacityFactor <= 0 {
 		c.CapacityFactor = 2.0
 	}
+	c.DrawLead = max(0, c.DrawLead)
 	if c.MaxJoinBatch <= 0 {
 		c.MaxJoinBatch = 1000
 	}
@@ -149,4 +159,11 @@ func remoteIP(r *http.Request) netip.Addr {
 		return netip.Addr{}
 	}
 	return ap.Addr().Unmap()
+}
+
+// DrawAt is the instant the sale's pre-queue closes and its draw runs: lead
+// before the opening. Joins from then on queue first come, first served
+// behind the pre-queue, and the seed may be revealed.
+func DrawAt(sale *flashsale.Sale, lead time.Duration) time.Time {
+	return sale.StartsAt.Add(-max(0, lead))
 }

@@ -218,6 +218,7 @@ type msg struct {
 	EtaSeconds     int64          `json:"etaSeconds"`
 	AdmissionToken string         `json:"admissionToken"`
 	ExpiresAtMs    int64          `json:"expiresAtMs"`
+	NotBeforeMs    int64          `json:"notBeforeMs"`
 	Items          []AdmittedItem `json:"items"`
 	Error          string         `json:"error"`
 	Message        string         `json:"message"`

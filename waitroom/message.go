@@ -83,15 +83,18 @@ type AdmittedItem struct {
 // message). Type "challenge" (polling Join only) carries the JoinGuard's
 // challenge object in Challenge and marshals as that object plus "type".
 type Status struct {
-	Type           string         `json:"type"`
-	State          string         `json:"state,omitempty"`
-	ServerTimeMs   int64          `json:"serverTimeMs"`
-	OpensAtMs      int64          `json:"opensAtMs"`
-	Position       int64          `json:"position"`
-	EtaSeconds     int64          `json:"etaSeconds"`
-	AdmissionToken string         `json:"admissionToken,omitempty"`
-	ExpiresAtMs    int64          `json:"expiresAtMs,omitempty"`
-	Items          []AdmittedItem `json:"items,omitempty"`
+	Type           string `json:"type"`
+	State          string `json:"state,omitempty"`
+	ServerTimeMs   int64  `json:"serverTimeMs"`
+	OpensAtMs      int64  `json:"opensAtMs"`
+	Position       int64  `json:"position"`
+	EtaSeconds     int64  `json:"etaSeconds"`
+	AdmissionToken string `json:"admissionToken,omitempty"`
+	ExpiresAtMs    int64  `json:"expiresAtMs,omitempty"`
+	// NotBeforeMs is when the token starts to buy (the first wave's, made
+	// before the opening: the opening instant); absent: at once.
+	NotBeforeMs int64          `json:"notBeforeMs,omitempty"`
+	Items       []AdmittedItem `json:"items,omitempty"`
 	// Message is the operator's message (polling only; nil: none).
 	Message   *SaleMessage    `json:"message,omitempty"`
 	Challenge json.RawMessage `json:"-"`
@@ -170,12 +173,16 @@ func appendStatus(b []byte, v view, serverMs, opensMs int64) []byte {
 // appendAdmitted encodes an admitted message without reflection, as
 // json.Marshal of admittedMessage writes it, from the sale's items already
 // encoded (itemsJSON). tok must need no JSON escaping (admission tokens are
-// base64url).
-func appendAdmitted(b []byte, tok string, expiresAtMs int64, itemsJSON []byte) []byte {
+// base64url). notBeforeMs 0 leaves the field out.
+func appendAdmitted(b []byte, tok string, expiresAtMs, notBeforeMs int64, itemsJSON []byte) []byte {
 	b = append(b, `{"type":"admitted","admissionToken":"`...)
 	b = append(b, tok...)
 	b = append(b, `","expiresAtMs":`...)
 	b = strconv.AppendInt(b, expiresAtMs, 10)
+	if notBeforeMs != 0 {
+		b = append(b, `,"notBeforeMs":`...)
+		b = strconv.AppendInt(b, notBeforeMs, 10)
+	}
 	b = append(b, `,"items":`...)
 	b = append(b, itemsJSON...)
 	return append(b, '}')
@@ -185,6 +192,7 @@ type admittedMessage struct {
 	Type           string         `json:"type"`
 	AdmissionToken string         `json:"admissionToken"`
 	ExpiresAtMs    int64          `json:"expiresAtMs"`
+	NotBeforeMs    int64          `json:"notBeforeMs,omitempty"`
 	Items          []AdmittedItem `json:"items"`
 }
 

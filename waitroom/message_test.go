@@ -141,7 +141,14 @@ func TestAdmittedJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := appendAdmitted(nil, tok, 1764469200123, itemsJS); string(got) != string(want) {
+	if got := appendAdmitted(nil, tok, 1764469200123, 0, itemsJS); string(got) != string(want) {
 		t.Fatalf("appendAdmitted = %s, want %s", got, want)
+	}
+	want, err = json.Marshal(admittedMessage{Type: TypeAdmitted, AdmissionToken: tok, ExpiresAtMs: 1764469200123, NotBeforeMs: 1764469100000, Items: items})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := appendAdmitted(nil, tok, 1764469200123, 1764469100000, itemsJS); string(got) != string(want) {
+		t.Fatalf("appendAdmitted with not-before = %s, want %s", got, want)
 	}
 }

@@ -101,7 +101,7 @@ func (r *Room) pollStatus(ctx context.Context, sr *saleRoom, userID, ticket int6
 			return r.pollStatus(ctx, sr, userID, t)
 		}
 	}
-	tok, exp := r.token(sr.id, userID, at[0])
-	st.AdmissionToken, st.ExpiresAtMs, st.Items = tok, exp.UnixMilli(), items
+	tok, exp, nb := r.token(sale, userID, at[0])
+	st.AdmissionToken, st.ExpiresAtMs, st.NotBeforeMs, st.Items = tok, exp.UnixMilli(), unixMilli(nb), items
 	return st, nil
 }

@@ -82,14 +82,15 @@ func (m *memberTagger) tag(userID int64) string {
 
 var errIncomplete = flashsale.Errorf(flashsale.CodeUnavailable, "the draw record is being restored; retry shortly")
 
-var errNotDrawn = flashsale.Errorf(flashsale.CodeNotDrawn, "the pre-queue has not been drawn yet: the draw happens at opening")
+var errNotDrawn = flashsale.Errorf(flashsale.CodeNotDrawn, "the pre-queue has not been drawn yet: the draw happens when the pre-queue closes")
 
 // DrawRecord returns the sale's public draw record: NOT_DRAWN before the
-// sale opens by the room's clock or before its pre-queue is frozen. An
+// draw (DrawAt: the pre-queue's close, Config.DrawLead before the opening)
+// by the room's clock or before its pre-queue is frozen. An
 // incomplete pre-queue in Redis (lost, not yet restored) is UNAVAILABLE,
 // so a partial record is never published.
 func (r *Room) DrawRecord(ctx context.Context, sale *flashsale.Sale) (DrawRecord, error) {
-	if now := r.cfg.Now(); now.Before(sale.StartsAt) || len(sale.ShuffleSeed) == 0 {
+	if now := r.cfg.Now(); now.Before(DrawAt(sale, r.cfg.DrawLead)) || len(sale.ShuffleSeed) == 0 {
 		return DrawRecord{}, errNotDrawn
 	}
 	users, frozen, err := PreQueue(ctx, r.rdb, sale.ID)

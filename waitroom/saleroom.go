@@ -140,6 +140,14 @@ func (sr *saleRoom) place(ticket int64) (int64, bool) {
 // the configured rate when nothing was measured. Called with sr.mu held.
 func (sr *saleRoom) rate() float64 {
 	n := min(sr.nsample, rateSamples)
+	// The first wave, admitted at once at the draw, is no rate: measure
+	// from the last sample at or before the opening.
+	if s := sr.sale; s != nil {
+		opens := s.StartsAt.UnixMilli()
+		for n >= 2 && sr.samples[(sr.nsample-n+1)%rateSamples].ms <= opens {
+			n--
+		}
+	}
 	if n >= 2 {
 		newest := sr.samples[(sr.nsample-1)%rateSamples]
 		oldest := sr.samples[(sr.nsample-n)%rateSamples]
@@ -187,17 +195,21 @@ func (sr *saleRoom) viewOf(place int64, now time.Time) view {
 	return v
 }
 
-// untilOpening is how long until the sale's opening when it falls within
-// the next tick; for an open sale whose draw this gateway has not seen yet
-// (the leader makes it), a tenth of tick, so that the other gateways learn
-// the draw soon after the opening. 0: no early tick needed.
-func (sr *saleRoom) untilOpening(now time.Time, tick time.Duration) time.Duration {
+// untilOpening is how long until the sale's draw (DrawAt) or opening,
+// whichever comes next, when it falls within the next tick; for a sale
+// past its draw that this gateway has not seen drawn yet (the leader
+// makes it), a tenth of tick, so that the other gateways learn the draw
+// soon after it. 0: no early tick needed.
+func (sr *saleRoom) untilOpening(now time.Time, tick, lead time.Duration) time.Duration {
 	sr.mu.Lock()
 	defer sr.mu.Unlock()
 	if sr.sale == nil {
 		return 0
 	}
-	d := sr.sale.StartsAt.Sub(now)
+	d := DrawAt(sr.sale, lead).Sub(now)
+	if o := sr.sale.StartsAt.Sub(now); d <= 0 && o > 0 && o <= tick {
+		return o
+	}
 	switch {
 	case d > 0 && d <= tick:
 		return d

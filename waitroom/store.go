@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -95,10 +96,10 @@ end
 
 // joinScript registers a batch of users and returns their tickets. Existing
 // users keep their ticket, except a user whose admission expired, who goes
-// to the back. It freezes the pre-queue (the draw) once now >= opensAt.
+// to the back. It freezes the pre-queue (the draw) once now >= drawAt.
 //
 //	KEYS: state, tickets, order, admitted, presence, gone
-//	ARGV: nowMs, opensAtMs, admissionTtlMs, knownSeq, knownN, knownServing,
+//	ARGV: nowMs, drawAtMs, admissionTtlMs, knownSeq, knownN, knownServing,
 //	      guard, userId...
 //	returns {n or -1, serving, {ticket...}}, or {-2} when the queue must be
 //	restored first (see staleCheck)
@@ -141,14 +142,16 @@ return {n and tonumber(n) or -1, serving, out}
 
 // tickScript is run by every gateway for every active sale once per tick.
 // It takes or renews the leader lease (SET NX PX); the leader freezes the
-// pre-queue at opening, counts admitted shoppers whose presence lapsed as
-// gone, and advances the cursor by the rate, within the capacity cap.
+// pre-queue at the draw (DrawAt), admits the first wave between the draw
+// and the opening (as many as the capacity cap allows, at once), counts
+// admitted shoppers whose presence lapsed as gone, and from the opening
+// advances the cursor by the rate, within the capacity cap.
 // Everyone gets the queue state back. On a stale Redis (staleCheck) it
 // changes nothing but the lease.
 //
 //	KEYS: state, lease, buckets, reserved (lua.ReservedKey), presence,
 //	      gone, admitted, buyers (lua.BuyersKey), holes
-//	ARGV: me, nowMs, opensAtMs, leaseMs, rate, capLimit (-1: do not
+//	ARGV: me, nowMs, "drawAtMs:opensAtMs", leaseMs, rate, capLimit (-1: do not
 //	      admit), ttlMs, bucketMs, graceMs (0: nobody is counted gone),
 //	      knownSeq, knownN, knownServing, guard, and for a sale with stock
 //	      shards (tickShardArgs): the other shards' reservations, userId
@@ -170,8 +173,12 @@ if stale(KEYS[1], 10) then
 end
 if leader == 1 then
   redis.call('HSET', KEYS[1], 'live', '1')
+  -- ARGV[3] is drawAtMs:opensAtMs: the pre-queue closes at the first,
+  -- the rate's credit starts at the second
+  local drawAt, opensAt = string.match(ARGV[3], '^(-?%d+):(-?%d+)$')
+  drawAt, opensAt = tonumber(drawAt), tonumber(opensAt)
   local n = redis.call('HGET', KEYS[1], 'n')
-  if not n and now >= tonumber(ARGV[3]) then
+  if not n and now >= drawAt then
     n = redis.call('HGET', KEYS[1], 'seq') or '0'
     redis.call('HSET', KEYS[1], 'n', n)
   end
@@ -209,7 +216,7 @@ if leader == 1 then
     local serving = tonumber(redis.call('HGET', KEYS[1], 'serving') or '0')
     -- the rate's credit starts at the opening, so the first tick after it
     -- already admits what the time since the opening allows
-    local last = tonumber(redis.call('HGET', KEYS[1], 'last') or ARGV[3])
+    local last = tonumber(redis.call('HGET', KEYS[1], 'last') or opensAt)
     if last < now - 1000 then last = now - 1000 end
     local waiting = seq - serving
     -- capacity: admissions in the buckets younger than the token TTL, less
@@ -244,6 +251,11 @@ if leader == 1 then
     -- gateway, or a late reply) gets nothing and moves nothing back
     local allowance = math.floor((now - last) * rate / 1000)
     if allowance < 0 then allowance = 0 end
+    -- between the draw and the opening: the first wave, as many as the
+    -- cap allows, with no rate (their tokens buy from the opening); the
+    -- rate's credit still starts at the opening
+    local early = now < opensAt and drawAt < opensAt
+    if early then allowance = waiting end
     local k = allowance
     if waiting < k then k = waiting end
     if capLeft < k then k = capLeft end
@@ -263,12 +275,14 @@ if leader == 1 then
       end
     end
     if k < 0 then k = 0 end
-    if k == allowance then
+    if early then
+      -- last stays unset: the credit starts at the opening
+    elseif k == allowance then
       last = last + k * 1000 / rate
     elseif now > last then
       last = now
     end
-    redis.call('HSET', KEYS[1], 'last', string.format('%.3f', last))
+    if not early then redis.call('HSET', KEYS[1], 'last', string.format('%.3f', last)) end
   end
 end
 local st = redis.call('HMGET', KEYS[1], 'seq', 'n', 'serving', 'epoch')
@@ -465,9 +479,9 @@ func loadScripts(ctx context.Context, rdb redis.UniversalClient) error {
 
 // registerJoins runs joinScript for one batch of one sale. It returns
 // errStale when the queue must be restored first.
-func registerJoins(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.Sale, nowMs, ttlMs int64, kn known, users []int64) (queueState, []int64, error) {
+func registerJoins(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.Sale, lead time.Duration, nowMs, ttlMs int64, kn known, users []int64) (queueState, []int64, error) {
 	args := make([]any, 0, 7+len(users))
-	args = append(args, nowMs, sale.StartsAt.UnixMilli(), ttlMs)
+	args = append(args, nowMs, DrawAt(sale, lead).UnixMilli(), ttlMs)
 	args = append(args, kn.args()...)
 	for _, u := range users {
 		args = append(args, u)
@@ -497,6 +511,7 @@ func registerJoins(ctx context.Context, rdb redis.UniversalClient, sale *flashsa
 type tickArgs struct {
 	me       string
 	nowMs    int64
+	drawAtMs int64 // DrawAt: the pre-queue closes and the first wave is admitted
 	leaseMs  int64
 	rate     int
 	capLimit int64
@@ -519,7 +534,7 @@ func tickSale(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.Sa
 	keys := append(saleKeys(sale.ID, keyState, keyLease, keyBuckets), lua.ReservedKey(sale.ID))
 	keys = append(keys, saleKeys(sale.ID, keyPresence, keyGone, keyAdmitted)...)
 	keys = append(keys, lua.BuyersKey(sale.ID), lua.QueueKey(sale.ID, keyHoles))
-	args := []any{a.me, a.nowMs, sale.StartsAt.UnixMilli(), a.leaseMs, a.rate, a.capLimit, a.ttlMs, a.bucketMs, a.graceMs}
+	args := []any{a.me, a.nowMs, strconv.FormatInt(a.drawAtMs, 10) + ":" + strconv.FormatInt(sale.StartsAt.UnixMilli(), 10), a.leaseMs, a.rate, a.capLimit, a.ttlMs, a.bucketMs, a.graceMs}
 	args = append(args, a.known.args()...)
 	more, err := tickShardArgs(ctx, rdb, sale, a)
 	if err != nil {

@@ -85,7 +85,7 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 	var rep tickReply
 	for attempt := 0; ; attempt++ {
 		rep, err = tickSale(ctx, r.rdb, sale, tickArgs{
-			me: r.id, nowMs: now.UnixMilli(), leaseMs: r.cfg.LeaseTTL.Milliseconds(), rate: sale.AdmissionRatePerSecond,
+			me: r.id, nowMs: now.UnixMilli(), drawAtMs: DrawAt(sale, r.cfg.DrawLead).UnixMilli(), leaseMs: r.cfg.LeaseTTL.Milliseconds(), rate: sale.AdmissionRatePerSecond,
 			capLimit: capLimit, ttlMs: r.cfg.AdmissionTTL.Milliseconds(), bucketMs: bucketMs, graceMs: grace,
 			known: sr.knownNow(),
 		})
@@ -225,7 +225,7 @@ func (r *Room) tickAll(ctx context.Context, regular bool) (untilOpening time.Dur
 		}
 		waiting += r.broadcast(ctx, sr, now, tick, regular, competing)
 		r.retire(ctx, sr, now)
-		if d := sr.untilOpening(now, r.cfg.Tick); d > 0 && (untilOpening == 0 || d < untilOpening) {
+		if d := sr.untilOpening(now, r.cfg.Tick, r.cfg.DrawLead); d > 0 && (untilOpening == 0 || d < untilOpening) {
 			untilOpening = d
 		}
 	}

@@ -56,8 +56,11 @@ func cmdVerifyDraw(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	if !sale.Open(time.Now()) && time.Now().Before(sale.StartsAt) {
-		fmt.Fprintf(stdout, "sale %d opens at %s; its seed is secret until then (commitment %s)\n", sale.ID, sale.StartsAt.Format(time.RFC3339), sale.ShuffleCommitment)
+	// The seed is revealed when the pre-queue closes, FLASHSALE_DRAW_LEAD
+	// before the opening, after the last join that counts.
+	if closes := waitroom.DrawAt(&sale, cfg.DrawLead); time.Now().Before(closes) {
+		fmt.Fprintf(stdout, "sale %d opens at %s; its pre-queue closes at %s and its seed is secret until then (commitment %s)\n",
+			sale.ID, sale.StartsAt.Format(time.RFC3339), closes.Format(time.RFC3339Nano), sale.ShuffleCommitment)
 		return nil
 	}
 	rep, err := waitroom.VerifyDraw(ctx, rdb, &sale)

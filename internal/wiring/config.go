@@ -79,6 +79,10 @@ type Config struct {
 	ReconcileAfter  time.Duration
 	CapacityFactor  float64
 	TokenCacheSize  int // verified access tokens kept per process
+	// DrawLead is how long before a sale's opening its pre-queue closes,
+	// its draw runs and its first wave is admitted (waitroom.Config.DrawLead,
+	// FLASHSALE_DRAW_LEAD; 0: at the opening).
+	DrawLead time.Duration
 
 	// KafkaSessionTimeout is the writer group's session timeout
 	// (writer.Config.SessionTimeout, FLASHSALE_KAFKA_SESSION_TIMEOUT).
@@ -155,6 +159,7 @@ func Defaults() Config {
 		ReconcileAfter:    2 * time.Minute,
 		CapacityFactor:    2,
 		TokenCacheSize:    1 << 18,
+		DrawLead:          DefaultDrawLead,
 		WSMaxConnsPerAddr: waitroom.DefaultMaxConnsPerIP,
 		AdmittedGrace:     waitroom.DefaultAdmittedGrace,
 		LogFormat:         "json",
@@ -287,6 +292,14 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 			errs = append(errs, fmt.Errorf("FLASHSALE_CAPACITY_FACTOR=%q: want a positive number", v))
 		}
 		c.CapacityFactor = f
+	}
+	if v := getenv("FLASHSALE_DRAW_LEAD"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			errs = append(errs, fmt.Errorf("FLASHSALE_DRAW_LEAD=%q: want a duration like 3s, or 0 to draw at the opening", v))
+		} else {
+			c.DrawLead = d
+		}
 	}
 	if v := getenv("FLASHSALE_WAITING_PUSHES"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -435,3 +448,7 @@ func ParsePrefixes(v string) ([]netip.Prefix, error) {
 	}
 	return out, nil
 }
+
+// DefaultDrawLead is FLASHSALE_DRAW_LEAD's default: long enough for the
+// first wave's admissions to reach every shopper before the opening.
+const DefaultDrawLead = 3 * time.Second

@@ -52,3 +52,24 @@ func TestConfigFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// FLASHSALE_DRAW_LEAD: 3s by default, 0 draws at the opening, a negative
+// or malformed value is refused naming the variable.
+func TestDrawLeadFromEnv(t *testing.T) {
+	if c := Defaults(); c.DrawLead != 3*time.Second {
+		t.Fatalf("default draw lead %v, want 3s", c.DrawLead)
+	}
+	for v, want := range map[string]time.Duration{"0": 0, "5s": 5 * time.Second, "250ms": 250 * time.Millisecond} {
+		c := Defaults()
+		if err := c.FromEnv(func(k string) string { return map[string]string{"FLASHSALE_DRAW_LEAD": v}[k] }); err != nil || c.DrawLead != want {
+			t.Errorf("FLASHSALE_DRAW_LEAD=%q: %v, %v; want %v", v, c.DrawLead, err, want)
+		}
+	}
+	for _, bad := range []string{"-1s", "soon", "3"} {
+		c := Defaults()
+		err := c.FromEnv(func(k string) string { return map[string]string{"FLASHSALE_DRAW_LEAD": bad}[k] })
+		if err == nil || !strings.Contains(err.Error(), "FLASHSALE_DRAW_LEAD") {
+			t.Errorf("FLASHSALE_DRAW_LEAD=%q: err %v, want one naming the variable", bad, err)
+		}
+	}
+}

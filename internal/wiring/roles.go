@@ -71,6 +71,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		Competing:      saleRequests.Load,
 		AdmissionTTL:   cfg.AdmissionTTL,
 		CapacityFactor: cfg.CapacityFactor,
+		DrawLead:       cfg.DrawLead,
 		WaitingPushes:  cfg.WaitingPushes,
 		StatusEvery:    cfg.StatusEvery,
 		MaxConns:       maxWebSockets(),
@@ -95,7 +96,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		payments = shopPayments{secret: []byte(cfg.PaymentSecret), orders: ord}
 	}
 	srv := gateway.New(gateway.Config{CORSOrigins: cfg.CORSOrigins, Ready: a.Ready, SaleRequests: saleRequests,
-		PaymentURL: cfg.PaymentURL}, gateway.Deps{
+		PaymentURL: cfg.PaymentURL, DrawLead: cfg.DrawLead}, gateway.Deps{
 		Access:    a.access,
 		Admission: a.signer,
 		Sales:     a.cache,

@@ -32,7 +32,8 @@ const page = {
   lastStatus: null,
   maxPosition: 0,
   lastAnnounce: 0,
-  admission: null, // {token, expiresAtMs, items: Map itemId → purchaseUrl}
+  admission: null, // {token, expiresAtMs, notBeforeMs (0: none), items: Map itemId → purchaseUrl}
+  openingTimer: null, // turns the buy buttons on at the admission's notBeforeMs
   soldOut: new Set(),
   buyBlockedUntil: 0, // performance.now() until which buying waits (rate limit)
   busy: false,
@@ -391,8 +392,10 @@ function renderActions() {
       btn.addEventListener('click', () => buy(id));
       box.replaceChildren(btn);
     }
-    btn.disabled = page.busy || ordering || waitMs > 0;
-    const text = waitMs > 0 ? t('items.buyWait', { s: i18n.seconds(waitMs) }) : t('items.buy');
+    const early = untilBuy() > 0;
+    btn.disabled = page.busy || ordering || waitMs > 0 || early;
+    btn.dataset.opensAt = early ? 'pending' : '';
+    const text = early ? t('items.buyAtOpening') : waitMs > 0 ? t('items.buyWait', { s: i18n.seconds(waitMs) }) : t('items.buy');
     if (btn.textContent !== text) btn.textContent = text;
     // The button names its item for screen readers ("Buy" alone is one of
     // several identical buttons).
@@ -545,9 +548,30 @@ function onAdmitted(m) {
   for (const it of m.items || []) {
     if (sameOrigin(it.purchaseUrl)) items.set(String(it.id), it.purchaseUrl);
   }
-  page.admission = { token: m.admissionToken, expiresAtMs: Number(m.expiresAtMs), items };
+  // A first-wave admission (made before the opening) buys from its
+  // notBeforeMs, the opening instant by the server's clock.
+  const nb = Number(m.notBeforeMs);
+  page.admission = { token: m.admissionToken, expiresAtMs: Number(m.expiresAtMs), notBeforeMs: nb > 0 ? nb : 0, items };
   if (page.queueState !== 'SOLD_OUT' && page.queueState !== 'PAUSED') onStatus({ state: 'ADMITTED' });
   renderItems();
+  armOpening();
+}
+
+// untilBuy is how long until the admission buys (0: it does now). Before
+// the clock is synced with the server a not-before counts as ahead.
+function untilBuy() {
+  const nb = page.admission ? page.admission.notBeforeMs : 0;
+  if (!nb) return 0;
+  if (!page.clock.synced) return Infinity;
+  return Math.max(0, page.clock.until(nb));
+}
+
+// armOpening turns the buy buttons on at the admission's not-before, to the
+// millisecond rather than at the next tick (which checks it too).
+function armOpening() {
+  clearTimeout(page.openingTimer);
+  const left = untilBuy();
+  if (left > 0 && Number.isFinite(left)) page.openingTimer = setTimeout(() => { renderActions(); armOpening(); }, left);
 }
 
 // sameOrigin accepts only purchase URLs on this site, so the access token is
@@ -593,7 +617,7 @@ function renderTransport() {
 // ---------- buying ----------
 
 async function buy(itemId) {
-  if (page.busy || !page.admission) return;
+  if (page.busy || !page.admission || untilBuy() > 0) return;
   const url = page.admission.items.get(itemId);
   if (!url) return;
   page.busy = true;
@@ -862,6 +886,8 @@ function tick() {
   let admText = '';
   if (page.order && page.order.status === 'PAID') {
     admText = '';
+  } else if (page.admission && page.clock.synced && untilBuy() > 0) {
+    admText = t('items.turnStarts', { time: i18n.countdown(untilBuy()) });
   } else if (page.admission && page.clock.synced && Number.isFinite(page.admission.expiresAtMs)) {
     const l = page.clock.until(page.admission.expiresAtMs);
     admText = l > 0 ? t('items.turnLasts', { time: i18n.countdown(l) }) : t('items.turnEnded');
@@ -874,6 +900,16 @@ function tick() {
   if (page.buyBlockedUntil > 0) {
     if (performance.now() >= page.buyBlockedUntil) page.buyBlockedUntil = 0;
     renderActions();
+  }
+  // The clock may sync after the admission came: arm the opening then, and
+  // let a tick catch a not-before the timer missed.
+  if (page.admission && page.admission.notBeforeMs) {
+    const early = untilBuy() > 0;
+    if (page.admission.early !== early) {
+      page.admission.early = early;
+      renderActions();
+      armOpening();
+    }
   }
 
   const o = page.order;

@@ -104,6 +104,8 @@ export default {
   'items.waitTurn': 'Buy when it is your turn',
   'items.buy': 'Buy',
   'items.buyWait': 'Buy (wait {s})',
+  'items.buyAtOpening': 'Buy at the opening',
+  'items.turnStarts': 'You are in: buying opens in {time}.',
   'items.buyLabel': 'Buy {name}',
   'items.turnLasts': 'Your turn lasts {time} more.',
   'items.turnEnded': 'Your turn has ended.',

@@ -105,6 +105,8 @@ export default {
   'items.waitTurn': 'Compra cuando llegue tu turno',
   'items.buy': 'Comprar',
   'items.buyWait': 'Comprar (espera {s})',
+  'items.buyAtOpening': 'Comprar en la apertura',
+  'items.turnStarts': 'Estás dentro: podrás comprar en {time}.',
   'items.buyLabel': 'Comprar {name}',
   'items.turnLasts': 'Tu turno dura {time} más.',
   'items.turnEnded': 'Tu turno ha terminado.',
