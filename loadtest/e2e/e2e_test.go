@@ -32,7 +32,7 @@ type stack struct {
 	databaseURL string
 }
 
-func startApp(t *testing.T) stack {
+func startApp(t *testing.T, mutate ...func(*wiring.Config)) stack {
 	t.Helper()
 	st := stack{redisURL: testenv.RedisURL(t), databaseURL: testenv.DatabaseURL(t)}
 	cfg := wiring.Defaults()
@@ -42,6 +42,9 @@ func startApp(t *testing.T) stack {
 	cfg.KafkaBrokers = testenv.NewKafka(t).Brokers
 	cfg.JWTSecret = secret
 	cfg.ExpiryInterval = 200 * time.Millisecond
+	for _, m := range mutate {
+		m(&cfg)
+	}
 	a, err := wiring.Start(context.Background(), cfg, wiring.AllRoles, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatalf("wiring.Start: %v", err)
@@ -166,8 +169,13 @@ func TestSmokeAgainstStack(t *testing.T) {
 // and the run's invariants hold, the new ones included (every 202 kept,
 // nothing stranded, no 5xx).
 func TestGatewayLostAgainstStack(t *testing.T) {
-	st := startApp(t)
+	// The loss must come while shoppers still wait on the second gateway:
+	// with a draw lead, the first wave would admit every place the stock
+	// allows before the opening, and nobody would be left to move.
+	noLead := func(c *wiring.Config) { c.DrawLead = 0 }
+	st := startApp(t, noLead)
 	cfg := wiring.Defaults()
+	noLead(&cfg)
 	cfg.HTTPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.RedisURL, cfg.DatabaseURL = st.redisURL, st.databaseURL
 	cfg.KafkaBrokers = st.app.KafkaBrokers
