@@ -190,9 +190,12 @@ func TestShopperPausedMessageAndStock(t *testing.T) {
 type shopProxy struct {
 	*httptest.Server
 	freezeQueue atomic.Bool
+	freezeSale  atomic.Bool            // the public sale data, which tells of a pause too
 	paymentURL  atomic.Pointer[string] // with {orderId}
 	simPays     atomic.Int64
 }
+
+var salePath = regexp.MustCompile(`^/api/flash-sales/sales/\d+$`)
 
 var orderPath = regexp.MustCompile(`^/api/flash-sales/(orders/[^/]+|sales/\d+/order)$`)
 
@@ -230,7 +233,8 @@ func newShopProxy(t *testing.T, s *stack) *shopProxy {
 		if r.Method == "POST" && strings.HasSuffix(r.URL.Path, "/pay") {
 			p.simPays.Add(1)
 		}
-		if p.freezeQueue.Load() && strings.HasSuffix(r.URL.Path, "/queue") {
+		if (p.freezeQueue.Load() && strings.HasSuffix(r.URL.Path, "/queue")) ||
+			(p.freezeSale.Load() && salePath.MatchString(r.URL.Path)) {
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, `{"error":"UNAVAILABLE","message":"held back by the test"}`, http.StatusServiceUnavailable)
 			return
@@ -255,10 +259,14 @@ func TestSalePausedRefusal(t *testing.T) {
 	tb.waitState("ADMITTED")
 	buy := fmt.Sprintf("#buy-%d", items[0])
 	tb.do("buy button", chromedp.WaitVisible(chromedp.CSS(buy)), chromedp.WaitEnabled(chromedp.CSS(buy)))
+	// The page must not hear of the pause before the click: neither its
+	// queue status nor its sale data get through until the refusal.
 	proxy.freezeQueue.Store(true)
+	proxy.freezeSale.Store(true)
 	s.admin("POST", saleID, "/pause", nil)
 	clickBuy(tb, items[0])
 	tb.do("refusal shown", chromedp.WaitVisible(chromedp.CSS(`#result[data-result="SALE_PAUSED"]`)))
+	proxy.freezeSale.Store(false)
 	tb.waitJS("page paused", `document.getElementById('queue-state').dataset.state === 'PAUSED' && document.getElementById('sale-banner').dataset.state === 'PAUSED'`)
 	if got := tb.text("#result"); !strings.Contains(got, "nothing was reserved") || !strings.Contains(got, "keep your place") {
 		t.Errorf("#result = %q, want the pause explained", got)
