@@ -27,22 +27,17 @@ const maxDrawEntries = 4
 // saleDraw is GET /api/flash-sales/sales/{saleId}/draw: the public draw
 // record (CONTRACT section 4, docs/DRAW.md).
 func (s *Server) saleDraw(c *fiber.Ctx) error {
-	now := s.reqNow(c)
-	if _, ok := s.checkAddr(c, ClassRead, now); !ok {
-		return nil
-	}
-	saleID, ok := parseID(c.Params("saleId"))
+	sale, now, ok, err := s.pathSale(c)
 	if !ok {
-		return errBadSaleID
+		return err
 	}
-	sale, ok := s.d.Sales.Sale(saleID)
-	if !ok || s.d.Draws == nil {
+	if s.d.Draws == nil {
 		return errNoSale
 	}
 	if !s.seedPublic(sale, now) {
 		return errNotDrawn
 	}
-	f, err := s.draws.get(saleID, func() (StaticFile, error) {
+	f, err := s.draws.get(sale.ID, func() (StaticFile, error) {
 		ctx, cancel := s.reqCtx()
 		defer cancel()
 		body, err := s.d.Draws.DrawRecord(ctx, sale)

@@ -260,19 +260,30 @@ func (s *Server) publicView(sale *flashsale.Sale, now time.Time) publicSaleJSON 
 	return v
 }
 
-// publicSale is GET /api/flash-sales/sales/{saleId}.
-func (s *Server) publicSale(c *fiber.Ctx) error {
-	now := s.reqNow(c)
+// pathSale runs the address checks of a public sale route and finds the
+// sale its path names. ok is false when the request is answered already
+// (by the checks: err nil) or is to be answered with err.
+func (s *Server) pathSale(c *fiber.Ctx) (sale *flashsale.Sale, now time.Time, ok bool, err error) {
+	now = s.reqNow(c)
 	if _, ok := s.checkAddr(c, ClassRead, now); !ok {
-		return nil
+		return nil, now, false, nil
 	}
 	saleID, ok := parseID(c.Params("saleId"))
 	if !ok {
-		return errBadSaleID
+		return nil, now, false, errBadSaleID
 	}
-	sale, ok := s.d.Sales.Sale(saleID)
+	sale, ok = s.d.Sales.Sale(saleID)
 	if !ok {
-		return errNoSale
+		return nil, now, false, errNoSale
+	}
+	return sale, now, true, nil
+}
+
+// publicSale is GET /api/flash-sales/sales/{saleId}.
+func (s *Server) publicSale(c *fiber.Ctx) error {
+	sale, now, ok, err := s.pathSale(c)
+	if !ok {
+		return err
 	}
 	c.Set(fiber.HeaderCacheControl, "public, max-age=1")
 	return c.JSON(s.publicView(sale, now))
