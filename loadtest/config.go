@@ -125,7 +125,7 @@ type Config struct {
 	// put every payment into the opening's busiest second.
 	PayAfter time.Duration `json:"payAfter,omitempty"`
 	// Preconnect is how many keep-alive connections each process opens per
-	// source address and gateway a few seconds before the opening (the
+	// source address and gateway 15 s before the opening (the
 	// warm upstream pool of the load balancer in front of the gateways, or
 	// a browser's preconnect), so that purchases at the opening do not each
 	// open a TCP connection first. 0: none.
@@ -164,6 +164,9 @@ type Config struct {
 	// each with its live children and the children it reaped. The load
 	// tool and its workers are counted as RoleLoad in any case.
 	ServerPIDs map[string][]int `json:"serverPids,omitempty"`
+	// Profile takes CPU profiles of the opening (servers and load
+	// workers); zero: none.
+	Profile OpeningProfile `json:"profile,omitzero"`
 
 	// SolvePow answers a waiting-room proof-of-work challenge (the whole
 	// challenge message in, the "pow" object of the next join out). Nil:
@@ -274,6 +277,11 @@ func Scenario(name string) (Config, error) {
 		// would put 90,000 close handshakes into the seconds when the
 		// winners look at their orders and pay.
 		c.Linger = 20 * time.Second
+		// The full drop's command raises it to 4 (with 7 gateways):
+		// 7 processes × 120 addresses × 7 gateways × 4 = 23,520 warm
+		// connections, one for each purchase of the first wave
+		// (remaining × capacity factor 2 = 20,000, all at the opening),
+		// in about 17,200 open files on each gateway and load process.
 		c.Preconnect = 2
 		c.SourceAddrs = 64
 		// 100k WebSockets at ≤19k open files a process.

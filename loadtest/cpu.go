@@ -210,32 +210,48 @@ func childrenOf(tab map[int]procStat) map[int][]int {
 func ParseServerPIDs(s string) (map[string][]int, error) {
 	out := map[string][]int{}
 	seen := map[int]string{}
+	err := forEachPair(s, "role=pid", func(part, role, p string) error {
+		if role == RoleLoad {
+			return fmt.Errorf("role %q is the load tool's own", role)
+		}
+		pid, err := strconv.Atoi(p)
+		if err != nil || pid <= 0 || pid > 1<<22 {
+			return fmt.Errorf("%q: pid %q is not a process id", part, p)
+		}
+		if r, dup := seen[pid]; dup {
+			return fmt.Errorf("pid %d named twice (%s, %s)", pid, r, role)
+		}
+		seen[pid] = role
+		out[role] = append(out[role], pid)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("loadtest.ParseServerPIDs: %w", err)
+	}
+	return out, nil
+}
+
+// forEachPair calls fn for each name=value of a comma-separated list
+// (blank entries skipped) whose name is 1–32 of a-z, 0-9, - and _ (it may
+// become a file name); want names the form in errors.
+func forEachPair(s, want string, fn func(part, name, value string) error) error {
 	for part := range strings.SplitSeq(s, ",") {
 		part = strings.TrimSpace(part)
 		if part == "" {
 			continue
 		}
-		role, p, ok := strings.Cut(part, "=")
+		name, value, ok := strings.Cut(part, "=")
 		if !ok {
-			return nil, fmt.Errorf("loadtest.ParseServerPIDs: %q: want role=pid", part)
+			return fmt.Errorf("%q: want %s", part, want)
 		}
-		if role == "" || len(role) > 32 || strings.Trim(role, "abcdefghijklmnopqrstuvwxyz0123456789-_") != "" {
-			return nil, fmt.Errorf("loadtest.ParseServerPIDs: role %q: want 1–32 of a-z, 0-9, - and _", role)
+		if name == "" || len(name) > 32 || strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789-_") != "" {
+			return fmt.Errorf("name %q: want 1–32 of a-z, 0-9, - and _", name)
 		}
-		if role == RoleLoad {
-			return nil, fmt.Errorf("loadtest.ParseServerPIDs: role %q is the load tool's own", role)
+		if err := fn(part, name, value); err != nil {
+			return err
 		}
-		pid, err := strconv.Atoi(p)
-		if err != nil || pid <= 0 || pid > 1<<22 {
-			return nil, fmt.Errorf("loadtest.ParseServerPIDs: %q: pid %q is not a process id", part, p)
-		}
-		if r, dup := seen[pid]; dup {
-			return nil, fmt.Errorf("loadtest.ParseServerPIDs: pid %d named twice (%s, %s)", pid, r, role)
-		}
-		seen[pid] = role
-		out[role] = append(out[role], pid)
 	}
-	return out, nil
+	return nil
 }
 
 // cpuSnapshot is the ticks of every named process at one instant.

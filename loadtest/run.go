@@ -79,6 +79,24 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	stopCPU := sync.OnceFunc(func() { cpuStop(); <-cpuDone })
 	defer stopCPU()
 
+	profiles := func() []string { return nil }
+	if cfg.Profile.on() {
+		if err := os.MkdirAll(cfg.Profile.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("loadtest: profile dir: %w", err)
+		}
+		notes := make(chan []string, 1)
+		go func() { notes <- profileServers(ctx, cfg.Profile, info.OpensAt) }()
+		self := profileOpening(ctx, cfg.Profile, "loadtest", info.OpensAt)
+		profiles = sync.OnceValue(func() []string {
+			n := <-notes
+			if err := self(); err != nil {
+				n = append(n, "opening profile of the load tool: "+err.Error())
+			}
+			return n
+		})
+		defer profiles()
+	}
+
 	cl := newClients(bases, cfg.SourceAddrs)
 	defer cl.close()
 	sh := newShard(cfg, info, rec, cl)
@@ -180,6 +198,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	wg.Wait()
 	<-watchDone
 	stopCPU()
+	rep.Notes = append(rep.Notes, profiles()...)
 	if workerErr != nil {
 		rep.Notes = append(rep.Notes, "workers: "+workerErr.Error())
 	}

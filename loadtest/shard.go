@@ -25,6 +25,7 @@ type workSpec struct {
 	First     int           `json:"first"` // global index of this share's first shopper
 	Count     int           `json:"count"`
 	Deadline  time.Time     `json:"deadline"`
+	Worker    int           `json:"worker"` // this worker's index, 0…Processes-1
 }
 
 func newShard(cfg Config, sale saleInfo, rec *recorder, cl *clients) *shard {
@@ -79,8 +80,10 @@ func (s *shard) runShoppers(ctx context.Context, spec workSpec) {
 }
 
 // preconnectLead is how long before the opening a process warms its
-// connections (Config.Preconnect): within the client's idle timeout (30 s).
-const preconnectLead = 5 * time.Second
+// connections (Config.Preconnect): within the client's idle timeout (30 s),
+// and early enough that tens of thousands of connections are made before
+// the opening, not into it.
+const preconnectLead = 15 * time.Second
 
 // preconnect opens Config.Preconnect keep-alive connections per source
 // address and gateway: that many concurrent GETs of the public sale view on

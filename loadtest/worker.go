@@ -60,6 +60,14 @@ func runWorker(ctx context.Context, in io.Reader, out io.Writer) error {
 			return fmt.Errorf("loadtest worker: %w", err)
 		}
 		defer stop()
+	} else if cfg.Profile.on() {
+		// One CPU profile at a time: the whole run's, when asked, wins.
+		wait := profileOpening(ctx, cfg.Profile, fmt.Sprintf("loadtest-worker-%d", spec.Worker), spec.Sale.OpensAt)
+		defer func() {
+			if err := wait(); err != nil {
+				fmt.Fprintf(os.Stderr, "loadtest worker %d: opening profile: %v\n", spec.Worker, err)
+			}
+		}()
 	}
 	rec := newRecorder(spec.Epoch)
 	cl := newClients(cfg.baseURLs(), cfg.SourceAddrs)
@@ -123,6 +131,7 @@ func runWorkers(ctx context.Context, spec workSpec, n int, prog *progress, into 
 		sub := spec
 		sub.First = spec.First + k*spec.Count/n
 		sub.Count = spec.First + (k+1)*spec.Count/n - sub.First
+		sub.Worker = k
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -31,6 +31,9 @@
 #   share the gateways' cores here, so that the orders reach PostgreSQL
 #   soon after the last reservation; 0: equal turns (docs/benchmarks/load.md
 #   compares the two)]
+#   PROFILE [0; 1: CPU profiles of the opening, from 0.5 s before it for
+#   PROFILE_SECONDS (3), of the dev process, every gateway and each load
+#   worker, into out/load/<scenario>/profiles/ (go tool pprof -top FILE)]
 #   DATA_NICE [10: redis-server, PostgreSQL and the dev process (Kafka,
 #   writer) run at nice -10, standing in for their own machines; 0: off]
 set -euo pipefail
@@ -219,6 +222,13 @@ run_scenario() { # scenario
 	args+=(--quiet-timeout "${QUIET_TIMEOUT:-75s}")
 	# shellcheck disable=SC2206
 	[ -n "${LOADTEST_ARGS:-}" ] && args+=(${LOADTEST_ARGS})
+	if [ "${PROFILE:-0}" = 1 ]; then
+		local g purls="dev=http://127.0.0.1:19080"
+		for g in $(seq 1 "$GATEWAYS"); do
+			purls="$purls,gateway$g=http://127.0.0.1:$((19080 + g))"
+		done
+		args+=(--profile-dir "$OUT/$s/profiles" --profile-urls "$purls" --profile-seconds "${PROFILE_SECONDS:-3}")
+	fi
 	echo "== $s  $(date -u +%FT%TZ)  load average before: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/$s.txt"
 	local rc=0
 	GOMAXPROCS=$PROCS_EACH $BIN loadtest --scenario "$s" --url "$URLS" --admin-url http://127.0.0.1:19081 \

@@ -54,6 +54,9 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	jsonOut := fs.String("json", "loadtest-report.json", "JSON report file (empty: none); its \"summary\" (oversold, acknowledgedLost, acknowledgedRejected, strandedUnits, http5xx, networkErrors), \"ledger\" (every order and how it ended) and \"timeline\" (admissionsMs, reservationsMs) are described in the loadtest package doc")
 	htmlOut := fs.String("html", "loadtest-report.html", "HTML report file (empty: none)")
 	serverPIDs := fs.String("server-pids", "", "server processes whose CPU-seconds the report's \"cpu\" section counts, as role=pid,… (gateway=812,gateway=815,redis=640,postgres=700: a PostgreSQL postmaster counts its backends, live and exited); the load tool and its workers count as \"load\" in any case")
+	profileDir := fs.String("profile-dir", "", "write CPU profiles of the opening here: of every --profile-urls server and of each load worker process (loadtest-worker-<k>.pprof)")
+	profileURLs := fs.String("profile-urls", "", "servers to profile at the opening, as name=admin-url,… (gateway1=http://127.0.0.1:19081): each one's /debug/pprof/profile lands in --profile-dir as <name>.pprof")
+	profileSeconds := fs.Int("profile-seconds", loadtest.DefaultProfileSeconds, fmt.Sprintf("length of the opening profiles, from %v before the opening", loadtest.DefaultProfileBefore))
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -127,6 +130,13 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if cfg.ServerPIDs, err = loadtest.ParseServerPIDs(*serverPIDs); err != nil {
 		return err
 	}
+	if cfg.Profile.URLs, err = loadtest.ParseProfileURLs(*profileURLs); err != nil {
+		return err
+	}
+	if len(cfg.Profile.URLs) > 0 && *profileDir == "" {
+		return errors.New("--profile-urls needs --profile-dir")
+	}
+	cfg.Profile.Dir, cfg.Profile.Seconds = *profileDir, *profileSeconds
 	rep, runErr := loadtest.Run(ctx, cfg)
 	if rep == nil {
 		return runErr
