@@ -50,6 +50,7 @@ type fakeStack struct {
 	// soldOutStays: how long each shopper never admitted stayed connected
 	// after its SOLD_OUT was sent.
 	soldOutStays []time.Duration
+	stockBacks   int // units given back so far (fakeFaults.stockBack)
 	nextJoin     atomic.Int64
 	nextOrd      atomic.Int64
 	purchases    int // purchase requests that reached the stock
@@ -68,6 +69,10 @@ type fakeFaults struct {
 	// firstWave: each shopper's admission comes this long before its turn,
 	// with notBeforeMs at the turn (purchases before it are NOT_ADMITTED)
 	firstWave time.Duration
+	// stockBack: this many units come back after the sell-out (as after
+	// rejected orders), each to one shopper who saw SOLD_OUT without
+	// buying: it is admitted a little over a second later
+	stockBack int
 }
 
 // killableListener is a gateway's listener that can die as a process
@@ -420,12 +425,42 @@ func (f *fakeStack) queue(w http.ResponseWriter, r *http.Request) {
 	}
 	wsSend(ctx, c, map[string]any{"type": "status", "state": "SOLD_OUT"})
 	sent := time.Now()
+	if !admitted && f.faults.stockBack > 0 {
+		if adm := f.giveBack(ctx, p.UserID); adm != nil {
+			wsSend(ctx, c, adm)
+			admitted = true
+		}
+	}
 	<-ctx.Done()
 	if !admitted {
 		f.mu.Lock()
 		f.soldOutStays = append(f.soldOutStays, time.Since(sent))
 		f.mu.Unlock()
 	}
+}
+
+// giveBack plays fakeFaults.stockBack for a shopper who just saw SOLD_OUT:
+// while units are left to give back, one more unit of the first item and,
+// 1.1 s later (past the tool's sold-out memory), an admission for user.
+func (f *fakeStack) giveBack(ctx context.Context, user int64) map[string]any {
+	f.mu.Lock()
+	if f.stockBacks >= f.faults.stockBack {
+		f.mu.Unlock()
+		return nil
+	}
+	f.stockBacks++
+	it := f.items[0]
+	it.Quantity++
+	it.Remaining++
+	f.mu.Unlock()
+	if !sleepCtx(ctx, 1100*time.Millisecond) {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.admitAt[user] = time.Now()
+	return map[string]any{"type": "admitted", "admissionToken": fmt.Sprintf("adm-%d", user),
+		"expiresAtMs": time.Now().Add(time.Minute).UnixMilli(), "items": f.itemsLocked()}
 }
 
 func stripAdmission(m map[string]any) map[string]any {

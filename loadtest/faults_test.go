@@ -120,6 +120,29 @@ func TestRunFakeStranded(t *testing.T) {
 	}
 }
 
+// TestRunFakeStockBackWhileLingering: units that come back after the
+// sell-out go to shoppers still on the sold-out page (lingering): the room
+// admits them and they buy, so nothing is left stranded; without the
+// linger nobody is there to buy them.
+func TestRunFakeStockBackWhileLingering(t *testing.T) {
+	f := newFakeStackWith(t, false, fakeFaults{stockBack: 3}, 1)
+	cfg := fakeConfig(f)
+	cfg.Linger = 3 * time.Second
+	r, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	f.mu.Lock()
+	quantity := f.items[0].Quantity
+	for _, it := range f.items[1:] {
+		quantity += it.Quantity
+	}
+	f.mu.Unlock()
+	if r.Orders.Sold != quantity || r.Summary.StrandedUnits != 0 {
+		t.Errorf("sold %d of %d, stranded %d: want every unit given back sold", r.Orders.Sold, quantity, r.Summary.StrandedUnits)
+	}
+}
+
 // TestRunFakeGatewayKilled: one of two gateways dies (its port refuses,
 // its WebSockets and keep-alive connections close) before the opening,
 // or in the middle of the admissions: its shoppers reconnect to the

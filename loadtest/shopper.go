@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -424,8 +425,16 @@ func (s *shard) roomSession(ctx context.Context, sh *shopper, w *wait, bo *backo
 			case "SOLD_OUT":
 				s.soldOutNow(sh, w)
 				if !s.cfg.KeepWaiting {
-					s.linger(ctx, sh, conn)
-					return false
+					back := s.linger(ctx, sh, conn)
+					if back == nil {
+						return false
+					}
+					// Stock came back while the sold-out page was still
+					// open, and the room admitted this shopper: the page
+					// shows the buy button again, and the shopper buys.
+					if s.onAdmitted(ctx, sh, w, conn, back) {
+						return false
+					}
 				}
 			case "ENDED":
 				if !w.waitObserved {
@@ -446,39 +455,62 @@ func (s *shard) roomSession(ctx context.Context, sh *shopper, w *wait, bo *backo
 				}
 			}
 		case "admitted":
-			s.rejoined(sh, w, &m)
 			bo.reset()
-			s.joinedNow(sh, w, "ADMITTED")
-			s.seen(w, &m)
-			w.soldOut = false
-			if done := s.admittedBuy(ctx, sh, w, &m); done {
-				s.leave(ctx, sh, w, conn)
+			if s.onAdmitted(ctx, sh, w, conn, &m) {
 				return false
 			}
 		}
 	}
 }
 
+// onAdmitted handles an admission message: the shopper buys; it reports
+// whether the shopper is done in the room (it has left it then).
+func (s *shard) onAdmitted(ctx context.Context, sh *shopper, w *wait, conn *websocket.Conn, m *roomMsg) bool {
+	s.rejoined(sh, w, m)
+	s.joinedNow(sh, w, "ADMITTED")
+	s.seen(w, m)
+	w.soldOut = false
+	if done := s.admittedBuy(ctx, sh, w, m); done {
+		s.leave(ctx, sh, w, conn)
+		return true
+	}
+	return false
+}
+
 // linger keeps a shopper who saw SOLD_OUT connected, its room read (pings
-// answered, messages dropped), for lingerFor, then leaves; at the run's
-// end (ctx) it drops the connection without a close handshake.
-func (s *shard) linger(ctx context.Context, sh *shopper, conn *websocket.Conn) {
+// answered, statuses dropped), for lingerFor, then leaves; at the run's
+// end (ctx) it drops the connection without a close handshake. An
+// admission meanwhile (stock given back, as after a failed publish, and
+// this shopper's turn) ends the linger: it is returned for the shopper to
+// buy, and the connection stays open.
+func (s *shard) linger(ctx context.Context, sh *shopper, conn *websocket.Conn) *roomMsg {
 	if d := s.lingerFor(sh.userID); d > 0 {
-		t := time.AfterFunc(d, func() { conn.Close(websocket.StatusNormalClosure, "") })
+		var stop atomic.Bool
+		t := time.AfterFunc(d, func() {
+			if stop.CompareAndSwap(false, true) {
+				conn.Close(websocket.StatusNormalClosure, "")
+			}
+		})
 		defer t.Stop()
 		for {
 			b, err := readMessage(ctx, conn)
 			if err != nil {
 				break // closed by the timer, the server, or ctx
 			}
+			var m roomMsg
+			err = decodeRoomMsg(b.Bytes(), &m)
 			msgBufs.Put(b)
+			if err == nil && m.Type == "admitted" && stop.CompareAndSwap(false, true) {
+				return &m
+			}
 		}
 		if ctx.Err() != nil {
 			conn.CloseNow()
-			return
+			return nil
 		}
 	}
 	conn.Close(websocket.StatusNormalClosure, "") // a no-op when already closed
+	return nil
 }
 
 // admittedBuy buys after an admission; it reports whether the shopper is
