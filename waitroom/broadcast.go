@@ -1,9 +1,7 @@
 package waitroom
 
 import (
-	"cmp"
 	"context"
-	"slices"
 	"time"
 
 	"github.com/flashsale/flashsale"
@@ -23,11 +21,16 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 	pingSlots := uint64(max(1, r.cfg.IdleTimeout/2/r.cfg.Tick))
 	statusSlots := uint64(max(1, r.cfg.StatusEvery/r.cfg.Tick))
 	var ping, kick []*conn
-	busy := competingBusy(r.cfg.WaitingPushes, r.cfg.Tick, competing)
 	waited := 0
 	blocker, _ := r.guard.(Blocker)
 	sr.mu.Lock()
 	opens := sr.sale.StartsAt.UnixMilli()
+	// The opening hold: position updates wait and pings may wait one
+	// period, so that the opening's CPU goes to the first wave's
+	// purchases (Config.OpeningHold).
+	hold := r.cfg.OpeningHold > 0 && now.UnixMilli() >= opens && now.Before(sr.sale.StartsAt.Add(r.cfg.OpeningHold))
+	busy := hold || competingBusy(r.cfg.WaitingPushes, r.cfg.Tick, competing)
+	held := 0
 	// Presence: every beatEvery, the admitted shoppers connected here are
 	// marked present, so that the leader does not count them gone.
 	beat := regular && r.cfg.AdmittedGrace > 0 && now.Sub(sr.lastBeat) >= r.cfg.beatEvery()
@@ -81,7 +84,11 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 			if c.last.state != StateWaiting {
 				entering = append(entering, dueStatus{c, v})
 			} else if tick-c.lastTick >= statusSlots {
-				moved = append(moved, dueStatus{c, v})
+				if hold {
+					held++
+				} else {
+					moved = append(moved, dueStatus{c, v})
+				}
 			}
 			continue
 		}
@@ -94,9 +101,7 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 		if budget >= 0 && len(due) > budget {
 			// Front of the queue first; with no budget left (a tick of
 			// many admissions, as at an opening) there is nothing to pick.
-			if budget > 0 {
-				slices.SortFunc(due, func(a, b dueStatus) int { return cmp.Compare(a.c.place, b.c.place) })
-			}
+			frontFirst(due, budget)
 			deferred += len(due) - budget
 			due = due[:budget]
 		}
@@ -112,7 +117,7 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 	clear(moved)
 	sr.entering, sr.moved = entering[:0], moved[:0]
 	sr.mu.Unlock()
-	r.m.deferred.Add(float64(deferred))
+	r.m.deferred.Add(float64(deferred + held))
 	if waited > 0 {
 		r.m.pings.WithLabelValues("waited").Add(float64(waited))
 	}

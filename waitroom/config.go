@@ -56,6 +56,13 @@ type Config struct {
 	// statuses are not paced, and admission messages are written before
 	// any status.
 	WaitingPushes int
+	// OpeningHold is how long from the opening WAITING shoppers get no
+	// position updates and each connection's ping may wait one period
+	// (never two in a row) [3s; negative: none]. The first wave's
+	// purchases and the admissions are the opening's work: admissions,
+	// SOLD_OUT and a shopper's entry into WAITING still go out, and the
+	// positions catch up once the hold ends.
+	OpeningHold time.Duration
 	// Competing returns a running count of this process's requests that
 	// compete with the room for CPU while a sale sells: purchases, order
 	// reads and payments [nil: none]. A regular tick's WAITING budget is
@@ -98,6 +105,10 @@ const DefaultMaxConnsPerIP = 200
 // (FLASHSALE_ADMITTED_GRACE).
 const DefaultAdmittedGrace = 20 * time.Second
 
+// DefaultOpeningHold is Config.OpeningHold's default
+// (FLASHSALE_OPENING_HOLD).
+const DefaultOpeningHold = 3 * time.Second
+
 // beatEvery is how often a gateway marks its admitted shoppers present: a
 // quarter of the grace, so a live shopper is never taken for gone.
 func (c *Config) beatEvery() time.Duration { return max(c.Tick, c.AdmittedGrace/4) }
@@ -138,6 +149,9 @@ func (c *Config) defaults() {
 		c.Writers = 8 * runtime.GOMAXPROCS(0)
 	}
 	setDur(&c.StatusEvery, 2*time.Second)
+	if c.OpeningHold == 0 {
+		c.OpeningHold = DefaultOpeningHold
+	}
 	if c.AdmittedGrace == 0 {
 		c.AdmittedGrace = DefaultAdmittedGrace
 	}

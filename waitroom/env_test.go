@@ -147,12 +147,21 @@ type gateway struct {
 }
 
 // newGateway starts a room (Run) and its server; both stop at cleanup.
-func (e *env) newGateway(cfg Config, guard JoinGuard) *gateway {
-	e.t.Helper()
+// testDefaults fills what the tests' gateways share: a 10ms tick, the
+// env's clock, and no opening hold unless the test asks for one.
+func (e *env) testDefaults(cfg *Config) {
 	if cfg.Tick == 0 {
 		cfg.Tick = 10 * time.Millisecond
 	}
+	if cfg.OpeningHold == 0 {
+		cfg.OpeningHold = -1
+	}
 	cfg.Now = e.clock.Now
+}
+
+func (e *env) newGateway(cfg Config, guard JoinGuard) *gateway {
+	e.t.Helper()
+	e.testDefaults(&cfg)
 	reg := prometheus.NewRegistry()
 	r := New(cfg, e.rdb, e.sales, e.stock, e.access, e.signer, guard, nil, reg)
 	ctx, cancel := context.WithCancel(context.Background())

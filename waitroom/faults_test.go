@@ -34,10 +34,7 @@ type killable struct {
 
 func (e *env) newKillable(cfg Config, opt *redis.Options) *killable {
 	e.t.Helper()
-	if cfg.Tick == 0 {
-		cfg.Tick = 10 * time.Millisecond
-	}
-	cfg.Now = e.clock.Now
+	e.testDefaults(&cfg)
 	// A client of its own (same server, or the same cluster), so that
 	// killing the gateway drops its connections alone.
 	var rdb redis.UniversalClient

@@ -781,3 +781,49 @@ func TestExpiredAdmissionRequeued(t *testing.T) {
 		t.Errorf("second admission %+v, want a new token expiring after %d", again, first.ExpiresAtMs)
 	}
 }
+
+// TestOpeningHold: for OpeningHold from the opening a WAITING shopper gets
+// no position update, while an admission still goes out at once; once the
+// hold ends the positions catch up.
+func TestOpeningHold(t *testing.T) {
+	e := newEnv(t)
+	opens := e.clock.Now().Add(time.Second)
+	sale := e.addSale(newSale(t, 23, opens, 1, 100))
+	g := e.newGateway(Config{AdmissionTTL: time.Minute, WaitingPushes: -1, StatusEvery: time.Millisecond,
+		OpeningHold: 5 * time.Second}, nil)
+	const n = 12
+	clients := prequeued(t, e, g, sale.ID, n)
+	e.clock.Advance(time.Second) // the opening: the draw places every shopper
+	places := map[int64]*client{}
+	for _, c := range clients {
+		m := c.untilState(StateWaiting) // entering WAITING is not held
+		places[m.Position] = c
+	}
+	if len(places) != n {
+		t.Fatalf("%d distinct positions, want %d", len(places), n)
+	}
+	// One second into the hold the cursor moves one place: position 0 is
+	// admitted at once, the others' positions wait. (A read that times out
+	// closes its WebSocket: positions 1–4 are looked at here, 8 and on
+	// after the hold.)
+	e.clock.Advance(time.Second)
+	places[0].untilAdmitted()
+	g.waitTicks(t, 5)
+	for pos := int64(1); pos <= 4; pos++ {
+		if m, err := places[pos].read(20 * time.Millisecond); err == nil {
+			t.Errorf("position %d got %+v during the hold", pos, m)
+		}
+	}
+	if held := g.counter(t, "flashsale_waitroom_status_deferred_total"); held == 0 {
+		t.Error("no position update counted as held back")
+	}
+	// Past the hold (6 s after the opening, about 6 admitted) the back of
+	// the queue hears its new positions.
+	e.clock.Advance(5 * time.Second)
+	for pos := int64(8); pos < n; pos++ {
+		m := places[pos].untilState(StateWaiting)
+		if m.Position >= pos {
+			t.Errorf("place %d: position %d after the hold, want < %d", pos, m.Position, pos)
+		}
+	}
+}

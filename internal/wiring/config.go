@@ -95,6 +95,10 @@ type Config struct {
 	// statuses (waitroom.Config); 0: its defaults.
 	WaitingPushes int
 	StatusEvery   time.Duration
+	// OpeningHold holds position updates back for this long from an
+	// opening (waitroom.Config.OpeningHold, FLASHSALE_OPENING_HOLD); 0:
+	// its default; negative: none.
+	OpeningHold time.Duration
 	// WSMaxConnsPerAddr caps one client address's room connections on one
 	// gateway (waitroom.Config.MaxConnsPerIP). Raise it for shoppers behind
 	// carrier-grade NAT.
@@ -309,6 +313,17 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 		c.WaitingPushes = n
 	}
 	dur("FLASHSALE_STATUS_EVERY", &c.StatusEvery)
+	if v := getenv("FLASHSALE_OPENING_HOLD"); v != "" {
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil || d < 0:
+			errs = append(errs, fmt.Errorf("FLASHSALE_OPENING_HOLD=%q: want a duration, 0s for none", v))
+		case d == 0:
+			c.OpeningHold = -1
+		default:
+			c.OpeningHold = d
+		}
+	}
 	integer("FLASHSALE_WS_MAX_CONNS_PER_ADDR", &c.WSMaxConnsPerAddr)
 	dur("FLASHSALE_ADMITTED_GRACE", &c.AdmittedGrace)
 	if c.AdmittedGrace > 30*time.Second {

@@ -73,3 +73,23 @@ func TestDrawLeadFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// FLASHSALE_OPENING_HOLD: unset leaves waitroom's default, 0 turns the
+// hold off, a negative or malformed value is refused naming the variable.
+func TestOpeningHoldFromEnv(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string { return map[string]string{"FLASHSALE_OPENING_HOLD": v}[k] }
+	}
+	for v, want := range map[string]time.Duration{"": 0, "0": -1, "0s": -1, "1500ms": 1500 * time.Millisecond} {
+		c := Defaults()
+		if err := c.FromEnv(env(v)); err != nil || c.OpeningHold != want {
+			t.Errorf("FLASHSALE_OPENING_HOLD=%q: %v, %v; want %v", v, c.OpeningHold, err, want)
+		}
+	}
+	for _, bad := range []string{"-1s", "later", "3"} {
+		c := Defaults()
+		if err := c.FromEnv(env(bad)); err == nil || !strings.Contains(err.Error(), "FLASHSALE_OPENING_HOLD") {
+			t.Errorf("FLASHSALE_OPENING_HOLD=%q: err %v, want one naming the variable", bad, err)
+		}
+	}
+}

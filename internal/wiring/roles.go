@@ -74,6 +74,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		DrawLead:       cfg.DrawLead,
 		WaitingPushes:  cfg.WaitingPushes,
 		StatusEvery:    cfg.StatusEvery,
+		OpeningHold:    cfg.OpeningHold,
 		MaxConns:       maxWebSockets(),
 		MaxConnsPerIP:  cfg.WSMaxConnsPerAddr,
 		OriginPatterns: originPatterns(cfg.CORSOrigins),

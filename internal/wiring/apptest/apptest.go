@@ -56,6 +56,9 @@ func Start(t testing.TB, mutate ...func(*wiring.Config)) *Stack {
 	// expect (their sales open a moment after they start); a test of the
 	// first wave sets DrawLead.
 	cfg.DrawLead = 0
+	// Position updates from the opening on, as those tests expect too;
+	// the hold is waitroom's TestOpeningHold.
+	cfg.OpeningHold = -1
 	for _, m := range mutate {
 		m(&cfg)
 	}
