@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"net/netip"
 	"time"
@@ -123,9 +124,10 @@ func (s *Server) purchase(c *fiber.Ctx) error {
 	if _, err := s.d.Admission.Verify(c.Get(HeaderAdmissionToken), p.UserID, sale.ID, now); err != nil {
 		return rawJSON(c, http.StatusForbidden, notAdmittedBody)
 	}
-	ctx, cancel := s.reqCtx()
-	defer cancel()
-	orderID, err := s.d.Purchase.Reserve(ctx, sale, item, p.UserID)
+	// Reserve bounds its Redis call and its publish itself and, once the
+	// unit is taken, runs to those bounds whatever its caller does: a
+	// deadline of the request's own would only cost a timer.
+	orderID, err := s.d.Purchase.Reserve(context.Background(), sale, item, p.UserID)
 	if err != nil {
 		return err
 	}
