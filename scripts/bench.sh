@@ -11,8 +11,9 @@
 #   FLASHSALE_BENCH_CONNS=N  WebSockets held by waitroom's BenchmarkConnections (default 19000:
 #                            the server alone in the benchmark process, the clients in 2+ child
 #                            processes of <= 9,500 each; 20,000 open files per process)
-#   BENCH_DROP_ENV='...'     the drop's size (default: GATEWAYS=6 SHOPPERS=100000
-#                            PROCESSES=7 SOURCE_ADDRS=120 STARTS_IN=75s DURATION=6m)
+#   BENCH_DROP_ENV='...'     the drop's size (default: GATEWAYS=7 SHOPPERS=100000
+#                            PROCESSES=7 SOURCE_ADDRS=120 STARTS_IN=75s DURATION=6m
+#                            LOADTEST_ARGS=-preconnect=4)
 #   SKIP_GO=1 / SKIP_HTTP=1 / SKIP_LOAD=1 / SKIP_FAULTS=1  leave a part out
 #
 # Takes about 35 minutes on 2 cores (15 without the fault suite, 6½ without
@@ -102,7 +103,7 @@ if [ -z "${SKIP_LOAD:-}" ]; then
 	# lines (sell-out, persistence, steps, invariants) land in out/load/S.txt.
 	echo "== load: drop load $(cut -d' ' -f1-3 /proc/loadavg)"
 	# shellcheck disable=SC2086
-	if ! env ${BENCH_DROP_ENV:-GATEWAYS=6 SHOPPERS=100000 PROCESSES=7 SOURCE_ADDRS=120 STARTS_IN=75s DURATION=6m} \
+	if ! env ${BENCH_DROP_ENV:-GATEWAYS=7 SHOPPERS=100000 PROCESSES=7 SOURCE_ADDRS=120 STARTS_IN=75s DURATION=6m LOADTEST_ARGS=-preconnect=4} \
 		BUILD=0 scripts/loadscenarios.sh drop > "$OUT/load-drop.txt" 2>&1; then
 		echo "== load drop: FAILED (see $OUT/load-drop.txt)" | tee -a "$OUT/failures.txt"
 	fi
