@@ -446,12 +446,8 @@ func (s *shard) roomSession(ctx context.Context, sh *shopper, w *wait, bo *backo
 			case "ADMITTED":
 				// Stock came back after a sold-out while this shopper
 				// still holds a valid admission: buy again.
-				if w.soldOut && w.lastAdm != nil {
-					w.soldOut = false
-					if done := s.admittedBuy(ctx, sh, w, w.lastAdm); done {
-						s.leave(ctx, sh, w, conn)
-						return false
-					}
+				if w.soldOut && w.lastAdm != nil && s.buyThenLeave(ctx, sh, w, conn, w.lastAdm) {
+					return false
 				}
 			}
 		case "admitted":
@@ -469,6 +465,13 @@ func (s *shard) onAdmitted(ctx context.Context, sh *shopper, w *wait, conn *webs
 	s.rejoined(sh, w, m)
 	s.joinedNow(sh, w, "ADMITTED")
 	s.seen(w, m)
+	return s.buyThenLeave(ctx, sh, w, conn, m)
+}
+
+// buyThenLeave buys with admission m (no longer sold out for this
+// shopper) and leaves the room when the shopper is done; it reports
+// whether it left.
+func (s *shard) buyThenLeave(ctx context.Context, sh *shopper, w *wait, conn *websocket.Conn, m *roomMsg) bool {
 	w.soldOut = false
 	if done := s.admittedBuy(ctx, sh, w, m); done {
 		s.leave(ctx, sh, w, conn)

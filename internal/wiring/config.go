@@ -186,6 +186,18 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 			*dst = v
 		}
 	}
+	// durOrOff reads a duration where 0 turns the feature off; negative
+	// or malformed values are refused with want.
+	durOrOff := func(name, want string, set func(time.Duration)) {
+		if v := getenv(name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				errs = append(errs, fmt.Errorf("%s=%q: want %s", name, v, want))
+				return
+			}
+			set(d)
+		}
+	}
 	dur := func(name string, dst *time.Duration) {
 		if v := getenv(name); v != "" {
 			d, err := time.ParseDuration(v)
@@ -297,14 +309,7 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 		}
 		c.CapacityFactor = f
 	}
-	if v := getenv("FLASHSALE_DRAW_LEAD"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			errs = append(errs, fmt.Errorf("FLASHSALE_DRAW_LEAD=%q: want a duration like 3s, or 0 to draw at the opening", v))
-		} else {
-			c.DrawLead = d
-		}
-	}
+	durOrOff("FLASHSALE_DRAW_LEAD", "a duration like 3s, or 0 to draw at the opening", func(d time.Duration) { c.DrawLead = d })
 	if v := getenv("FLASHSALE_WAITING_PUSHES"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n == 0 || n < -1 {
@@ -313,17 +318,12 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 		c.WaitingPushes = n
 	}
 	dur("FLASHSALE_STATUS_EVERY", &c.StatusEvery)
-	if v := getenv("FLASHSALE_OPENING_HOLD"); v != "" {
-		d, err := time.ParseDuration(v)
-		switch {
-		case err != nil || d < 0:
-			errs = append(errs, fmt.Errorf("FLASHSALE_OPENING_HOLD=%q: want a duration, 0s for none", v))
-		case d == 0:
-			c.OpeningHold = -1
-		default:
-			c.OpeningHold = d
+	durOrOff("FLASHSALE_OPENING_HOLD", "a duration, 0s for none", func(d time.Duration) {
+		c.OpeningHold = d
+		if d == 0 {
+			c.OpeningHold = -1 // waitroom's 0 is its default
 		}
-	}
+	})
 	integer("FLASHSALE_WS_MAX_CONNS_PER_ADDR", &c.WSMaxConnsPerAddr)
 	dur("FLASHSALE_ADMITTED_GRACE", &c.AdmittedGrace)
 	if c.AdmittedGrace > 30*time.Second {
