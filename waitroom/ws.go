@@ -66,6 +66,7 @@ type conn struct {
 	pendRaw   []byte
 	queued    bool // on sendQ
 	queuedHi  bool // on sendHi
+	writing   bool // a writer is sending its messages: no other may
 	dead      bool
 }
 
@@ -168,15 +169,25 @@ func (r *Room) writer() {
 // flush writes c's pending messages with the write timeout; a client that
 // does not take them in time is dropped (the library closes the
 // connection when the write context ends).
+//
+// One writer at a time sends a connection's messages, so they leave in the
+// order they were queued: a writer that finds another one writing leaves
+// the messages pending, and the writing one queues the connection again
+// when more is pending after its write.
 func (c *conn) flush(buf []byte) []byte {
 	c.mu.Lock()
+	c.queued, c.queuedHi = false, false
+	if c.writing || c.dead {
+		c.mu.Unlock()
+		return buf
+	}
 	v, opens, has, adm, msg, raw := c.pend, c.pendOpens, c.hasPend, c.pendAdm, c.pendMsg, c.pendRaw
-	c.hasPend, c.pendAdm, c.pendMsg, c.pendRaw, c.queued, c.queuedHi = false, nil, nil, nil, false, false
-	dead := c.dead
-	c.mu.Unlock()
-	if dead || (!has && adm == nil && msg == nil && raw == nil) {
+	if !has && adm == nil && msg == nil && raw == nil {
+		c.mu.Unlock()
 		return buf // already flushed from the other queue
 	}
+	c.hasPend, c.pendAdm, c.pendMsg, c.pendRaw, c.writing = false, nil, nil, nil, true
+	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), c.r.cfg.WriteTimeout)
 	defer cancel()
 	var err error
@@ -193,8 +204,17 @@ func (c *conn) flush(buf []byte) []byte {
 	if raw != nil && err == nil {
 		err = c.ws.Write(ctx, websocket.MessageText, raw)
 	}
+	c.mu.Lock()
+	c.writing = false
 	if err != nil {
-		c.markDead()
+		c.dead = true
+	} else if c.pendAdm != nil {
+		c.scheduleHi()
+	} else if c.hasPend || c.pendMsg != nil || c.pendRaw != nil {
+		c.schedule()
+	}
+	c.mu.Unlock()
+	if err != nil {
 		c.r.log.Debug("drop slow or gone client", "err", err)
 		_ = c.ws.CloseNow()
 	}

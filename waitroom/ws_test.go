@@ -1,11 +1,13 @@
 package waitroom
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -243,4 +245,66 @@ func TestShutdownGoingAway(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("connect after Shutdown: %d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
+}
+
+// TestOneWriterPerConn: messages queued while a writer is sending a
+// connection's earlier ones wait for it, then leave in their order (the
+// status before the operator's message), each once. Two writers sending
+// one connection's messages at once could put the message first.
+func TestOneWriterPerConn(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 6, e.clock.Now().Add(time.Minute), 10, 10))
+	g := e.newGateway(Config{Writers: 4, WriteTimeout: 30 * time.Second}, nil)
+	cl := prequeued(t, e, g, sale.ID, 1)[0]
+	cl.ws.SetReadLimit(64 << 20)
+	var sc *conn
+	g.room.mu.Lock()
+	for c := range g.room.conns {
+		sc = c
+	}
+	g.room.mu.Unlock()
+	// More than the socket buffers hold: the writer stays in this write
+	// until the client reads.
+	big := []byte(`"` + strings.Repeat("x", 16<<20) + `"`)
+	sc.pushRaw(big)
+	eventually(t, "a writer sending the big payload", 10*time.Second, func() bool {
+		sc.mu.Lock()
+		defer sc.mu.Unlock()
+		return sc.writing && sc.pendRaw == nil
+	})
+	sc.pushMessage(appendMessage(nil, "doors open soon", 1))
+	// A second writer has taken the connection off the queue before the
+	// status comes: it must not send the message ahead of the first.
+	eventually(t, "a writer taking the message's turn", 10*time.Second, func() bool {
+		sc.mu.Lock()
+		defer sc.mu.Unlock()
+		return !sc.queued
+	})
+	sc.push(view{state: StatePrequeue, position: 7}, 1, nil)
+	var got []string
+	for !slices.Contains(got, "message") {
+		_, b, err := cl.ws.Read(context.Background())
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		switch {
+		case bytes.Equal(b, big):
+			got = append(got, "raw")
+		case bytes.Contains(b, []byte(`"type":"status"`)):
+			got = append(got, "status")
+		case bytes.Contains(b, []byte(`"type":"message"`)):
+			got = append(got, "message")
+		default:
+			t.Fatalf("unexpected message %.80q", b)
+		}
+	}
+	// Statuses of the room's own may come too; the order is what counts.
+	if len(got) < 3 || got[0] != "raw" || got[len(got)-2] != "status" {
+		t.Fatalf("messages %v, want the big payload, then the status, then the message", got)
+	}
+	eventually(t, "nothing left pending or queued", 10*time.Second, func() bool {
+		sc.mu.Lock()
+		defer sc.mu.Unlock()
+		return !sc.writing && !sc.hasPend && sc.pendMsg == nil && !sc.queued && !sc.queuedHi
+	})
 }
