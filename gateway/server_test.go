@@ -16,7 +16,9 @@ import (
 	"github.com/coder/websocket"
 )
 
-// closeSignalListener closes closed when the server closes it.
+// closeSignalListener closes closed when the server has closed it. The
+// signal comes after the inner Close returns: a dial between the two
+// would still land in the open listener's backlog.
 type closeSignalListener struct {
 	net.Listener
 	once   sync.Once
@@ -24,8 +26,9 @@ type closeSignalListener struct {
 }
 
 func (l *closeSignalListener) Close() error {
+	err := l.Listener.Close()
 	l.once.Do(func() { close(l.closed) })
-	return l.Listener.Close()
+	return err
 }
 
 // serve runs e's gateway on a loopback port and returns its address.
