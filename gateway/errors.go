@@ -177,8 +177,10 @@ func (s *Server) fiberError(c *fiber.Ctx, err error) error {
 	switch status {
 	case http.StatusRequestEntityTooLarge:
 		de = flashsale.Errorf(flashsale.CodeTooLarge, "request body too large")
+		lingerOnClose(c)
 	case http.StatusRequestHeaderFieldsTooLarge:
 		de = flashsale.Errorf(flashsale.CodeTooLarge, "request head too large")
+		lingerOnClose(c)
 	case http.StatusNotFound, http.StatusMethodNotAllowed:
 		de = errNotFound
 	case http.StatusRequestTimeout, http.StatusBadRequest:
@@ -194,6 +196,15 @@ func (s *Server) fiberError(c *fiber.Ctx, err error) error {
 	r.SetBody(errorBody(nil, de.Code, de.Message, ""))
 	s.metrics.unrouted.observe(status, 0)
 	return nil
+}
+
+// lingerOnClose makes the close that follows a refusal of an unread
+// request a lingering one (watchdog.go), so that the client reads the
+// answer.
+func lingerOnClose(c *fiber.Ctx) {
+	if lc, ok := c.Context().Conn().(interface{ lingerOnClose() }); ok {
+		lc.lingerOnClose()
+	}
 }
 
 // Shared errors.

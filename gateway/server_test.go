@@ -194,6 +194,19 @@ func TestLimits(t *testing.T) {
 			t.Errorf("Reserve called %d times", n)
 		}
 	})
+	t.Run("a body of megabytes is read and dropped: the client finishes and reads its 413", func(t *testing.T) {
+		// Far more than the socket buffers hold: without the lingering
+		// close the server's close resets the connection mid-write.
+		body := strings.Repeat("x", 4<<20)
+		r := raw(t, addr, "POST /api/flash-sales/items/101/purchase HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+user+
+			"\r\nX-Admission-Token: "+adm+fmt.Sprintf("\r\nContent-Length: %d\r\n\r\n", len(body))+body)
+		if r.status != 413 || r.errCode() != "TOO_LARGE" {
+			t.Errorf("got %d %s", r.status, r.body)
+		}
+		if n := e.purchase.calls.Load(); n != 0 {
+			t.Errorf("Reserve called %d times", n)
+		}
+	})
 	t.Run("admin body over the limit", func(t *testing.T) {
 		body := `{"name":"` + strings.Repeat("x", 20<<10) + `"}`
 		r := raw(t, addr, "POST /api/admin/sales HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+

@@ -147,6 +147,9 @@ func (sp *splitter) close() {
 		_ = c.SetReadDeadline(time.Now())
 	}
 	sp.mu.Unlock()
+	if sp.wd != nil {
+		sp.wd.endLingers()
+	}
 	_ = sp.ln.Close()
 	_ = sp.httpLn.Close()
 	_ = sp.wsLn.Close()
@@ -252,6 +255,15 @@ func hasWebSocketToken(value []byte) bool {
 type peekedConn struct {
 	net.Conn
 	head []byte
+}
+
+// CloseWrite half-closes the connection, when it can be (a lingering
+// close).
+func (c *peekedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
 }
 
 func (c *peekedConn) Read(p []byte) (int, error) {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -35,11 +36,13 @@ type watchdog struct {
 
 	clock atomic.Int64 // coarse now, Unix nanoseconds
 
-	mu    sync.Mutex
-	conns map[*watchedConn]struct{}
-	done  chan struct{}
-	wg    sync.WaitGroup
-	once  sync.Once
+	mu        sync.Mutex
+	conns     map[*watchedConn]struct{}
+	lingering map[*watchedConn]struct{} // in a lingering close
+	ending    bool                      // no new lingering close: the server shuts down
+	done      chan struct{}
+	wg        sync.WaitGroup
+	once      sync.Once
 }
 
 // Reasons a watched connection is closed (the label of
@@ -60,7 +63,8 @@ func newWatchdog(read, idle, write time.Duration, closed *prometheus.CounterVec)
 	tick := min(read, idle, write) / 8
 	tick = min(max(tick, 10*time.Millisecond), time.Second)
 	w := &watchdog{read: read, idle: idle, write: write, tick: tick,
-		conns: make(map[*watchedConn]struct{}), done: make(chan struct{})}
+		conns: make(map[*watchedConn]struct{}), lingering: make(map[*watchedConn]struct{}),
+		done: make(chan struct{})}
 	if closed != nil {
 		for r := reasonRead; r < numReasons; r++ {
 			w.closed[r] = closed.WithLabelValues(reasonNames[r])
@@ -146,6 +150,7 @@ type watchedConn struct {
 	writing  atomic.Int64 // a Write is blocked since
 	reqStart atomic.Int64 // the current request's first bytes arrived at; 0: between requests
 	released atomic.Bool
+	linger   atomic.Bool // the next Close is a lingering one
 }
 
 func (c *watchedConn) Read(p []byte) (int, error) {
@@ -193,5 +198,72 @@ func (c *watchedConn) release() {
 
 func (c *watchedConn) Close() error {
 	c.release()
+	if c.linger.CompareAndSwap(true, false) && c.w.startLinger(c) {
+		drain(c.Conn, time.Now().Add(lingerTime))
+		c.w.endLinger(c)
+	}
 	return c.Conn.Close()
+}
+
+// A lingering close. The server answers a request it refuses before
+// reading it whole (a body over the limit, a head too large) and then
+// closes the connection. Closing a socket whose input is unread makes the
+// kernel reset the connection, and a client still sending its body then
+// loses the answer before it reads it. So such a connection is half-closed
+// first (the answer is followed by FIN), and what the client still sends
+// is read and thrown away, up to lingerBytes or lingerTime, before the
+// close; the client finishes its write and reads the answer. At most
+// maxLingering connections linger at once (the others close at once), and
+// none once the server shuts down.
+const (
+	lingerBytes  = 8 << 20
+	lingerTime   = 5 * time.Second
+	maxLingering = 256
+)
+
+// lingerOnClose makes c's next Close a lingering one.
+func (c *watchedConn) lingerOnClose() { c.linger.Store(true) }
+
+// startLinger registers c's lingering close, unless too many linger or the
+// server shuts down.
+func (w *watchdog) startLinger(c *watchedConn) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ending || len(w.lingering) >= maxLingering {
+		return false
+	}
+	w.lingering[c] = struct{}{}
+	return true
+}
+
+func (w *watchdog) endLinger(c *watchedConn) {
+	w.mu.Lock()
+	delete(w.lingering, c)
+	w.mu.Unlock()
+}
+
+// endLingers ends the lingering closes now and refuses new ones (the
+// server shuts down: the clients' answers are theirs to have read).
+func (w *watchdog) endLingers() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ending = true
+	now := time.Now()
+	for c := range w.lingering {
+		_ = c.Conn.SetReadDeadline(now)
+	}
+}
+
+// drain half-closes conn and reads what the client still sends, up to
+// lingerBytes or deadline. A connection that cannot be half-closed is
+// not drained.
+func drain(conn net.Conn, deadline time.Time) {
+	cw, ok := conn.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	if conn.SetReadDeadline(deadline) != nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, conn, lingerBytes)
 }
