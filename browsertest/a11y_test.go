@@ -212,12 +212,15 @@ func TestAccessibility(t *testing.T) {
 			p.waitState("ADMITTED")
 			p.do("buy button", chromedp.WaitVisible(chromedp.CSS(buy)), chromedp.WaitEnabled(chromedp.CSS(buy)))
 			s.Want(s.Do("POST", fmt.Sprintf("/api/admin/sales/%d/pause", drop), s.Token(1, true), nil), 200, "")
-			// The page learns it from the queue, or at the latest from the
-			// refused purchase.
-			if evalT[bool](p, `!!document.getElementById('`+strings.TrimPrefix(buy, "#")+`')`) {
-				evalT[bool](p, `(() => { document.querySelector('`+buy+`')?.click(); return true; })()`)
-			}
-			p.waitState("PAUSED")
+			// An admitted shopper hears of the pause from its sale data (a
+			// refresh may come at any moment, and takes the buy button
+			// away) or from a refused purchase, whichever is first: click
+			// buy while there is a button, until the page shows the pause.
+			p.waitJS("page paused", `(() => {
+				const b = document.querySelector('`+buy+`');
+				if (b && !b.disabled) b.click();
+				return document.getElementById('sale-banner').dataset.state === 'PAUSED';
+			})()`)
 			checkPage(p, axe, "paused")
 
 			// The console, with a sale chosen.
