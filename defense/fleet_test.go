@@ -428,11 +428,5 @@ func TestFleetOverRedis(t *testing.T) {
 // poll waits for cond; the deadline only guards against a hang.
 func poll(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, what, 30*time.Second, cond)
 }

@@ -168,13 +168,7 @@ func checkExactlyOnce(t testing.TB, pool *pgxpool.Pool, recs []published) {
 
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, what, 60*time.Second, cond)
 }
 
 func unpublished(t testing.TB, pool *pgxpool.Pool) int {

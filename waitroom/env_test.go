@@ -290,13 +290,7 @@ func (c *client) untilAdmitted() msg {
 // eventually polls cond until it holds or the timeout passes.
 func eventually(t testing.TB, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, what, timeout, cond)
 }
 
 // joinUsers puts users 1…n in the sale's queue through g.

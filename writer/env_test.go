@@ -210,16 +210,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 // waitForf is waitFor with the description built when it times out.
 func waitForf(t testing.TB, what func() string, cond func() bool) {
 	t.Helper()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(30 * time.Second)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what())
-		}
-	}
+	testenv.EventuallyF(t, what, 30*time.Second, cond)
 }
 
 type orderRow struct {

@@ -166,13 +166,7 @@ func TestSentinelFailoverMidSale(t *testing.T) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, what, 60*time.Second, cond)
 }
 
 func redisInfo(ctx context.Context, addr, section string) (string, error) {
