@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -274,4 +275,35 @@ func words(lists ...string) map[string]bool {
 		}
 	}
 	return set
+}
+
+// maxTestSleeps is how many time.Sleep calls the tests may make. A test
+// that sleeps to wait for something fails when the machine is slower than
+// the sleep; new tests wait with testenv.Eventually or advance an
+// injected clock. The number only goes down: lower it when a sleep goes.
+const maxTestSleeps = 55
+
+// TestSleepsOnlyGoDown fails when the tests call time.Sleep more often
+// than maxTestSleeps.
+func TestSleepsOnlyGoDown(t *testing.T) {
+	out, err := exec.Command("git", "grep", "-c", "time\\.Sleep(", "--", "*_test.go").Output()
+	var ee *exec.ExitError
+	if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 1) { // 1: no match
+		t.Skipf("git grep: %v (not a git checkout?)", err)
+	}
+	total := 0
+	var per []string
+	for line := range strings.Lines(string(out)) {
+		file, n, ok := strings.Cut(strings.TrimSpace(line), ":")
+		c, err := strconv.Atoi(n)
+		if !ok || err != nil {
+			t.Fatalf("git grep line %q", line)
+		}
+		total += c
+		per = append(per, file+": "+n)
+	}
+	if total > maxTestSleeps {
+		t.Fatalf("the tests call time.Sleep %d times, more than %d: wait with testenv.Eventually or an injected clock instead\n%s",
+			total, maxTestSleeps, strings.Join(per, "\n"))
+	}
 }
