@@ -26,6 +26,10 @@ const leeway = 5 * time.Second
 // MaxTokenLen bounds the accepted token size before any parsing.
 const MaxTokenLen = 4096
 
+// DefaultMaxLifetime is the longest token lifetime accepted unless
+// WithMaxLifetime says otherwise (FLASHSALE_JWT_MAX_LIFETIME).
+const DefaultMaxLifetime = 24 * time.Hour
+
 // Verifier checks access tokens.
 type Verifier struct {
 	hmacKey  []byte
@@ -33,6 +37,7 @@ type Verifier struct {
 	jwks     *JWKS
 	issuer   string // of asymmetric tokens, when set
 	audience string // one of an asymmetric token's aud, when set
+	maxLife  time.Duration
 	now      func() time.Time
 	parser   *jwt.Parser
 }
@@ -59,12 +64,24 @@ func WithIssuer(issuer string) Option { return func(v *Verifier) { v.issuer = is
 // public key (PEM or JWKS), as WithIssuer.
 func WithAudience(audience string) Option { return func(v *Verifier) { v.audience = audience } }
 
+// WithMaxLifetime refuses tokens that live longer than d: exp − iat, or
+// exp − now, more than d (plus the clock-skew leeway). A leaked token then
+// stops working within d, however far its issuer put its exp. d <= 0
+// keeps DefaultMaxLifetime.
+func WithMaxLifetime(d time.Duration) Option {
+	return func(v *Verifier) {
+		if d > 0 {
+			v.maxLife = d
+		}
+	}
+}
+
 // WithClock injects the clock used for exp and nbf.
 func WithClock(now func() time.Time) Option { return func(v *Verifier) { v.now = now } }
 
 // NewVerifier returns a verifier for HS256 tokens keyed with secret.
 func NewVerifier(secret string, opts ...Option) *Verifier {
-	v := &Verifier{hmacKey: []byte(secret), now: time.Now}
+	v := &Verifier{hmacKey: []byte(secret), now: time.Now, maxLife: DefaultMaxLifetime}
 	for _, o := range opts {
 		o(v)
 	}
@@ -122,11 +139,34 @@ func (v *Verifier) verify(token string) (flashsale.Principal, time.Time, error) 
 			return flashsale.Principal{}, time.Time{}, errUnauthenticated
 		}
 	}
-	id, err := strconv.ParseInt(c.Subject, 10, 64)
-	if err != nil || id <= 0 {
+	exp := c.ExpiresAt.Time
+	if exp.Sub(v.now()) > v.maxLife+leeway || c.IssuedAt != nil && exp.Sub(c.IssuedAt.Time) > v.maxLife+leeway {
+		return flashsale.Principal{}, time.Time{}, errUnauthenticated
+	}
+	id, ok := parseSubject(c.Subject)
+	if !ok {
 		return flashsale.Principal{}, time.Time{}, errUnauthenticated
 	}
 	return flashsale.Principal{UserID: id, Operator: c.Role == "operator"}, c.ExpiresAt.Add(leeway), nil
+}
+
+// parseSubject reads a user id from sub: canonical decimal only (no sign,
+// no leading zero, no space), so that one user has one sub and a user id
+// compared or logged as text means one user.
+func parseSubject(sub string) (int64, bool) {
+	if sub == "" || len(sub) > 19 || sub[0] == '0' {
+		return 0, false
+	}
+	for i := 0; i < len(sub); i++ {
+		if sub[i] < '0' || sub[i] > '9' {
+			return 0, false
+		}
+	}
+	id, err := strconv.ParseInt(sub, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, false
+	}
+	return id, true
 }
 
 func (v *Verifier) key(t *jwt.Token) (any, error) {

@@ -152,3 +152,43 @@ func BenchmarkCacheHit(b *testing.B) {
 		}
 	}
 }
+
+func TestSubjectAndLifetime(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	sign := func(c jwt.MapClaims) string {
+		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString([]byte("k"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	exp := now.Add(time.Hour).Unix()
+	tests := []struct {
+		name   string
+		claims jwt.MapClaims
+		max    time.Duration
+		ok     bool
+	}{
+		{"canonical", jwt.MapClaims{"sub": "42", "exp": exp}, 0, true},
+		{"leading zero", jwt.MapClaims{"sub": "042", "exp": exp}, 0, false},
+		{"plus sign", jwt.MapClaims{"sub": "+42", "exp": exp}, 0, false},
+		{"zero", jwt.MapClaims{"sub": "0", "exp": exp}, 0, false},
+		{"space", jwt.MapClaims{"sub": " 42", "exp": exp}, 0, false},
+		{"overflow", jwt.MapClaims{"sub": "9223372036854775808", "exp": exp}, 0, false},
+		{"largest id", jwt.MapClaims{"sub": "9223372036854775807", "exp": exp}, 0, true},
+		{"24h from iat", jwt.MapClaims{"sub": "1", "iat": now.Unix(), "exp": now.Add(24 * time.Hour).Unix()}, 0, true},
+		{"over 24h from iat", jwt.MapClaims{"sub": "1", "iat": now.Add(-2 * time.Hour).Unix(), "exp": now.Add(23 * time.Hour).Unix()}, 0, false},
+		{"over 24h from now", jwt.MapClaims{"sub": "1", "exp": now.Add(25 * time.Hour).Unix()}, 0, false},
+		{"configured cap", jwt.MapClaims{"sub": "1", "exp": now.Add(2 * time.Hour).Unix()}, time.Hour, false},
+		{"under configured cap", jwt.MapClaims{"sub": "1", "exp": now.Add(30 * time.Minute).Unix()}, time.Hour, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v := NewVerifier("k", WithClock(func() time.Time { return now }), WithMaxLifetime(tc.max))
+			_, err := v.Verify(sign(tc.claims))
+			if got := err == nil; got != tc.ok {
+				t.Errorf("Verify: err %v, want ok %v", err, tc.ok)
+			}
+		})
+	}
+}

@@ -65,7 +65,7 @@ const (
 //	{"preset": "custom",
 //	 "rateLimit": {"perIp": {"rps": 20, "burst": 40},
 //	               "perUser": {"rps": 5, "burst": 10},
-//	               "perPrefix": {"rps": 200, "burst": 400},
+//	               "perPrefix": {"rps": 50, "burst": 80},
 //	               "classes": {"purchase": {"perUser": {"rps": 1, "burst": 3}}}},
 //	 "pow": {"difficulty": 500000, "solveSeconds": 1, "hashRate": 500000},
 //	 "blocklist": {"cidrs": ["203.0.113.0/24"], "users": ["42"]},
@@ -137,11 +137,19 @@ type Blocklist struct {
 
 // DefaultSettings are the settings before an operator stored any: the
 // values of CONTRACT section 3, no proof of work, an empty blocklist.
+//
+// The per-prefix limit (an IPv4 /24, an IPv6 /64) is on: without it one
+// subscriber's /64, or a rented /24, gets the per-address limit once per
+// address. It allows two and a half addresses' worth of the per-address
+// limit, so a NAT (one address, held to the per-address limit anyway) is
+// never hurt by it, nor are a few dozen shoppers of one network each
+// loading a page.
 func DefaultSettings() Settings {
 	return Settings{
 		RateLimit: RateLimits{
-			PerIP:   Limit{RPS: 20, Burst: 40},
-			PerUser: Limit{RPS: 5, Burst: 10},
+			PerIP:     Limit{RPS: 20, Burst: 40},
+			PerUser:   Limit{RPS: 5, Burst: 10},
+			PerPrefix: Limit{RPS: 50, Burst: 80},
 		},
 		Blocklist: Blocklist{CIDRs: []string{}, Users: []string{}},
 	}
@@ -160,8 +168,7 @@ const (
 //
 //   - normal: the defaults.
 //   - drop: a sale is opening; joins and purchases get their own tighter
-//     per-user budgets, address prefixes are watched in shadow mode, a light
-//     proof of work (~1 s) at join.
+//     per-user budgets, a light proof of work (~1 s) at join.
 //   - under-attack: tight per-address, per-prefix and per-user limits and a
 //     heavier proof of work (~5 s).
 func Presets() map[string]Settings {
@@ -171,19 +178,17 @@ func Presets() map[string]Settings {
 
 	drop := DefaultSettings()
 	drop.Preset = PresetDrop
-	drop.RateLimit.PerPrefix = Limit{RPS: 400, Burst: 800}
 	drop.RateLimit.Classes = map[string]ClassLimits{
 		ClassJoin:     {PerUser: lim(1, 5), PerIP: lim(5, 20)},
 		ClassPurchase: {PerUser: lim(2, 4)},
 	}
-	drop.Shadow = map[string]bool{RulePerPrefix: true}
 	drop.Pow = Pow{SolveSeconds: 1}
 
 	attack := DefaultSettings()
 	attack.Preset = PresetUnderAttack
 	attack.RateLimit.PerIP = Limit{RPS: 5, Burst: 10}
 	attack.RateLimit.PerUser = Limit{RPS: 2, Burst: 5}
-	attack.RateLimit.PerPrefix = Limit{RPS: 50, Burst: 100}
+	attack.RateLimit.PerPrefix = Limit{RPS: 25, Burst: 50}
 	attack.RateLimit.Classes = map[string]ClassLimits{
 		ClassJoin:     {PerUser: lim(0.2, 3), PerIP: lim(1, 3)},
 		ClassPurchase: {PerUser: lim(1, 2)},

@@ -9,7 +9,7 @@ import (
 	"github.com/flashsale/flashsale"
 )
 
-const contractExample = `{"rateLimit":{"perIp":{"rps":20,"burst":40},"perUser":{"rps":5,"burst":10}},"pow":{"difficulty":0},"blocklist":{"cidrs":["203.0.113.0/24"],"users":["42"]}}`
+const contractExample = `{"rateLimit":{"perIp":{"rps":20,"burst":40},"perUser":{"rps":5,"burst":10},"perPrefix":{"rps":50,"burst":80}},"pow":{"difficulty":0},"blocklist":{"cidrs":["203.0.113.0/24"],"users":["42"]}}`
 
 func TestSettingsJSONMatchesContract(t *testing.T) {
 	st, err := ParseSettings([]byte(contractExample))

@@ -166,8 +166,22 @@ type Config struct {
 	ReadBufferSize int           // request head (request line + headers) limit; default 8 KiB
 	// HeadTimeout bounds the first request head of a new connection on
 	// the split port, from its first byte (the first byte itself may take
-	// IdleTimeout); default 5s (or ReadTimeout if shorter).
+	// FirstByteTimeout); default 5s (or ReadTimeout if shorter).
 	HeadTimeout time.Duration
+	// FirstByteTimeout bounds how long a new connection may wait before
+	// its first byte (a browser opens connections ahead of use); default
+	// 10s.
+	FirstByteTimeout time.Duration
+	// MaxPendingPerAddr caps the connections one client address (an IPv4
+	// address, an IPv6 /64) may hold open before their first request
+	// head is complete; over it a new connection is closed at once.
+	// Default DefaultMaxPendingPerAddr; negative: no cap. Peers inside
+	// TrustedProxies are not capped.
+	MaxPendingPerAddr int
+	// TrustedProxies are the load balancers and proxies in front of the
+	// gateway (FLASHSALE_TRUSTED_PROXIES): they carry many clients on
+	// their connections, so MaxPendingPerAddr does not count them.
+	TrustedProxies []netip.Prefix
 	// RequestTimeout bounds every call into a dependency; default 5s.
 	RequestTimeout time.Duration
 	// CORSOrigins are the origins (scheme://host[:port], or "*") allowed to
@@ -189,6 +203,12 @@ type Config struct {
 	DrawLead time.Duration
 }
 
+// DefaultMaxPendingPerAddr is Config.MaxPendingPerAddr's default
+// (FLASHSALE_MAX_PENDING_CONNS_PER_ADDR): a browser opens at most six
+// connections to a host and sends on them within milliseconds, so even a
+// NAT of many shoppers rarely holds this many idle at one moment.
+const DefaultMaxPendingPerAddr = 64
+
 func (c Config) withDefaults() Config {
 	if c.BodyLimit <= 0 {
 		c.BodyLimit = 16 << 10
@@ -207,6 +227,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HeadTimeout <= 0 {
 		c.HeadTimeout = min(5*time.Second, c.ReadTimeout)
+	}
+	if c.FirstByteTimeout <= 0 {
+		c.FirstByteTimeout = 10 * time.Second
+	}
+	if c.MaxPendingPerAddr == 0 {
+		c.MaxPendingPerAddr = DefaultMaxPendingPerAddr
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = 5 * time.Second
@@ -330,8 +356,11 @@ func (s *Server) App() *fiber.App { return s.app }
 func (s *Server) Serve(ln net.Listener) error {
 	wd := newWatchdog(s.cfg.ReadTimeout, s.cfg.IdleTimeout, s.cfg.WriteTimeout, s.metrics.timeouts)
 	defer wd.stop()
-	sp := newSplitter(ln, s.cfg.ReadBufferSize, s.cfg.IdleTimeout, s.cfg.HeadTimeout, wd, s.log)
+	sp := newSplitter(ln, s.cfg.ReadBufferSize, s.cfg.FirstByteTimeout, s.cfg.HeadTimeout, wd, s.log)
 	sp.timeouts = [2]prometheus.Counter{s.metrics.timeouts.WithLabelValues("idle"), s.metrics.timeouts.WithLabelValues("head")}
+	sp.maxPending = max(s.cfg.MaxPendingPerAddr, 0)
+	sp.trusted = s.cfg.TrustedProxies
+	sp.refused = s.metrics.pendingRefused
 	if !s.track(ln, func() { s.splitters = append(s.splitters, sp) }) {
 		return nil
 	}

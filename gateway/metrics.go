@@ -19,6 +19,10 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	timeouts *prometheus.CounterVec // connections closed by the watchdog, by reason
+	// pendingRefused counts connections closed at accept because their
+	// address held Config.MaxPendingPerAddr connections without a first
+	// request.
+	pendingRefused prometheus.Counter
 
 	mu       sync.Mutex
 	routes   map[string]*routeMetrics
@@ -61,15 +65,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"route"}),
 		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flashsale_gateway_connections_timed_out_total",
-			Help: "Connections the gateway closed for a timeout: head (a new connection's first request head not complete within the head timeout of its first byte), read (a later request that took too long to arrive), idle (a new connection that sent nothing, or a keep-alive one waiting for its next request, past the idle timeout) or write (a client not reading).",
+			Help: "Connections the gateway closed for a timeout: head (a new connection's first request head not complete within the head timeout of its first byte), read (a later request that took too long to arrive), idle (a new connection that sent nothing within the first-byte timeout, or a keep-alive one waiting for its next request past the idle timeout) or write (a client not reading).",
 		}, []string{"reason"}),
+		pendingRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flashsale_gateway_pending_connections_refused_total",
+			Help: "New connections closed at once because their client address (an IPv4 address, an IPv6 /64) already held the most connections allowed without a first request (FLASHSALE_MAX_PENDING_CONNS_PER_ADDR).",
+		}),
 		routes: make(map[string]*routeMetrics),
 	}
 	// A second Server on one registry shares the first one's collectors.
-	var errs [3]error
+	var errs [4]error
 	m.requests, errs[0] = prom.Register(reg, m.requests)
 	m.timeouts, errs[1] = prom.Register(reg, m.timeouts)
 	m.latency, errs[2] = prom.Register(reg, m.latency)
+	m.pendingRefused, errs[3] = prom.Register(reg, m.pendingRefused)
 	m.unrouted = m.route("unmatched")
 	return m, errors.Join(errs[:]...)
 }

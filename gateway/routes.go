@@ -68,6 +68,9 @@ func (s *Server) handle(name string, h fiber.Handler) fiber.Handler {
 			}
 			m.observe(c.Response().StatusCode(), time.Since(start))
 		}()
+		if edgeChecks(c) {
+			return nil
+		}
 		if err := h(c); err != nil {
 			return s.fail(c, err, 0)
 		}
@@ -88,16 +91,26 @@ func (s *Server) cors() fiber.Handler {
 		allowed[strings.ToLower(o)] = true
 	}
 	return func(c *fiber.Ctx) error {
+		// The framing check comes first: a preflight answered here must
+		// not keep a smuggling connection open either.
+		if edgeChecks(c) {
+			return nil
+		}
+		h := &c.Response().Header
+		if !anyOrigin {
+			// Whether the answer allows the origin depends on Origin, so
+			// every answer says so, or a shared cache could hand one
+			// origin's answer to another.
+			h.Add(fiber.HeaderVary, fiber.HeaderOrigin)
+		}
 		origin := c.Get(fiber.HeaderOrigin)
 		if origin == "" || !(anyOrigin || allowed[strings.ToLower(origin)]) {
 			return c.Next()
 		}
-		h := &c.Response().Header
 		if anyOrigin {
 			h.Set(fiber.HeaderAccessControlAllowOrigin, "*")
 		} else {
 			h.Set(fiber.HeaderAccessControlAllowOrigin, origin)
-			h.Add(fiber.HeaderVary, fiber.HeaderOrigin)
 		}
 		if c.Method() == fiber.MethodOptions && c.Get(fiber.HeaderAccessControlRequestMethod) != "" {
 			h.Set(fiber.HeaderAccessControlAllowMethods, "GET, POST, PUT, PATCH, OPTIONS")

@@ -260,7 +260,10 @@ func expectDropped(t *testing.T, addr, partial string) {
 func TestSlowClientDropped(t *testing.T) {
 	e, reg := envWithMetrics(t, func(c *Config) {
 		c.HeadTimeout = 200 * time.Millisecond
-		c.IdleTimeout = 400 * time.Millisecond // a connection that sends nothing
+		// A connection that sends nothing waits the first-byte timeout,
+		// however long keep-alive connections may idle.
+		c.FirstByteTimeout = 400 * time.Millisecond
+		c.IdleTimeout = time.Minute
 	})
 	addr := serve(t, e)
 	for _, partial := range []string{"", partialHead} {

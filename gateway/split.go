@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -26,6 +27,12 @@ type splitter struct {
 	wd      *watchdog
 	log     *slog.Logger
 	idle    time.Duration // wait for the first byte
+	// maxPending caps the connections of one client address (IPv6: its
+	// /64) that have not sent a complete first head; 0: no cap.
+	// Connections from trusted prefixes (a load balancer) are not capped.
+	maxPending int
+	trusted    []netip.Prefix
+	refused    prometheus.Counter // connections closed by maxPending; nil: not counted
 	// timeouts count connections closed for sending nothing within idle
 	// ([0]) and for a first head not complete within timeout of its
 	// first byte ([1]); nil entries are not counted.
@@ -36,8 +43,11 @@ type splitter struct {
 	closed  bool
 	peeking sync.WaitGroup
 	peeked  map[net.Conn]struct{} // connections in route, cut short by close
+	pending map[netip.Addr]int    // connections in route by capKey of their peer
 }
 
+// newSplitter builds a splitter; idle is the wait for a new connection's
+// first byte, timeout the wait for the rest of its first head.
 func newSplitter(ln net.Listener, maxHead int, idle, timeout time.Duration, wd *watchdog, log *slog.Logger) *splitter {
 	sp := &splitter{
 		ln:      ln,
@@ -49,6 +59,7 @@ func newSplitter(ln net.Listener, maxHead int, idle, timeout time.Duration, wd *
 		wd:      wd,
 		log:     log,
 		peeked:  make(map[net.Conn]struct{}),
+		pending: make(map[netip.Addr]int),
 	}
 	sp.bufs.New = func() any { b := make([]byte, maxHead); return &b }
 	return sp
@@ -70,17 +81,67 @@ func (sp *splitter) run() error {
 			continue
 		}
 		delay = 0
+		key, capped := sp.pendingKey(conn)
 		sp.mu.Lock()
 		if sp.closed {
 			sp.mu.Unlock()
 			_ = conn.Close()
 			return nil
 		}
+		if capped && sp.pending[key] >= sp.maxPending {
+			sp.mu.Unlock()
+			if sp.refused != nil {
+				sp.refused.Inc()
+			}
+			_ = conn.Close()
+			continue
+		}
+		if capped {
+			sp.pending[key]++
+		}
 		sp.peeking.Add(1)
 		sp.peeked[conn] = struct{}{}
 		sp.mu.Unlock()
-		go sp.route(conn)
+		go sp.route(conn, key, capped)
 	}
+}
+
+// pendingKey is the key conn counts under in the per-address cap of
+// connections without a first head, and whether it is capped at all.
+func (sp *splitter) pendingKey(conn net.Conn) (netip.Addr, bool) {
+	if sp.maxPending <= 0 {
+		return netip.Addr{}, false
+	}
+	ta, ok := conn.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	a := ta.AddrPort().Addr().WithZone("").Unmap()
+	if inPrefixes(a, sp.trusted) {
+		return netip.Addr{}, false
+	}
+	return capKey(a), true
+}
+
+// capKey is what a per-address cap counts by: the address for IPv4, its
+// /64 for IPv6 (one subscriber holds a whole /64, so its single
+// addresses cost nothing to change).
+func capKey(a netip.Addr) netip.Addr {
+	if a.Is6() {
+		if p, err := a.Prefix(64); err == nil {
+			return p.Addr()
+		}
+	}
+	return a
+}
+
+func inPrefixes(a netip.Addr, ps []netip.Prefix) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // route reads the first request head (up to maxHead bytes) and hands conn
@@ -88,11 +149,18 @@ func (sp *splitter) run() error {
 // browser or client pool opens connections ahead of use, as keep-alive
 // connections wait between requests); from the first byte, the head must
 // be complete within the head timeout. A connection that misses either is
-// closed.
-func (sp *splitter) route(conn net.Conn) {
+// closed. A first head whose framing is unsafe (badFirstHead) is answered
+// 400 here and its connection closed. key and capped are the connection's
+// place in the per-address cap (pendingKey).
+func (sp *splitter) route(conn net.Conn, key netip.Addr, capped bool) {
 	defer func() {
 		sp.mu.Lock()
 		delete(sp.peeked, conn)
+		if capped {
+			if sp.pending[key]--; sp.pending[key] <= 0 {
+				delete(sp.pending, key)
+			}
+		}
 		sp.mu.Unlock()
 		sp.peeking.Done()
 	}()
@@ -107,8 +175,16 @@ func (sp *splitter) route(conn net.Conn) {
 		}
 		from := max(n-3, 0)
 		n += m
-		if headEnd(buf[from:n]) >= 0 || n == len(buf) {
-			break // complete head, or too large: fiber answers 431
+		if e := headEnd(buf[from:n]); e >= 0 {
+			if why := badFirstHead(buf[:from+e]); why != "" {
+				sp.bufs.Put(bp)
+				sp.refuse(conn, why)
+				return
+			}
+			break
+		}
+		if n == len(buf) {
+			break // too large: fiber answers 431
 		}
 		if err != nil {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() && !sp.isClosed() {
@@ -134,6 +210,28 @@ func (sp *splitter) route(conn net.Conn) {
 	if !target.deliver(pc) {
 		_ = pc.Close()
 	}
+}
+
+// refuse answers a connection whose first head badFirstHead refused with
+// 400 and Connection: close, then closes it. What the client sent after
+// the head (the smuggled request) is read and dropped for a short while
+// first: closing a socket with unread data resets the connection, and the
+// client could lose the answer.
+func (sp *splitter) refuse(conn net.Conn, why string) {
+	_ = conn.SetWriteDeadline(time.Now().Add(refusalLinger))
+	if _, err := conn.Write(framingRefusal(why)); err == nil {
+		if tc, ok := conn.(interface{ CloseWrite() error }); ok {
+			_ = tc.CloseWrite()
+		}
+		sp.setReadDeadline(conn, refusalLinger)
+		var drop [512]byte
+		for range 128 { // at most 64 KiB
+			if _, err := conn.Read(drop[:]); err != nil {
+				break
+			}
+		}
+	}
+	_ = conn.Close()
 }
 
 // close stops accepting, ends the waits for first heads and closes both

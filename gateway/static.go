@@ -68,7 +68,7 @@ func sendFile(c *fiber.Ctx, f StaticFile) error {
 		}
 	}
 	if f.Gzip != nil {
-		h.Set(fiber.HeaderVary, fiber.HeaderAcceptEncoding)
+		h.Add(fiber.HeaderVary, fiber.HeaderAcceptEncoding)
 	}
 	if etag != "" {
 		h.Set(fiber.HeaderETag, etag)

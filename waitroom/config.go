@@ -95,8 +95,8 @@ type Config struct {
 	ClientIP func(*http.Request) netip.Addr
 }
 
-// DefaultMaxConnsPerIP is how many room connections one client address may
-// hold on one gateway unless Config.MaxConnsPerIP says otherwise
+// DefaultMaxConnsPerIP is how many room connections one client address (an
+// IPv4 address, or an IPv6 /64) may hold on one gateway unless Config.MaxConnsPerIP says otherwise
 // (FLASHSALE_WS_MAX_CONNS_PER_ADDR); the load harness warns a run that
 // would pass it.
 const DefaultMaxConnsPerIP = 200

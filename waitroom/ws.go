@@ -280,13 +280,20 @@ func closeStatus(code flashsale.Code) websocket.StatusCode {
 	}
 }
 
-var errTooLarge = flashsale.Errorf(flashsale.CodeTooLarge, "message too large")
+var (
+	errTooLarge = flashsale.Errorf(flashsale.CodeTooLarge, "message too large")
+	errBinary   = flashsale.Errorf(flashsale.CodeInvalid, "binary messages are not accepted; send JSON text")
+)
 
-// readMessage reads one client message of at most MaxMessageBytes.
+// readMessage reads one client message of at most MaxMessageBytes. A
+// binary message is errBinary: client messages are JSON text.
 func (c *conn) readMessage(ctx context.Context) ([]byte, error) {
-	_, rd, err := c.ws.Reader(ctx)
+	typ, rd, err := c.ws.Reader(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if typ != websocket.MessageText {
+		return nil, errBinary
 	}
 	limit := c.r.cfg.MaxMessageBytes
 	b, err := io.ReadAll(io.LimitReader(rd, limit+1))
@@ -343,6 +350,7 @@ func (r *Room) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	ip := r.cfg.ClientIP(req)
+	key := capKey(ip)
 	r.mu.Lock()
 	if r.closing {
 		r.mu.Unlock()
@@ -358,20 +366,20 @@ func (r *Room) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		httpError(w, http.StatusServiceUnavailable, flashsale.CodeUnavailable, "this gateway is full; retry shortly")
 		return
 	}
-	if r.perIP[ip] >= r.cfg.MaxConnsPerIP {
+	if r.perIP[key] >= r.cfg.MaxConnsPerIP {
 		r.mu.Unlock()
 		httpError(w, http.StatusTooManyRequests, flashsale.CodeRateLimited, "too many connections from this address")
 		return
 	}
-	r.perIP[ip]++
+	r.perIP[key]++
 	r.total++
 	r.handlers.Add(1)
 	r.mu.Unlock()
 	release := func() {
 		r.mu.Lock()
 		r.total--
-		if r.perIP[ip]--; r.perIP[ip] <= 0 {
-			delete(r.perIP, ip)
+		if r.perIP[key]--; r.perIP[key] <= 0 {
+			delete(r.perIP, key)
 		}
 		r.mu.Unlock()
 		r.handlers.Done()
@@ -385,6 +393,18 @@ func (r *Room) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	// net/http frees its per-connection state (buffers, request, a deep
 	// stack): this halves the memory of an idle connection.
 	go r.serveConn(ws, ip, saleID, release)
+}
+
+// capKey is what the per-address connection cap counts by: the address
+// for IPv4, its /64 for IPv6 (one subscriber holds a whole /64, so its
+// single addresses cost nothing to change).
+func capKey(ip netip.Addr) netip.Addr {
+	if ip.Is6() && !ip.Is4In6() {
+		if p, err := ip.WithZone("").Prefix(64); err == nil {
+			return p.Addr()
+		}
+	}
+	return ip
 }
 
 // serveConn runs the handshake; a joined connection is then watched by a
@@ -472,10 +492,11 @@ func (c *conn) handshake(saleID int64) *saleRoom {
 	})
 	defer timer.Stop()
 	ctx := context.Background()
+	challenged := false
 	for {
 		b, err := c.readMessage(ctx)
 		if err != nil {
-			if errors.Is(err, errTooLarge) {
+			if errors.Is(err, errTooLarge) || errors.Is(err, errBinary) {
 				c.fail(err)
 			}
 			return nil
@@ -504,7 +525,14 @@ func (c *conn) handshake(saleID int64) *saleRoom {
 					c.fail(err)
 					return nil
 				}
-				timer.Reset(r.cfg.HandshakeTimeout)
+				// The first challenge gives the client a whole handshake
+				// timeout to solve it; a join that comes back without a
+				// solution gets another challenge but no more time, so a
+				// connection cannot be held by joining forever.
+				if !challenged {
+					challenged = true
+					timer.Reset(r.cfg.HandshakeTimeout)
+				}
 				wctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
 				err = c.ws.Write(wctx, websocket.MessageText, msg)
 				cancel()

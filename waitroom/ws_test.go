@@ -308,3 +308,57 @@ func TestOneWriterPerConn(t *testing.T) {
 		return !sc.writing && !sc.hasPend && sc.pendMsg == nil && !sc.queued && !sc.queuedHi
 	})
 }
+
+// TestJoinsWithoutSolutionDoNotHoldTheHandshake: a client that answers
+// every challenge with another join without a solution is closed once
+// the handshake timeout, extended by the first challenge only, runs out.
+func TestJoinsWithoutSolutionDoNotHoldTheHandshake(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 2, e.clock.Now().Add(time.Minute), 10, 10))
+	g := e.newGateway(Config{HandshakeTimeout: 300 * time.Millisecond},
+		guardFunc(func(_ int64, pow json.RawMessage) (json.RawMessage, error) {
+			if pow == nil {
+				return []byte(`{"difficulty":4,"prefix":"ab"}`), nil
+			}
+			return nil, nil
+		}))
+	c := dial(t, g.url(sale.ID))
+	tok := e.token(9)
+	c.join(tok)
+	deadline := time.Now().Add(10 * time.Second)
+	for joins := 1; ; joins++ {
+		m, err := c.read(time.Until(deadline))
+		if err != nil {
+			if s := websocket.CloseStatus(err); s != websocket.StatusUnsupportedData {
+				t.Fatalf("after %d joins: %v (close %v), want close 1003 at the handshake timeout", joins, err, s)
+			}
+			return
+		}
+		switch m.Type {
+		case TypeChallenge:
+			c.join(tok) // again, without a solution
+		case TypeError:
+			if m.Error != "INVALID" {
+				t.Fatalf("error %q, want INVALID", m.Error)
+			}
+		default:
+			t.Fatalf("unexpected message %+v", m)
+		}
+	}
+}
+
+// TestBinaryJoinRefused: a join in a binary frame is refused with 1003,
+// though its bytes are a valid join.
+func TestBinaryJoinRefused(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 2, e.clock.Now().Add(time.Minute), 10, 10))
+	g := e.newGateway(Config{}, nil)
+	c := dial(t, g.url(sale.ID))
+	b, _ := json.Marshal(map[string]string{"type": "join", "accessToken": e.token(4)})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.ws.Write(ctx, websocket.MessageBinary, b); err != nil {
+		t.Fatal(err)
+	}
+	c.expectClose(t, "INVALID", websocket.StatusUnsupportedData)
+}

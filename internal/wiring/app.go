@@ -207,6 +207,7 @@ func Start(ctx context.Context, cfg Config, roles Roles, logger *slog.Logger) (_
 	if cfg.JWTAudience != "" {
 		keyOpts = append(keyOpts, auth.WithAudience(cfg.JWTAudience))
 	}
+	keyOpts = append(keyOpts, auth.WithMaxLifetime(cfg.JWTMaxLifetime))
 	a.access = auth.NewCache(auth.NewVerifier(cfg.JWTSecret, keyOpts...), cfg.TokenCacheSize)
 	a.signer, err = admission.NewSigner(admission.Key{ID: 1, Secret: cfg.AdmissionSecret()})
 	if err != nil {

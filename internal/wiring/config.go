@@ -15,7 +15,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashsale/flashsale/auth"
 	"github.com/flashsale/flashsale/events"
+	"github.com/flashsale/flashsale/gateway"
 	"github.com/flashsale/flashsale/internal/adapter/kafka"
 	"github.com/flashsale/flashsale/internal/adapter/redisconn"
 	"github.com/flashsale/flashsale/waitroom"
@@ -103,6 +105,15 @@ type Config struct {
 	// gateway (waitroom.Config.MaxConnsPerIP). Raise it for shoppers behind
 	// carrier-grade NAT.
 	WSMaxConnsPerAddr int
+	// MaxPendingConnsPerAddr caps the connections one client address (an
+	// IPv4 address, an IPv6 /64) may hold on the public port before their
+	// first request (gateway.Config.MaxPendingPerAddr,
+	// FLASHSALE_MAX_PENDING_CONNS_PER_ADDR); trusted proxies are not
+	// capped.
+	MaxPendingConnsPerAddr int
+	// JWTMaxLifetime is the longest access-token lifetime accepted
+	// (auth.WithMaxLifetime, FLASHSALE_JWT_MAX_LIFETIME).
+	JWTMaxLifetime time.Duration
 	// AdmittedGrace is how long an admitted shopper may be gone (no
 	// connection on any gateway) before its place stops counting against
 	// the capacity cap (waitroom.Config.AdmittedGrace,
@@ -149,25 +160,27 @@ const DefaultDrainPeriod = 5 * time.Second
 // Defaults returns the contract's defaults.
 func Defaults() Config {
 	return Config{
-		HTTPAddr:          "127.0.0.1:8080",
-		AdminAddr:         "127.0.0.1:9090",
-		PaymentWindow:     10 * time.Minute,
-		ExpiryInterval:    30 * time.Second,
-		AdmissionTTL:      5 * time.Minute,
-		DBMaxConns:        16,
-		DBMinConns:        8,
-		WriterBatchSize:   500,
-		WriterInFlight:    2,
-		WriterMaxConns:    4,
-		KafkaProducers:    kafka.DefaultProducers,
-		ReconcileAfter:    2 * time.Minute,
-		CapacityFactor:    2,
-		TokenCacheSize:    1 << 18,
-		DrawLead:          DefaultDrawLead,
-		WSMaxConnsPerAddr: waitroom.DefaultMaxConnsPerIP,
-		AdmittedGrace:     waitroom.DefaultAdmittedGrace,
-		LogFormat:         "json",
-		LogLevel:          "info",
+		HTTPAddr:               "127.0.0.1:8080",
+		AdminAddr:              "127.0.0.1:9090",
+		PaymentWindow:          10 * time.Minute,
+		ExpiryInterval:         30 * time.Second,
+		AdmissionTTL:           5 * time.Minute,
+		DBMaxConns:             16,
+		DBMinConns:             8,
+		WriterBatchSize:        500,
+		WriterInFlight:         2,
+		WriterMaxConns:         4,
+		KafkaProducers:         kafka.DefaultProducers,
+		ReconcileAfter:         2 * time.Minute,
+		CapacityFactor:         2,
+		TokenCacheSize:         1 << 18,
+		DrawLead:               DefaultDrawLead,
+		WSMaxConnsPerAddr:      waitroom.DefaultMaxConnsPerIP,
+		MaxPendingConnsPerAddr: gateway.DefaultMaxPendingPerAddr,
+		JWTMaxLifetime:         auth.DefaultMaxLifetime,
+		AdmittedGrace:          waitroom.DefaultAdmittedGrace,
+		LogFormat:              "json",
+		LogLevel:               "info",
 
 		KafkaSessionTimeout: 6 * time.Second,
 
@@ -325,6 +338,8 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 		}
 	})
 	integer("FLASHSALE_WS_MAX_CONNS_PER_ADDR", &c.WSMaxConnsPerAddr)
+	integer("FLASHSALE_MAX_PENDING_CONNS_PER_ADDR", &c.MaxPendingConnsPerAddr)
+	dur("FLASHSALE_JWT_MAX_LIFETIME", &c.JWTMaxLifetime)
 	dur("FLASHSALE_ADMITTED_GRACE", &c.AdmittedGrace)
 	if c.AdmittedGrace > 30*time.Second {
 		errs = append(errs, fmt.Errorf("FLASHSALE_ADMITTED_GRACE=%s: at most 30s (a gone shopper's place is freed after it)", c.AdmittedGrace))

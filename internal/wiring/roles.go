@@ -97,7 +97,8 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		payments = shopPayments{secret: []byte(cfg.PaymentSecret), orders: ord}
 	}
 	srv := gateway.New(gateway.Config{CORSOrigins: cfg.CORSOrigins, Ready: a.Ready, SaleRequests: saleRequests,
-		PaymentURL: cfg.PaymentURL, DrawLead: cfg.DrawLead}, gateway.Deps{
+		PaymentURL: cfg.PaymentURL, DrawLead: cfg.DrawLead,
+		MaxPendingPerAddr: cfg.MaxPendingConnsPerAddr, TrustedProxies: cfg.TrustedProxies}, gateway.Deps{
 		Access:    a.access,
 		Admission: a.signer,
 		Sales:     a.cache,
