@@ -28,7 +28,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	env := []string{
 		"FLASHSALE_REDIS_URL=" + testenv.RedisURL(t),
 		"FLASHSALE_DATABASE_URL=" + testenv.DatabaseURL(t),
-		"FLASHSALE_JWT_SECRET=drain-secret",
+		"FLASHSALE_JWT_SECRET=drain-secret-0123456789abcdef-drain",
 		"FLASHSALE_DRAIN_PERIOD=10s",
 		fmt.Sprintf("FLASHSALE_HTTP_ADDR=127.0.0.1:%d", ports[0]),
 		fmt.Sprintf("FLASHSALE_ADMIN_ADDR=127.0.0.1:%d", ports[1]),
