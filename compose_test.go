@@ -18,7 +18,7 @@ func TestComposeConfig(t *testing.T) {
 		t.Skip("docker-compose not installed (apt-get install docker-compose)")
 	}
 	cmd := exec.Command(bin, "-f", "compose.yaml", "config", "--services")
-	cmd.Env = append(os.Environ(), "FLASHSALE_JWT_SECRET=compose-test")
+	cmd.Env = append(os.Environ(), "FLASHSALE_JWT_SECRET=compose-test-0123456789abcdef-compose")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("docker-compose config: %v\n%s", err, out)
@@ -35,7 +35,7 @@ func TestComposeConfig(t *testing.T) {
 	// The cluster override puts every role on a three-master Redis
 	// Cluster and no role on the single node's URL.
 	cmd = exec.Command(bin, "-f", "compose.yaml", "-f", "compose.cluster.yaml", "config")
-	cmd.Env = append(os.Environ(), "FLASHSALE_JWT_SECRET=compose-test")
+	cmd.Env = append(os.Environ(), "FLASHSALE_JWT_SECRET=compose-test-0123456789abcdef-compose")
 	out, err = cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("docker-compose config with compose.cluster.yaml: %v\n%s", err, out)

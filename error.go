@@ -25,9 +25,10 @@ const (
 	CodeOrderCancelled   Code = "ORDER_CANCELLED"
 	CodeOrderPaid        Code = "ORDER_PAID"
 	CodeNotPayableYet    Code = "NOT_PAYABLE_YET"
-	CodeBadSignature     Code = "BAD_SIGNATURE"   // a payment callback's signature is missing, malformed or wrong
-	CodeStaleSignature   Code = "STALE_SIGNATURE" // a payment callback signed too long ago or ahead
-	CodeReplayed         Code = "REPLAYED"        // a payment callback's exact signature was accepted before
+	CodeBadSignature     Code = "BAD_SIGNATURE"    // a payment callback's signature is missing, malformed or wrong
+	CodeStaleSignature   Code = "STALE_SIGNATURE"  // a payment callback signed too long ago or ahead
+	CodeReplayed         Code = "REPLAYED"         // a payment callback's exact signature was accepted before
+	CodePaymentMismatch  Code = "PAYMENT_MISMATCH" // a payment callback's amount or currency is not the order's
 	CodeInternal         Code = "INTERNAL"
 	// CodeNotDrawn: a sale's public draw record before its draw.
 	CodeNotDrawn Code = "NOT_DRAWN"

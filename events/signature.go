@@ -22,6 +22,10 @@ var (
 	ErrSignatureStale     = errors.New("signature timestamp outside the allowed window")
 )
 
+// MinSecretBytes is the shortest signing secret accepted: a key any
+// shorter could be searched for offline from one signed request.
+const MinSecretBytes = 32
+
 // maxSignatureHeader bounds what Verify parses: a header far longer than
 // any real signature is refused before any work.
 const maxSignatureHeader = 1024
@@ -32,13 +36,28 @@ const maxSignatureHeader = 1024
 // one.
 func Sign(secret []byte, t time.Time, body []byte) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
-	return "t=" + ts + ",v1=" + hex.EncodeToString(mac(secret, ts, body))
+	return "t=" + ts + ",v1=" + hex.EncodeToString(mac(secret, ts, "", body))
 }
 
-func mac(secret []byte, ts string, body []byte) []byte {
+// SignFor is Sign bound to a resource, the order id of a payment callback:
+// the HMAC of "<unix seconds>.<id>.<body>", so a signed request is
+// refused on any other resource. id must be neither empty nor contain a
+// dot, so the signed text splits one way only.
+func SignFor(secret []byte, t time.Time, id string, body []byte) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	return "t=" + ts + ",v1=" + hex.EncodeToString(mac(secret, ts, id, body))
+}
+
+// mac is the HMAC-SHA256 of "<ts>.<body>", or of "<ts>.<id>.<body>" when
+// id is not empty.
+func mac(secret []byte, ts, id string, body []byte) []byte {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte(ts))
 	m.Write([]byte{'.'})
+	if id != "" {
+		m.Write([]byte(id))
+		m.Write([]byte{'.'})
+	}
 	m.Write(body)
 	return m.Sum(nil)
 }
@@ -50,6 +69,19 @@ func mac(secret []byte, ts string, body []byte) []byte {
 // secret is rotated; parts of other names are ignored. It returns the
 // signed time.
 func Verify(secret []byte, header string, body []byte, now time.Time, window time.Duration) (time.Time, error) {
+	return verify(secret, header, "", body, now, window)
+}
+
+// VerifyFor is Verify of a SignFor header bound to id; an empty id, or
+// one with a dot, never verifies.
+func VerifyFor(secret []byte, header, id string, body []byte, now time.Time, window time.Duration) (time.Time, error) {
+	if id == "" || strings.Contains(id, ".") {
+		return time.Time{}, ErrSignatureMismatch
+	}
+	return verify(secret, header, id, body, now, window)
+}
+
+func verify(secret []byte, header, id string, body []byte, now time.Time, window time.Duration) (time.Time, error) {
 	if len(header) > maxSignatureHeader {
 		return time.Time{}, ErrSignatureMalformed
 	}
@@ -82,7 +114,7 @@ func Verify(secret []byte, header string, body []byte, now time.Time, window tim
 		return time.Time{}, ErrSignatureMalformed
 	}
 	at := time.Unix(sec, 0)
-	want := mac(secret, ts, body)
+	want := mac(secret, ts, id, body)
 	matched := false
 	for _, s := range sigs {
 		matched = matched || hmac.Equal(s, want)

@@ -59,6 +59,41 @@ func TestSignatureVerifies(t *testing.T) {
 	}
 }
 
+// TestSignatureForVerifies: a SignFor header verifies for its id only, and
+// never as a plain Sign header or the other way round.
+func TestSignatureForVerifies(t *testing.T) {
+	secret := []byte("s3cret")
+	body := []byte(`{"paymentId":"pi_1"}`)
+	at := time.Unix(1_800_000_000, 0)
+	const id = "0b8f9c52-8c1e-4f7e-9a51-3f6f2f1c9d10"
+	h := events.SignFor(secret, at, id, body)
+	if got, err := events.VerifyFor(secret, h, id, body, at, 5*time.Minute); err != nil || !got.Equal(at) {
+		t.Fatalf("VerifyFor = %v, %v; want %v, nil", got, err, at)
+	}
+	cases := []struct {
+		name   string
+		header string
+		id     string
+		body   string
+	}{
+		{"other id", h, "0b8f9c52-8c1e-4f7e-9a51-3f6f2f1c9d11", string(body)},
+		{"no id", h, "", string(body)},
+		{"id moved into the body", h, "0b8f9c52-8c1e-4f7e-9a51-3f6f2f1c9d10.x", string(body)},
+		{"unbound signature", events.Sign(secret, at, body), id, string(body)},
+		{"id and body split elsewhere", events.SignFor(secret, at, "a", []byte("b.c")), "a.b", "c"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := events.VerifyFor(secret, c.header, c.id, []byte(c.body), at, 5*time.Minute); !errors.Is(err, events.ErrSignatureMismatch) {
+				t.Errorf("VerifyFor(%q, %q) = %v, want a mismatch", c.header, c.id, err)
+			}
+		})
+	}
+	if _, err := events.Verify(secret, h, body, at, 5*time.Minute); !errors.Is(err, events.ErrSignatureMismatch) {
+		t.Errorf("a bound signature verified unbound: %v", err)
+	}
+}
+
 // FuzzVerify feeds arbitrary headers and bodies: Verify never panics, and
 // accepts only what Sign made for that body.
 func FuzzVerify(f *testing.F) {
@@ -75,6 +110,31 @@ func FuzzVerify(f *testing.F) {
 			want := strings.Split(events.Sign(secret, signed, body), ",")[1]
 			if !strings.Contains(strings.ToLower(header), want) {
 				t.Fatalf("accepted %q for %q without its signature %s", header, body, want)
+			}
+		}
+		if err != nil && !errors.Is(err, events.ErrSignatureMalformed) && !errors.Is(err, events.ErrSignatureMismatch) && !errors.Is(err, events.ErrSignatureStale) {
+			t.Fatalf("unexpected error %v", err)
+		}
+	})
+}
+
+// FuzzVerifyFor feeds arbitrary headers, ids and bodies to the bound form:
+// it never panics, and accepts only what SignFor made for that id and
+// body.
+func FuzzVerifyFor(f *testing.F) {
+	secret := []byte("s3cret")
+	at := time.Unix(1_800_000_000, 0)
+	const id = "0b8f9c52-8c1e-4f7e-9a51-3f6f2f1c9d10"
+	f.Add(events.SignFor(secret, at, id, []byte("{}")), id, []byte("{}"))
+	f.Add(events.SignFor(secret, at, "a", []byte("b.c")), "a.b", []byte("c"))
+	f.Add(events.Sign(secret, at, []byte("{}")), "", []byte("{}"))
+	f.Add("t=1800000000,v1="+strings.Repeat("0", 64), id, []byte("x"))
+	f.Fuzz(func(t *testing.T, header, id string, body []byte) {
+		signed, err := events.VerifyFor(secret, header, id, body, at, 5*time.Minute)
+		if err == nil {
+			want := strings.Split(events.SignFor(secret, signed, id, body), ",")[1]
+			if id == "" || strings.Contains(id, ".") || !strings.Contains(strings.ToLower(header), want) {
+				t.Fatalf("accepted %q for id %q and %q without its signature %s", header, id, body, want)
 			}
 		}
 		if err != nil && !errors.Is(err, events.ErrSignatureMalformed) && !errors.Is(err, events.ErrSignatureMismatch) && !errors.Is(err, events.ErrSignatureStale) {

@@ -83,8 +83,8 @@ func CheckWebhook(rawURL string, secret []byte, maxAttempts int) error {
 	if len(secret) == 0 {
 		return errors.New("FLASHSALE_WEBHOOK_SECRET is required when FLASHSALE_WEBHOOK_URL is set (it signs every request)")
 	}
-	if len(secret) < 16 {
-		return errors.New("FLASHSALE_WEBHOOK_SECRET: want at least 16 characters")
+	if len(secret) < MinSecretBytes {
+		return fmt.Errorf("FLASHSALE_WEBHOOK_SECRET is %d bytes: want at least %d (random; a short key can be guessed from one signed request)", len(secret), MinSecretBytes)
 	}
 	if maxAttempts < 0 {
 		return fmt.Errorf("FLASHSALE_WEBHOOK_MAX_ATTEMPTS=%d: want a positive integer", maxAttempts)

@@ -20,7 +20,7 @@ import (
 	"github.com/flashsale/flashsale/internal/harness/testenv"
 )
 
-var webhookSecret = []byte("0123456789abcdef-webhook")
+var webhookSecret = []byte("0123456789abcdef-webhook-0123456789abcdef")
 
 // receiver is a shop's webhook endpoint: it checks every request's
 // signature and headers, answers what fail says, and records what it
@@ -304,7 +304,9 @@ func TestCheckWebhook(t *testing.T) {
 		{"off", "", "", 0, ""},
 		{"good", "https://shop.example/hooks/flashsale", string(webhookSecret), 10, ""},
 		{"no secret", "https://shop.example/h", "", 10, "FLASHSALE_WEBHOOK_SECRET is required"},
-		{"short secret", "https://shop.example/h", "short", 10, "at least 16"},
+		{"short secret", "https://shop.example/h", "short", 10, "at least 32"},
+		{"31 bytes", "https://shop.example/h", strings.Repeat("k", 31), 10, "FLASHSALE_WEBHOOK_SECRET is 31 bytes"},
+		{"32 bytes", "https://shop.example/h", strings.Repeat("k", 32), 10, ""},
 		{"not a URL", "shop.example/h", string(webhookSecret), 10, "FLASHSALE_WEBHOOK_URL"},
 		{"ftp", "ftp://shop.example/h", string(webhookSecret), 10, "FLASHSALE_WEBHOOK_URL"},
 		{"no host", "https:///h", string(webhookSecret), 10, "FLASHSALE_WEBHOOK_URL"},

@@ -30,7 +30,7 @@ func statusOf(code flashsale.Code) int {
 	case flashsale.CodeNotFound:
 		return http.StatusNotFound
 	case flashsale.CodeAlreadyPurchased, flashsale.CodeOrderExpired, flashsale.CodeOrderCancelled,
-		flashsale.CodeNotPayableYet, flashsale.CodeOrderPaid, flashsale.CodeReplayed:
+		flashsale.CodeNotPayableYet, flashsale.CodeOrderPaid, flashsale.CodeReplayed, flashsale.CodePaymentMismatch:
 		return http.StatusConflict
 	case flashsale.CodeNotDrawn:
 		return http.StatusConflict

@@ -14,7 +14,8 @@ import (
 )
 
 // SignatureHeader carries the shop's provider's signature of a payment
-// callback: "t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>">".
+// callback: "t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<order id>.<raw
+// body>">", the order id as in the path.
 const SignatureHeader = "X-Flashsale-Signature"
 
 // ShopPayments records the payments the shop's payment provider reports
@@ -22,15 +23,21 @@ const SignatureHeader = "X-Flashsale-Signature"
 // (403 FORBIDDEN): no payment secret is configured.
 type ShopPayments interface {
 	// VerifyPayment checks header (SignatureHeader's value) against the
-	// raw body at now: BAD_SIGNATURE (missing, malformed or wrong) or
-	// STALE_SIGNATURE (signed too long before or after now). It returns
-	// the signature in a canonical form (what a replay would repeat) and
-	// the time it was signed. It must not block.
-	VerifyPayment(header string, body []byte, now time.Time) (sig string, signedAt time.Time, err error)
-	// ShopPaid records the payment of p.OrderID: nil once the order is
-	// PAID by this payment (now or before), else the domain error of the
-	// refusal (recorded ones answer the same on a repeat).
+	// path's order id (as sent) and the raw body at now: BAD_SIGNATURE
+	// (missing, malformed or wrong) or STALE_SIGNATURE (signed too long
+	// before or after now). It returns the signature in a canonical form
+	// (what a replay would repeat) and the time it was signed. It must
+	// not block.
+	VerifyPayment(header, orderID string, body []byte, now time.Time) (sig string, signedAt time.Time, err error)
+	// ShopPaid records the signature and the payment of p.OrderID: nil
+	// once the order is PAID by this payment (now or before), else the
+	// domain error of the refusal (recorded ones answer the same on a
+	// repeat; a signature already recorded is REPLAYED).
 	ShopPaid(ctx context.Context, p flashsale.ShopPayment) error
+	// SpendSignature records a verified signature whose request is
+	// refused before ShopPaid (a malformed body or order id), so it is
+	// never accepted again: REPLAYED when already recorded.
+	SpendSignature(ctx context.Context, sig string, signedAt time.Time) error
 }
 
 var errOrderMismatch = flashsale.Invalid("orderId", "must be the order of the path")
@@ -50,9 +57,8 @@ const maxPaymentID = 200
 
 // parsePaymentBody parses and checks a payment callback's body:
 // {"paymentId": "<1-200 printable characters>", "amountCents": <integer ≥ 0>,
-// "currency": "<3 capital letters>" (optional), "orderId": "<uuid>"
-// (optional: the signature covers the body, not the path, so a provider
-// that sends it binds its signature to the order)}. Errors are INVALID and
+// "currency": "<3 capital letters>", "orderId": "<uuid>" (optional; the
+// signature covers the path's order id already)}. Errors are INVALID and
 // name the field.
 func parsePaymentBody(body []byte) (paymentBody, error) {
 	var req struct {
@@ -81,13 +87,13 @@ func parsePaymentBody(body []byte) (paymentBody, error) {
 		return paymentBody{}, flashsale.Invalid("amountCents", "must be a whole number of cents, 0 or more")
 	}
 	out.AmountCents = *req.AmountCents
-	if req.Currency != nil {
-		c := *req.Currency
-		if len(c) != 3 || strings.ContainsFunc(c, func(r rune) bool { return r < 'A' || r > 'Z' }) {
-			return paymentBody{}, flashsale.Invalid("currency", "must be a 3-letter ISO 4217 code like EUR")
-		}
-		out.Currency = c
+	if req.Currency == nil {
+		return paymentBody{}, flashsale.Invalid("currency", "required")
 	}
+	if !flashsale.ValidCurrency(*req.Currency) {
+		return paymentBody{}, flashsale.Invalid("currency", "must be a 3-letter ISO 4217 code like EUR")
+	}
+	out.Currency = *req.Currency
 	if req.OrderID != nil {
 		id, ok := parseUUID(*req.OrderID)
 		if !ok {
@@ -115,23 +121,22 @@ func (s *Server) shopPaid(c *fiber.Ctx) error {
 		return errPaymentsOff
 	}
 	body := c.Body()
-	sig, signedAt, err := s.d.Payments.VerifyPayment(c.Get(SignatureHeader), body, s.reqNow(c))
+	rawID := c.Params("orderId")
+	sig, signedAt, err := s.d.Payments.VerifyPayment(c.Get(SignatureHeader), rawID, body, s.reqNow(c))
 	if err != nil {
 		return err
-	}
-	id, ok := parseUUID(c.Params("orderId"))
-	if !ok {
-		return errBadOrderID
-	}
-	req, err := parsePaymentBody(body)
-	if err != nil {
-		return err
-	}
-	if req.OrderID != "" && req.OrderID != id {
-		return errOrderMismatch
 	}
 	ctx, cancel := s.reqCtx()
 	defer cancel()
+	id, req, err := parsePaidRequest(rawID, body)
+	if err != nil {
+		// Authentic but refused: the signature is spent all the same,
+		// so it is accepted nowhere later.
+		if serr := s.d.Payments.SpendSignature(ctx, sig, signedAt); serr != nil {
+			return serr
+		}
+		return err
+	}
 	err = s.d.Payments.ShopPaid(ctx, flashsale.ShopPayment{
 		OrderID: id, PaymentID: req.PaymentID, AmountCents: req.AmountCents, Currency: req.Currency,
 		Signature: sig, SignedAt: signedAt,
@@ -141,6 +146,22 @@ func (s *Server) shopPaid(c *fiber.Ctx) error {
 	}
 	c.Set(fiber.HeaderCacheControl, "no-store")
 	return c.JSON(paidJSON{OrderID: id, Status: string(flashsale.OrderPaid), PaymentID: req.PaymentID})
+}
+
+// parsePaidRequest checks a payment callback's order id and body.
+func parsePaidRequest(rawID string, body []byte) (string, paymentBody, error) {
+	id, ok := parseUUID(rawID)
+	if !ok {
+		return "", paymentBody{}, errBadOrderID
+	}
+	req, err := parsePaymentBody(body)
+	if err != nil {
+		return "", paymentBody{}, err
+	}
+	if req.OrderID != "" && req.OrderID != id {
+		return "", paymentBody{}, errOrderMismatch
+	}
+	return id, req, nil
 }
 
 // errPayOnShop refuses the simulated pay when the shop takes payment on

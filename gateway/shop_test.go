@@ -18,10 +18,11 @@ func TestParsePaymentBody(t *testing.T) {
 		wantField  string // "" for success
 	}{
 		{name: "full", body: `{"paymentId":"pi_1","amountCents":1999,"currency":"EUR"}`, want: paymentBody{"pi_1", 1999, "EUR", ""}},
-		{name: "with order", body: `{"paymentId":"p","amountCents":1,"orderId":"3F1C9A52-8C5E-4C57-9F0E-1D2B3C4D5E6F"}`, want: paymentBody{"p", 1, "", "3f1c9a52-8c5e-4c57-9f0e-1d2b3c4d5e6f"}},
-		{name: "bad order", body: `{"paymentId":"p","amountCents":1,"orderId":"7"}`, wantField: "orderId"},
-		{name: "no currency", body: `{"paymentId":"pi 2","amountCents":0}`, want: paymentBody{"pi 2", 0, "", ""}},
-		{name: "longest id", body: `{"paymentId":"` + long + `","amountCents":5}`, want: paymentBody{long, 5, "", ""}},
+		{name: "with order", body: `{"paymentId":"p","amountCents":1,"currency":"JPY","orderId":"3F1C9A52-8C5E-4C57-9F0E-1D2B3C4D5E6F"}`, want: paymentBody{"p", 1, "JPY", "3f1c9a52-8c5e-4c57-9f0e-1d2b3c4d5e6f"}},
+		{name: "bad order", body: `{"paymentId":"p","amountCents":1,"currency":"EUR","orderId":"7"}`, wantField: "orderId"},
+		{name: "zero amount", body: `{"paymentId":"pi 2","amountCents":0,"currency":"USD"}`, want: paymentBody{"pi 2", 0, "USD", ""}},
+		{name: "no currency", body: `{"paymentId":"pi 2","amountCents":0}`, wantField: "currency"},
+		{name: "longest id", body: `{"paymentId":"` + long + `","amountCents":5,"currency":"EUR"}`, want: paymentBody{long, 5, "EUR", ""}},
 		{name: "empty", body: ``, wantField: "request body"},
 		{name: "not an object", body: `[1]`, wantField: "request body"},
 		{name: "bad JSON", body: `{"paymentId":`, wantField: "malformed"},
@@ -83,7 +84,7 @@ func FuzzParsePaymentBody(f *testing.F) {
 		if got.AmountCents < 0 {
 			t.Fatalf("parsePaymentBody(%q): negative amount %d", body, got.AmountCents)
 		}
-		if got.Currency != "" && (len(got.Currency) != 3 || strings.ToUpper(got.Currency) != got.Currency) {
+		if !flashsale.ValidCurrency(got.Currency) {
 			t.Fatalf("parsePaymentBody(%q): currency %q", body, got.Currency)
 		}
 		var ref struct {

@@ -9,9 +9,10 @@ import (
 	"github.com/flashsale/flashsale/orders"
 )
 
-// TestShopPaidSignatures: an accepted callback's signature is kept, and
-// forgotten once older than SignatureKeep (by the injected clock) when a
-// later callback runs; a refusal that records nothing keeps none.
+// TestShopPaidSignatures: every verified callback's signature is kept,
+// whatever the answer, so none is accepted twice; they are forgotten once
+// older than SignatureKeep (by the injected clock) when a later callback
+// runs.
 func TestShopPaidSignatures(t *testing.T) {
 	f := newFixture(t, 1, 10)
 	item := f.sale.Items[0]
@@ -28,13 +29,37 @@ func TestShopPaidSignatures(t *testing.T) {
 	}
 	first := f.place(t, 100, item.ID, now.Add(-time.Minute), flashsale.OrderPending)
 	pay := func(order, payment, sig string, amount int64) error {
-		return svc.ShopPaid(ctx, flashsale.ShopPayment{OrderID: order, PaymentID: payment, AmountCents: amount, Signature: sig, SignedAt: now})
+		return svc.ShopPaid(ctx, flashsale.ShopPayment{OrderID: order, PaymentID: payment, AmountCents: amount, Currency: item.Currency,
+			Signature: sig, SignedAt: now})
 	}
-	if err := pay(first, "p1", "sig-wrong-amount", item.PriceCents+1); flashsale.ErrorCode(err) != flashsale.CodeInvalid {
-		t.Fatalf("wrong amount: %v", err)
+	// Refusals keep their signature too: a replay of any is REPLAYED.
+	for _, r := range []struct {
+		name, order, sig string
+		code             flashsale.Code
+	}{
+		{"wrong amount", first, "sig-wrong-amount", flashsale.CodePaymentMismatch},
+		{"unknown order", "00000000-0000-4000-8000-000000000009", "sig-unknown", flashsale.CodeNotFound},
+		{"malformed order", "nope", "sig-malformed", flashsale.CodeInvalid},
+	} {
+		amount := item.PriceCents
+		if r.code == flashsale.CodePaymentMismatch {
+			amount++
+		}
+		if err := pay(r.order, "p-"+r.sig, r.sig, amount); flashsale.ErrorCode(err) != r.code {
+			t.Fatalf("%s: %v, want %s", r.name, err, r.code)
+		}
+		if err := pay(r.order, "p-"+r.sig, r.sig, amount); flashsale.ErrorCode(err) != flashsale.CodeReplayed {
+			t.Fatalf("%s replayed: %v, want REPLAYED", r.name, err)
+		}
+		if n := count(r.sig); n != 1 {
+			t.Fatalf("%s: signature kept %d times, want 1", r.name, n)
+		}
 	}
-	if n := count("sig-wrong-amount"); n != 0 {
-		t.Fatalf("a refused amount kept its signature")
+	if err := svc.SpendSignature(ctx, "sig-spent", now); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.SpendSignature(ctx, "sig-spent", now); flashsale.ErrorCode(err) != flashsale.CodeReplayed {
+		t.Fatalf("spent twice: %v, want REPLAYED", err)
 	}
 	if err := pay(first, "p1", "sig-1", item.PriceCents); err != nil {
 		t.Fatal(err)
@@ -50,7 +75,7 @@ func TestShopPaidSignatures(t *testing.T) {
 	if err := pay(second, "p2", "sig-2", item.PriceCents); err != nil {
 		t.Fatal(err)
 	}
-	if count("sig-1") != 0 || count("sig-2") != 1 {
+	if count("sig-1") != 0 || count("sig-spent") != 0 || count("sig-2") != 1 {
 		t.Fatalf("after %s: old signature kept %d, new %d; want 0 and 1", orders.SignatureKeep, count("sig-1"), count("sig-2"))
 	}
 }
@@ -67,20 +92,31 @@ func TestShopPaidOutcomes(t *testing.T) {
 		created time.Time
 		code    flashsale.Code
 		event   string // type and reason of the event written, "" for none
+		pay     func(*flashsale.ShopPayment)
 	}{
-		{"pending", flashsale.OrderPending, t0.Add(-time.Minute), "", "order.paid"},
-		{"pending past its window", flashsale.OrderPending, t0.Add(-window - time.Second), flashsale.CodeOrderExpired, "payment.refused ORDER_EXPIRED PENDING"},
-		{"expired", flashsale.OrderExpired, t0.Add(-window - time.Minute), flashsale.CodeOrderExpired, "payment.refused ORDER_EXPIRED EXPIRED"},
-		{"cancelled", flashsale.OrderCancelled, t0.Add(-time.Minute), flashsale.CodeOrderCancelled, "payment.refused ORDER_CANCELLED CANCELLED"},
-		{"rejected", flashsale.OrderRejected, t0.Add(-time.Minute), flashsale.CodeOrderCancelled, "payment.refused ORDER_CANCELLED REJECTED"},
-		{"paid", flashsale.OrderPaid, t0.Add(-time.Minute), flashsale.CodeOrderPaid, "payment.refused DUPLICATE_PAYMENT PAID"},
+		{"pending", flashsale.OrderPending, t0.Add(-time.Minute), "", "order.paid", nil},
+		{"pending past its window", flashsale.OrderPending, t0.Add(-window - time.Second), flashsale.CodeOrderExpired, "payment.refused ORDER_EXPIRED PENDING", nil},
+		{"expired", flashsale.OrderExpired, t0.Add(-window - time.Minute), flashsale.CodeOrderExpired, "payment.refused ORDER_EXPIRED EXPIRED", nil},
+		{"cancelled", flashsale.OrderCancelled, t0.Add(-time.Minute), flashsale.CodeOrderCancelled, "payment.refused ORDER_CANCELLED CANCELLED", nil},
+		{"rejected", flashsale.OrderRejected, t0.Add(-time.Minute), flashsale.CodeOrderCancelled, "payment.refused ORDER_CANCELLED REJECTED", nil},
+		{"paid", flashsale.OrderPaid, t0.Add(-time.Minute), flashsale.CodeOrderPaid, "payment.refused DUPLICATE_PAYMENT PAID", nil},
+		{"other currency", flashsale.OrderPending, t0.Add(-time.Minute), flashsale.CodePaymentMismatch, "payment.refused PAYMENT_MISMATCH PENDING",
+			func(p *flashsale.ShopPayment) { p.Currency = "JPY" }},
+		{"other amount", flashsale.OrderPending, t0.Add(-time.Minute), flashsale.CodePaymentMismatch, "payment.refused PAYMENT_MISMATCH PENDING",
+			func(p *flashsale.ShopPayment) { p.AmountCents-- }},
+		{"other currency, expired", flashsale.OrderExpired, t0.Add(-window - time.Minute), flashsale.CodePaymentMismatch, "payment.refused PAYMENT_MISMATCH EXPIRED",
+			func(p *flashsale.ShopPayment) { p.Currency = "EUR" }},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			id := f.place(t, int64(200+i), item.ID, tt.created, tt.status)
 			rem, sold := f.remaining(t, item.ID), f.sold(t, item.ID)
-			err := f.svc.ShopPaid(ctx, flashsale.ShopPayment{OrderID: id, PaymentID: "pay-" + id, AmountCents: item.PriceCents,
-				Signature: "sig-" + id, SignedAt: t0})
+			p := flashsale.ShopPayment{OrderID: id, PaymentID: "pay-" + id, AmountCents: item.PriceCents,
+				Currency: item.Currency, Signature: "sig-" + id, SignedAt: t0}
+			if tt.pay != nil {
+				tt.pay(&p)
+			}
+			err := f.svc.ShopPaid(ctx, p)
 			if got := flashsale.ErrorCode(err); got != tt.code {
 				t.Fatalf("code %q (%v), want %q", got, err, tt.code)
 			}
@@ -112,7 +148,8 @@ func TestShopPaidOutcomes(t *testing.T) {
 	})
 	t.Run("not yet stored", func(t *testing.T) {
 		id := f.reserve(t, 300, item.ID, t0.Add(-time.Second))
-		err := f.svc.ShopPaid(ctx, flashsale.ShopPayment{OrderID: id, PaymentID: "y", AmountCents: item.PriceCents, Signature: "s-early", SignedAt: t0})
+		err := f.svc.ShopPaid(ctx, flashsale.ShopPayment{OrderID: id, PaymentID: "y", AmountCents: item.PriceCents, Currency: item.Currency,
+			Signature: "s-early", SignedAt: t0})
 		if flashsale.ErrorCode(err) != flashsale.CodeNotPayableYet {
 			t.Fatalf("%v, want NOT_PAYABLE_YET", err)
 		}

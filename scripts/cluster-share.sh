@@ -18,7 +18,7 @@ QUANTITY=${QUANTITY:-2000}
 STOCK_SHARDS=${STOCK_SHARDS:-3}
 PORT_BASE=${PORT_BASE:-22000}
 BIN=./bin/flashsale
-SECRET=cluster-share-secret
+SECRET=cluster-share-secret-0123456789abcdef
 rm -rf "$OUT" && mkdir -p "$OUT"
 $GO build -o "$BIN" ./cmd/flashsale || exit 1
 

@@ -128,7 +128,7 @@ start_stack() { # fault
 	rm -rf "$dir"
 	mkdir -p "$dir/redis" "$dir/replica" "$dir/kafka"
 	dir=$(realpath "$dir") # redis-server changes to its --dir
-	export FLASHSALE_JWT_SECRET="faults-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+	export FLASHSALE_JWT_SECRET="faults-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 	export FLASHSALE_LOG_LEVEL=${FLASHSALE_LOG_LEVEL:-warn}
 	export FLASHSALE_RECONCILE_AFTER=${FLASHSALE_RECONCILE_AFTER:-15s}
 	if [ "$f" = expiry ]; then

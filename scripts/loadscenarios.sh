@@ -109,7 +109,7 @@ start_stack() { # scenario
 	local s=$1 dir="$OUT/$s"
 	rm -rf "$dir"
 	mkdir -p "$dir"
-	export FLASHSALE_JWT_SECRET="loadscenarios-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+	export FLASHSALE_JWT_SECRET="loadscenarios-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 	export FLASHSALE_LOG_LEVEL=${FLASHSALE_LOG_LEVEL:-warn}
 	# Every process here holds tens of thousands of connections in a few
 	# hundred MB of heap and has memory to spare: collect at 4× the live

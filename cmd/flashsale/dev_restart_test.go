@@ -91,7 +91,7 @@ func TestDevRestartKeepsAcknowledgedOrders(t *testing.T) {
 		}
 		ports[i] = p
 	}
-	const secret = "dev-restart-secret"
+	const secret = "dev-restart-secret-0123456789abcdef"
 	env := []string{
 		"FLASHSALE_REDIS_URL=" + testenv.RedisURL(t),
 		"FLASHSALE_DATABASE_URL=" + testenv.DatabaseURL(t),

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,7 +29,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	env := []string{
 		"FLASHSALE_REDIS_URL=" + testenv.RedisURL(t),
 		"FLASHSALE_DATABASE_URL=" + testenv.DatabaseURL(t),
-		"FLASHSALE_JWT_SECRET=drain-secret",
+		"FLASHSALE_JWT_SECRET=drain-secret-0123456789abcdef-drain",
 		"FLASHSALE_DRAIN_PERIOD=10s",
 		fmt.Sprintf("FLASHSALE_HTTP_ADDR=127.0.0.1:%d", ports[0]),
 		fmt.Sprintf("FLASHSALE_ADMIN_ADDR=127.0.0.1:%d", ports[1]),
@@ -68,5 +69,49 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	}
 	if st, _ := call(t, "GET", api+"/api/flash-sales/sales", ""); st != 0 {
 		t.Fatalf("public port still answers after exit: %d", st)
+	}
+}
+
+// TestDevBannerPrintsNoSecret: flashsale dev --demo without a JWT secret
+// makes one and prints only the sign-in links: no secret and no bare
+// token, and the operator's link signs the operator in.
+func TestDevBannerPrintsNoSecret(t *testing.T) {
+	ports := make([]int, 3)
+	for i := range ports {
+		p, err := localsvc.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = p
+	}
+	env := []string{
+		"FLASHSALE_REDIS_URL=" + testenv.RedisURL(t),
+		"FLASHSALE_DATABASE_URL=" + testenv.DatabaseURL(t),
+		"FLASHSALE_JWT_SECRET=",
+		fmt.Sprintf("FLASHSALE_HTTP_ADDR=127.0.0.1:%d", ports[0]),
+		fmt.Sprintf("FLASHSALE_ADMIN_ADDR=127.0.0.1:%d", ports[1]),
+		fmt.Sprintf("FLASHSALE_KAFKA_PORT=%d", ports[2]),
+	}
+	api := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	dev := startDev(t, env, "--demo --data-dir "+t.TempDir())
+	link := regexp.MustCompile(`operator +\S+/operator#token=(\S+)`)
+	if !until(60*time.Second, func() bool { return strings.Contains(dev.log.String(), "Ctrl-C stops") }) {
+		t.Fatalf("flashsale dev --demo not up within 60s:\n%s", dev.log)
+	}
+	out := dev.log.String()
+	m := link.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no operator sign-in link in the banner:\n%s", out)
+	}
+	for _, bad := range []string{"FLASHSALE_JWT_SECRET=", "shopper token", "operator token"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("the banner prints %q:\n%s", bad, out)
+		}
+	}
+	if strings.Count(out, m[1]) != 1 {
+		t.Errorf("the operator's token is printed outside its link:\n%s", out)
+	}
+	if st, body := call(t, "GET", api+"/api/admin/sales", m[1]); st != 200 {
+		t.Fatalf("the operator link's token: %d %v", st, body)
 	}
 }

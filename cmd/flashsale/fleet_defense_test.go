@@ -183,7 +183,7 @@ func TestFleetRateLimitAcrossGatewayProcesses(t *testing.T) {
 		t.Skip("starts three gateway processes")
 	}
 	bin := buildFlashsale(t)
-	const secret = "fleet-secret"
+	const secret = "fleet-secret-0123456789abcdef-fleet"
 	k := testenv.NewKafka(t)
 	env := []string{
 		"FLASHSALE_REDIS_URL=" + testenv.RedisURL(t),

@@ -99,3 +99,23 @@ func TestMigrateAndVerifyDraw(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestShortSecretRefused: every role command refuses FLASHSALE_JWT_SECRET=k
+// at start, naming the variable, before it connects to anything (the
+// dependencies' addresses here answer nobody).
+func TestShortSecretRefused(t *testing.T) {
+	env := map[string]string{
+		"FLASHSALE_JWT_SECRET":    "k",
+		"FLASHSALE_REDIS_URL":     "redis://127.0.0.1:1/0",
+		"FLASHSALE_DATABASE_URL":  "postgres://x@127.0.0.1:1/x",
+		"FLASHSALE_KAFKA_BROKERS": "127.0.0.1:1",
+	}
+	for _, role := range []string{"gateway", "writer", "expiry"} {
+		t.Run(role, func(t *testing.T) {
+			code, _, errOut := runCmd(t, env, role, "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0")
+			if code == 0 || !strings.Contains(errOut, "FLASHSALE_JWT_SECRET is 1 bytes: want at least 32") {
+				t.Fatalf("%s with FLASHSALE_JWT_SECRET=k: exit %d, stderr %q; want a refusal naming the variable", role, code, errOut)
+			}
+		})
+	}
+}

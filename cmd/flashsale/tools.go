@@ -31,7 +31,7 @@ func cmdToken(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf(`--role must be "operator" or empty, got %q`, *role)
 	}
 	if *secret == "" {
-		return fmt.Errorf("no secret: set FLASHSALE_JWT_SECRET or --secret (flashsale dev prints its secret at start)")
+		return fmt.Errorf("no secret: set FLASHSALE_JWT_SECRET or --secret (the one the server runs with; flashsale dev makes a random one unless it is set)")
 	}
 	tok, err := auth.Mint(*secret, id, *role == "operator", *ttl, time.Now())
 	if err != nil {

@@ -402,6 +402,13 @@ func (c *Config) Validate() error {
 	}
 	if c.JWTSecret == "" {
 		errs = append(errs, errors.New("FLASHSALE_JWT_SECRET is not set"))
+	} else if err := checkSecret("FLASHSALE_JWT_SECRET", c.JWTSecret); err != nil {
+		errs = append(errs, err)
+	}
+	if c.AdmissionKey != "" {
+		if err := checkSecret("FLASHSALE_ADMISSION_KEY", c.AdmissionKey); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if (c.JWTIssuer != "" || c.JWTAudience != "") && c.JWTJWKSURL == "" && len(c.JWTPublicKeys) == 0 {
 		errs = append(errs, errors.New("FLASHSALE_JWT_ISSUER/FLASHSALE_JWT_AUDIENCE are checked on tokens of public keys, but neither FLASHSALE_JWT_JWKS_URL nor FLASHSALE_JWT_PUBLIC_KEYS is set"))
@@ -409,8 +416,10 @@ func (c *Config) Validate() error {
 	if err := c.KafkaSecurity.Check(); err != nil {
 		errs = append(errs, fmt.Errorf("kafka TLS/SASL (FLASHSALE_KAFKA_TLS*, FLASHSALE_KAFKA_SASL_MECHANISM, FLASHSALE_KAFKA_USERNAME, FLASHSALE_KAFKA_PASSWORD): %w", err))
 	}
-	if c.PaymentSecret != "" && len(c.PaymentSecret) < minPaymentSecret {
-		errs = append(errs, fmt.Errorf("FLASHSALE_PAYMENT_SECRET: want at least %d characters (a short key can be guessed from one signed callback)", minPaymentSecret))
+	if c.PaymentSecret != "" {
+		if err := checkSecret("FLASHSALE_PAYMENT_SECRET", c.PaymentSecret); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.PaymentURL != "" {
 		if err := checkPaymentURL(c.PaymentURL); err != nil {
@@ -426,6 +435,23 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// MinSecretBytes is the shortest secret accepted for FLASHSALE_JWT_SECRET,
+// FLASHSALE_ADMISSION_KEY, FLASHSALE_PAYMENT_SECRET and
+// FLASHSALE_WEBHOOK_SECRET: each keys an HMAC whose output anyone can
+// see (a token, a signed request), so a short one can be searched for
+// offline, and the admission and proof-of-work keys derive from the JWT
+// secret.
+const MinSecretBytes = events.MinSecretBytes
+
+// checkSecret refuses a secret shorter than MinSecretBytes, naming its
+// variable.
+func checkSecret(name, v string) error {
+	if len(v) < MinSecretBytes {
+		return fmt.Errorf("%s is %d bytes: want at least %d random bytes (for example: head -c 32 /dev/urandom | base64)", name, len(v), MinSecretBytes)
+	}
+	return nil
 }
 
 // Redis is the Redis topology of the configuration.

@@ -61,7 +61,7 @@ func typesByOrder(evs []events.Event) map[string][]string {
 // order-events topic and the webhook both carry each order's changes, once
 // each, in order.
 func TestOrderEventsEndToEnd(t *testing.T) {
-	hook := &hookLog{t: t, secret: []byte("e2e-webhook-secret-0123")}
+	hook := &hookLog{t: t, secret: []byte("e2e-webhook-secret-0123456789abcdef")}
 	srv := httptest.NewServer(hook)
 	t.Cleanup(srv.Close)
 	s := startStack(t, func(c *wiring.Config) {

@@ -189,7 +189,7 @@ func startErr(t *testing.T, mutate func(*wiring.Config)) error {
 	cfg.HTTPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.RedisURL = testenv.RedisURL(t)
 	cfg.DatabaseURL = testenv.DatabaseURL(t)
-	cfg.JWTSecret = "kafka-sec"
+	cfg.JWTSecret = "kafka-sec-jwt-secret-0123456789abcdef"
 	mutate(&cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -10,12 +10,15 @@ import (
 )
 
 // TestPaymentSettings: FLASHSALE_PAYMENT_URL must be an absolute http(s)
-// URL with {orderId}, and needs the payment secret, of at least 16
-// characters; each refusal names the variable.
+// URL with {orderId}, and needs the payment secret, of at least 32
+// bytes; each refusal names the variable.
+// testSecret is a secret of the shortest accepted length.
+const testSecret = "0123456789abcdef0123456789abcdef"
+
 func TestPaymentSettings(t *testing.T) {
 	for _, ok := range []string{"https://shop.example/pay/{orderId}", "http://127.0.0.1:3000/checkout?order={orderId}&x=1"} {
 		c := Defaults()
-		env := map[string]string{"FLASHSALE_PAYMENT_URL": ok, "FLASHSALE_PAYMENT_SECRET": "0123456789abcdef"}
+		env := map[string]string{"FLASHSALE_PAYMENT_URL": ok, "FLASHSALE_PAYMENT_SECRET": "0123456789abcdef0123456789abcdef"}
 		if err := c.FromEnv(func(k string) string { return env[k] }); err != nil || c.PaymentURL != ok || c.PaymentSecret != env["FLASHSALE_PAYMENT_SECRET"] {
 			t.Errorf("%q: %v, config %q %q", ok, err, c.PaymentURL, c.PaymentSecret)
 		}
@@ -34,54 +37,60 @@ func TestPaymentSettings(t *testing.T) {
 		}
 	}
 	c := Defaults()
-	c.RedisURL, c.DatabaseURL, c.JWTSecret = "redis://r", "postgres://p", "s"
+	c.RedisURL, c.DatabaseURL, c.JWTSecret = "redis://r", "postgres://p", testSecret
 	c.PaymentURL = "https://shop.example/pay/{orderId}"
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "FLASHSALE_PAYMENT_SECRET") {
 		t.Errorf("payment URL without secret: %v", err)
 	}
 	c.PaymentSecret = "too-short"
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "FLASHSALE_PAYMENT_SECRET: want at least 16") {
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "FLASHSALE_PAYMENT_SECRET is 9 bytes: want at least 32") {
 		t.Errorf("short payment secret: %v", err)
 	}
-	c.PaymentSecret = "0123456789abcdef"
+	c.PaymentSecret = "0123456789abcdef0123456789abcdef"
 	if err := c.Validate(); err != nil {
 		t.Errorf("payment URL with secret: %v", err)
 	}
 }
 
-// TestVerifyPayment: the signature check's answers, and one canonical
-// signature for every header that passes for the same request.
+// TestVerifyPayment: the signature check's answers, bound to the order
+// id, and one canonical signature for every header that passes for the
+// same request.
 func TestVerifyPayment(t *testing.T) {
-	p := shopPayments{secret: []byte("k")}
+	p := shopPayments{secret: []byte(testSecret)}
 	now := time.Unix(1_800_000_000, 0)
-	body := []byte(`{"paymentId":"p","amountCents":1}`)
-	sig := events.Sign(p.secret, now, body)
-	canon, at, err := p.VerifyPayment(sig, body, now.Add(time.Minute))
+	body := []byte(`{"paymentId":"p","amountCents":1,"currency":"EUR"}`)
+	const order, other = "0b8f9c52-8c1e-4f7e-9a51-3f6f2f1c9d10", "0b8f9c52-8c1e-4f7e-9a51-3f6f2f1c9d11"
+	sig := events.SignFor(p.secret, now, order, body)
+	canon, at, err := p.VerifyPayment(sig, order, body, now.Add(time.Minute))
 	if err != nil || !at.Equal(now) || canon != sig {
 		t.Fatalf("good signature: %q %v %v", canon, at, err)
 	}
 	// Spaced, upper-case hex, with an old secret's v1 beside it.
 	v1 := strings.TrimPrefix(sig, "t=1800000000,v1=")
-	other := strings.TrimPrefix(events.Sign([]byte("old"), now, body), "t=1800000000,v1=")
-	for _, h := range []string{"t=1800000000, v1=" + strings.ToUpper(v1), "v1=" + other + ",t=1800000000,v1=" + v1} {
-		if c, _, err := p.VerifyPayment(h, body, now); err != nil || c != canon {
+	old := strings.TrimPrefix(events.SignFor([]byte("old"), now, order, body), "t=1800000000,v1=")
+	for _, h := range []string{"t=1800000000, v1=" + strings.ToUpper(v1), "v1=" + old + ",t=1800000000,v1=" + v1} {
+		if c, _, err := p.VerifyPayment(h, order, body, now); err != nil || c != canon {
 			t.Errorf("%q: %q %v, want %q", h, c, err, canon)
 		}
 	}
 	for name, tc := range map[string]struct {
 		header string
+		order  string
 		now    time.Time
 		code   flashsale.Code
 	}{
-		"none":       {"", now, flashsale.CodeBadSignature},
-		"malformed":  {"t=1800000000", now, flashsale.CodeBadSignature},
-		"wrong":      {events.Sign([]byte("guess"), now, body), now, flashsale.CodeBadSignature},
-		"late":       {sig, now.Add(5*time.Minute + time.Second), flashsale.CodeStaleSignature},
-		"early":      {sig, now.Add(-5*time.Minute - time.Second), flashsale.CodeStaleSignature},
-		"edge late":  {sig, now.Add(5 * time.Minute), ""},
-		"edge early": {sig, now.Add(-5 * time.Minute), ""},
+		"none":          {"", order, now, flashsale.CodeBadSignature},
+		"malformed":     {"t=1800000000", order, now, flashsale.CodeBadSignature},
+		"wrong":         {events.SignFor([]byte("guess"), now, order, body), order, now, flashsale.CodeBadSignature},
+		"other order":   {sig, other, now, flashsale.CodeBadSignature},
+		"unbound":       {events.Sign(p.secret, now, body), order, now, flashsale.CodeBadSignature},
+		"late":          {sig, order, now.Add(5*time.Minute + time.Second), flashsale.CodeStaleSignature},
+		"early":         {sig, order, now.Add(-5*time.Minute - time.Second), flashsale.CodeStaleSignature},
+		"edge late":     {sig, order, now.Add(5 * time.Minute), ""},
+		"edge early":    {sig, order, now.Add(-5 * time.Minute), ""},
+		"no path order": {sig, "", now, flashsale.CodeBadSignature},
 	} {
-		_, _, err := p.VerifyPayment(tc.header, body, tc.now)
+		_, _, err := p.VerifyPayment(tc.header, tc.order, body, tc.now)
 		if got := flashsale.ErrorCode(err); got != tc.code {
 			t.Errorf("%s: code %q (%v), want %q", name, got, err, tc.code)
 		}

@@ -17,9 +17,6 @@ import (
 // be from the gateway's clock, either way (CONTRACT section 5).
 const PaymentSignatureWindow = 5 * time.Minute
 
-// minPaymentSecret is the shortest FLASHSALE_PAYMENT_SECRET accepted.
-const minPaymentSecret = 16
-
 // checkPaymentURL checks FLASHSALE_PAYMENT_URL: an absolute http(s) URL
 // with {orderId} where the order id goes.
 func checkPaymentURL(v string) error {
@@ -48,21 +45,25 @@ var (
 	errStaleSignature = flashsale.Errorf(flashsale.CodeStaleSignature, "the signature's timestamp is more than 5 minutes from the server's clock; sign the request anew")
 )
 
-// VerifyPayment checks the signature with events.Verify. The canonical
-// signature is the one this secret makes of (t, body): any header that
-// passes for the same request, however spaced or with however many v1
-// parts, names the same replay.
-func (p shopPayments) VerifyPayment(header string, body []byte, now time.Time) (string, time.Time, error) {
-	at, err := events.Verify(p.secret, header, body, now, PaymentSignatureWindow)
+// VerifyPayment checks the signature with events.VerifyFor, bound to the
+// path's order id. The canonical signature is the one this secret makes
+// of (t, order id, body): any header that passes for the same request,
+// however spaced or with however many v1 parts, names the same replay.
+func (p shopPayments) VerifyPayment(header, orderID string, body []byte, now time.Time) (string, time.Time, error) {
+	at, err := events.VerifyFor(p.secret, header, orderID, body, now, PaymentSignatureWindow)
 	switch {
 	case errors.Is(err, events.ErrSignatureStale):
 		return "", time.Time{}, errStaleSignature
 	case err != nil:
 		return "", time.Time{}, errBadSignature
 	}
-	return events.Sign(p.secret, at, body), at, nil
+	return events.SignFor(p.secret, at, orderID, body), at, nil
 }
 
 func (p shopPayments) ShopPaid(ctx context.Context, sp flashsale.ShopPayment) error {
 	return p.orders.ShopPaid(ctx, sp)
+}
+
+func (p shopPayments) SpendSignature(ctx context.Context, sig string, signedAt time.Time) error {
+	return p.orders.SpendSignature(ctx, sig, signedAt)
 }

@@ -25,7 +25,7 @@ func TestRedisSettingsFromEnv(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.env["FLASHSALE_DATABASE_URL"] = "postgres://x"
-			tc.env["FLASHSALE_JWT_SECRET"] = "s"
+			tc.env["FLASHSALE_JWT_SECRET"] = testSecret
 			c := Defaults()
 			if err := c.FromEnv(func(k string) string { return tc.env[k] }); err != nil {
 				t.Fatal(err)

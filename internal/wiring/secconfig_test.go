@@ -49,7 +49,7 @@ func TestKafkaAndJWKSValidate(t *testing.T) {
 	}
 	base := func() Config {
 		c := Defaults()
-		c.RedisURL, c.DatabaseURL, c.JWTSecret = "redis://r", "postgres://p", "s"
+		c.RedisURL, c.DatabaseURL, c.JWTSecret = "redis://r", "postgres://p", testSecret
 		c.KafkaBrokers = []string{"k:9093"}
 		return c
 	}

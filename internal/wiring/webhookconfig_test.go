@@ -10,7 +10,7 @@ import (
 func TestWebhookSettings(t *testing.T) {
 	env := map[string]string{
 		"FLASHSALE_WEBHOOK_URL":          "https://shop.example/hooks/flashsale",
-		"FLASHSALE_WEBHOOK_SECRET":       "0123456789abcdef",
+		"FLASHSALE_WEBHOOK_SECRET":       "0123456789abcdef0123456789abcdef",
 		"FLASHSALE_WEBHOOK_MAX_ATTEMPTS": "4",
 	}
 	c := Defaults()
@@ -23,7 +23,7 @@ func TestWebhookSettings(t *testing.T) {
 	if c.WebhookURL != env["FLASHSALE_WEBHOOK_URL"] || c.WebhookSecret != env["FLASHSALE_WEBHOOK_SECRET"] || c.WebhookMaxAttempts != 4 {
 		t.Errorf("webhook settings %q %q %d", c.WebhookURL, c.WebhookSecret, c.WebhookMaxAttempts)
 	}
-	c.RedisURL, c.DatabaseURL, c.JWTSecret = "redis://r", "postgres://p", "s"
+	c.RedisURL, c.DatabaseURL, c.JWTSecret = "redis://r", "postgres://p", testSecret
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate: %v", err)
 	}
@@ -46,13 +46,13 @@ func TestWebhookSettings(t *testing.T) {
 	}{
 		{"URL without secret", "https://shop.example/h", "", "FLASHSALE_WEBHOOK_SECRET is required"},
 		{"short secret", "https://shop.example/h", "abc", "FLASHSALE_WEBHOOK_SECRET"},
-		{"not http", "mailto:ops@shop.example", "0123456789abcdef", "FLASHSALE_WEBHOOK_URL"},
-		{"relative", "/hooks", "0123456789abcdef", "FLASHSALE_WEBHOOK_URL"},
+		{"not http", "mailto:ops@shop.example", "0123456789abcdef0123456789abcdef", "FLASHSALE_WEBHOOK_URL"},
+		{"relative", "/hooks", "0123456789abcdef0123456789abcdef", "FLASHSALE_WEBHOOK_URL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Defaults()
-			c.RedisURL, c.DatabaseURL, c.JWTSecret = "redis://r", "postgres://p", "s"
+			c.RedisURL, c.DatabaseURL, c.JWTSecret = "redis://r", "postgres://p", testSecret
 			c.WebhookURL, c.WebhookSecret = tt.url, tt.secret
 			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Validate = %v, want an error with %q", err, tt.want)

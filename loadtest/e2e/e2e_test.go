@@ -21,7 +21,7 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-const secret = "loadtest-e2e-secret"
+const secret = "loadtest-e2e-secret-0123456789abcdef"
 
 // stack is one in-process flashsale and the URLs of its own Redis logical
 // database and PostgreSQL database (testenv hands out a fresh one per

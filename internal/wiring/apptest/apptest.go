@@ -22,7 +22,7 @@ import (
 )
 
 // Secret is the stacks' JWT secret.
-const Secret = "apptest-secret"
+const Secret = "apptest-jwt-secret-0123456789abcdef"
 
 // Permissive lifts the per-address and per-user limits: every request of a
 // test comes from one loopback address at a high rate (the defense tests
