@@ -220,16 +220,7 @@ func (sp *splitter) route(conn net.Conn, key netip.Addr, capped bool) {
 func (sp *splitter) refuse(conn net.Conn, why string) {
 	_ = conn.SetWriteDeadline(time.Now().Add(refusalLinger))
 	if _, err := conn.Write(framingRefusal(why)); err == nil {
-		if tc, ok := conn.(interface{ CloseWrite() error }); ok {
-			_ = tc.CloseWrite()
-		}
-		sp.setReadDeadline(conn, refusalLinger)
-		var drop [512]byte
-		for range 128 { // at most 64 KiB
-			if _, err := conn.Read(drop[:]); err != nil {
-				break
-			}
-		}
+		drain(conn, time.Now().Add(refusalLinger), 64<<10)
 	}
 	_ = conn.Close()
 }

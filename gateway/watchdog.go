@@ -199,7 +199,7 @@ func (c *watchedConn) release() {
 func (c *watchedConn) Close() error {
 	c.release()
 	if c.linger.CompareAndSwap(true, false) && c.w.startLinger(c) {
-		drain(c.Conn, time.Now().Add(lingerTime))
+		drain(c.Conn, time.Now().Add(lingerTime), lingerBytes)
 		c.w.endLinger(c)
 	}
 	return c.Conn.Close()
@@ -255,9 +255,9 @@ func (w *watchdog) endLingers() {
 }
 
 // drain half-closes conn and reads what the client still sends, up to
-// lingerBytes or deadline. A connection that cannot be half-closed is
-// not drained.
-func drain(conn net.Conn, deadline time.Time) {
+// limit bytes or deadline. A connection that cannot be half-closed is not
+// drained.
+func drain(conn net.Conn, deadline time.Time, limit int64) {
 	cw, ok := conn.(interface{ CloseWrite() error })
 	if !ok || cw.CloseWrite() != nil {
 		return
@@ -265,5 +265,5 @@ func drain(conn net.Conn, deadline time.Time) {
 	if conn.SetReadDeadline(deadline) != nil {
 		return
 	}
-	_, _ = io.CopyN(io.Discard, conn, lingerBytes)
+	_, _ = io.CopyN(io.Discard, conn, limit)
 }
