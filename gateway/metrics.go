@@ -19,6 +19,9 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	timeouts *prometheus.CounterVec // connections closed by the watchdog, by reason
+	// drawLoads counts draw records read from the store (a miss of the
+	// gateway's cache).
+	drawLoads prometheus.Counter
 
 	mu       sync.Mutex
 	routes   map[string]*routeMetrics
@@ -63,13 +66,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "flashsale_gateway_connections_timed_out_total",
 			Help: "Connections the gateway closed for a timeout: head (a new connection's first request head not complete within the head timeout of its first byte), read (a later request that took too long to arrive), idle (a new connection that sent nothing, or a keep-alive one waiting for its next request, past the idle timeout) or write (a client not reading).",
 		}, []string{"reason"}),
+		drawLoads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flashsale_gateway_draw_loads_total",
+			Help: "Public draw records this gateway read from the store: misses of its in-memory cache, and NOT_DRAWN rechecks.",
+		}),
 		routes: make(map[string]*routeMetrics),
 	}
 	// A second Server on one registry shares the first one's collectors.
-	var errs [3]error
+	var errs [4]error
 	m.requests, errs[0] = prom.Register(reg, m.requests)
 	m.timeouts, errs[1] = prom.Register(reg, m.timeouts)
 	m.latency, errs[2] = prom.Register(reg, m.latency)
+	m.drawLoads, errs[3] = prom.Register(reg, m.drawLoads)
 	m.unrouted = m.route("unmatched")
 	return m, errors.Join(errs[:]...)
 }
