@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -247,7 +248,18 @@ func (g *Guard) Apply(st Settings) {
 	}
 	rl := st.RateLimit
 	c.def = classRules{ip: limitRule{l: rl.PerIP}, prefix: limitRule{l: rl.PerPrefix}, user: limitRule{l: rl.PerUser}}
-	for name, cl := range rl.Classes {
+	classes := rl.Classes
+	if _, ok := classes[ClassDraw]; !ok {
+		// The draw record has its own buckets even when the settings name
+		// none: it is large and never changes, so a client needs it once.
+		classes = maps.Clone(classes)
+		if classes == nil {
+			classes = map[string]ClassLimits{}
+		}
+		l := DefaultDrawPerIP()
+		classes[ClassDraw] = ClassLimits{PerIP: &l}
+	}
+	for name, cl := range classes {
 		id, ok := g.classID(name)
 		if !ok {
 			g.logger.Warn("too many route classes over time; class shares the default buckets", "class", name)

@@ -330,3 +330,36 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestDrawClassOwnBuckets: the draw record has its own per-address
+// buckets at DefaultDrawPerIP when the settings name none, so reading it
+// neither draws on nor is allowed by the address's other budget; a
+// setting for the class replaces them.
+func TestDrawClassOwnBuckets(t *testing.T) {
+	ip := netip.MustParseAddr("192.0.2.7")
+	g, clk := newTestGuard(t, DefaultSettings())
+	burst := DefaultDrawPerIP().Burst
+	for i := range burst {
+		if _, err := g.CheckAddrAt(ip, ClassDraw, clk.Now()); err != nil {
+			t.Fatalf("draw request %d: %v", i, err)
+		}
+	}
+	if _, err := g.CheckAddrAt(ip, ClassDraw, clk.Now()); flashsale.ErrorCode(err) != flashsale.CodeRateLimited {
+		t.Fatalf("draw request past the burst: %v, want RATE_LIMITED", err)
+	}
+	if _, err := g.CheckAddrAt(ip, ClassRead, clk.Now()); err != nil {
+		t.Fatalf("a read after the draw burst: %v", err)
+	}
+
+	st := DefaultSettings()
+	st.RateLimit.Classes = map[string]ClassLimits{ClassDraw: {PerIP: &Limit{RPS: 1, Burst: 2}}}
+	g, clk = newTestGuard(t, st)
+	for i := range 2 {
+		if _, err := g.CheckAddrAt(ip, ClassDraw, clk.Now()); err != nil {
+			t.Fatalf("draw request %d: %v", i, err)
+		}
+	}
+	if _, err := g.CheckAddrAt(ip, ClassDraw, clk.Now()); flashsale.ErrorCode(err) != flashsale.CodeRateLimited {
+		t.Fatalf("past the configured burst: %v, want RATE_LIMITED", err)
+	}
+}

@@ -39,7 +39,16 @@ const (
 	ClassPurchase = "purchase"
 	ClassRead     = "read"
 	ClassAdmin    = "admin"
+	// ClassDraw is the public draw record. Unless the settings override it
+	// (rateLimit.classes.draw), it has its own per-address buckets at
+	// DefaultDrawPerIP.
+	ClassDraw = "draw"
 )
+
+// DefaultDrawPerIP is the draw class's per-address limit when the
+// settings name none: a record never changes, so a client needs it once
+// and a CDN a few times.
+func DefaultDrawPerIP() Limit { return Limit{RPS: 1, Burst: 10} }
 
 // DefaultHashRate is the assumed proof-of-work hash rate of a shopper's
 // browser (SHA-256 per second, one Web Worker) used to turn

@@ -98,12 +98,21 @@ type Queue interface {
 	Figures(ctx context.Context, saleID int64) (flashsale.QueueFigures, error)
 }
 
-// Draws serves the public record of a sale's pre-queue draw
-// (waitroom.Room, encoded). DrawRecord returns the record's JSON body, or
-// NOT_DRAWN before the draw; the gateway keeps a body once it has one,
-// since a record never changes after the draw.
+// Draws serves the public record of a sale's pre-queue draw, built once
+// at the draw and stored (waitroom.Room.PublishedDraw). PublishedDraw
+// returns the stored record, without the body when it is longer than
+// maxBody bytes, or NOT_DRAWN until it is stored; it must not build one.
+// The gateway keeps records in memory, since one never changes.
 type Draws interface {
-	DrawRecord(ctx context.Context, sale *flashsale.Sale) ([]byte, error)
+	PublishedDraw(ctx context.Context, saleID, maxBody int64) (DrawRecord, error)
+}
+
+// DrawRecord is a stored draw record: the JSON body (nil: not asked for),
+// its gzip form and the body's quoted strong ETag.
+type DrawRecord struct {
+	Body []byte
+	Gzip []byte
+	ETag string
 }
 
 // Guard is the bot defense (*defense.Guard satisfies it). Check methods
@@ -121,13 +130,15 @@ type Guard interface {
 }
 
 // Guard classes of the gateway's routes: purchase; join (queue join, polling
-// and WebSocket upgrade); read (every other shopper API route); admin (the
+// and WebSocket upgrade); draw (the public draw record, with its own
+// address buckets); read (every other shopper API route); admin (the
 // operator API). Static pages are not checked.
 const (
 	ClassPurchase = defense.ClassPurchase
 	ClassJoin     = defense.ClassJoin
 	ClassRead     = defense.ClassRead
 	ClassAdmin    = defense.ClassAdmin
+	ClassDraw     = defense.ClassDraw
 )
 
 // SettingsStore keeps the bot-defense settings and the operator audit log.
@@ -201,6 +212,12 @@ type Config struct {
 	// and its draw runs (waitroom.Config.DrawLead): the sale data carries
 	// the seed from then on.
 	DrawLead time.Duration
+	// DrawCacheBytes bounds the draw records (bodies and gzip forms) a
+	// gateway keeps in memory, least recently used evicted first [64 MiB].
+	DrawCacheBytes int64
+	// DrawIdentityMax is the largest record sent uncompressed; a larger one
+	// is sent gzip-encoded to every client, asked or not [1 MiB].
+	DrawIdentityMax int64
 }
 
 // DefaultMaxPendingPerAddr is Config.MaxPendingPerAddr's default
@@ -210,6 +227,12 @@ type Config struct {
 const DefaultMaxPendingPerAddr = 64
 
 func (c Config) withDefaults() Config {
+	if c.DrawCacheBytes <= 0 {
+		c.DrawCacheBytes = 64 << 20
+	}
+	if c.DrawIdentityMax <= 0 {
+		c.DrawIdentityMax = 1 << 20
+	}
 	if c.BodyLimit <= 0 {
 		c.BodyLimit = 16 << 10
 	}
@@ -309,10 +332,11 @@ func New(cfg Config, deps Deps) *Server {
 		deps.Metrics = prometheus.NewRegistry()
 	}
 	s := &Server{
-		cfg: cfg,
-		d:   deps,
-		now: cfg.Now,
-		log: deps.Logger.With("component", "gateway"),
+		cfg:   cfg,
+		d:     deps,
+		now:   cfg.Now,
+		draws: drawCache{max: cfg.DrawCacheBytes},
+		log:   deps.Logger.With("component", "gateway"),
 
 		realClock: realClock,
 	}

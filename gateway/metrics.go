@@ -23,6 +23,9 @@ type metrics struct {
 	// address held Config.MaxPendingPerAddr connections without a first
 	// request.
 	pendingRefused prometheus.Counter
+	// drawLoads counts draw records read from the store (a miss of the
+	// gateway's cache).
+	drawLoads prometheus.Counter
 
 	mu       sync.Mutex
 	routes   map[string]*routeMetrics
@@ -71,14 +74,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "flashsale_gateway_pending_connections_refused_total",
 			Help: "New connections closed at once because their client address (an IPv4 address, an IPv6 /64) already held the most connections allowed without a first request (FLASHSALE_MAX_PENDING_CONNS_PER_ADDR).",
 		}),
+		drawLoads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flashsale_gateway_draw_loads_total",
+			Help: "Public draw records this gateway read from the store: misses of its in-memory cache, and NOT_DRAWN rechecks.",
+		}),
 		routes: make(map[string]*routeMetrics),
 	}
 	// A second Server on one registry shares the first one's collectors.
-	var errs [4]error
+	var errs [5]error
 	m.requests, errs[0] = prom.Register(reg, m.requests)
 	m.timeouts, errs[1] = prom.Register(reg, m.timeouts)
 	m.latency, errs[2] = prom.Register(reg, m.latency)
 	m.pendingRefused, errs[3] = prom.Register(reg, m.pendingRefused)
+	m.drawLoads, errs[4] = prom.Register(reg, m.drawLoads)
 	m.unrouted = m.route("unmatched")
 	return m, errors.Join(errs[:]...)
 }

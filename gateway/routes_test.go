@@ -583,6 +583,7 @@ func TestGuardClasses(t *testing.T) {
 		{"POST", "/api/flash-sales/sales/1/queue", user, ClassJoin},
 		{"GET", "/api/flash-sales/sales/1/queue", user, ClassRead},
 		{"GET", "/api/flash-sales/sales/1", "", ClassRead},
+		{"GET", "/api/flash-sales/sales/1/draw", "", ClassDraw},
 		{"GET", "/api/flash-sales/sales", "", ClassRead},
 		{"GET", "/api/flash-sales/sales/1/order", user, ClassRead},
 		{"GET", "/api/flash-sales/orders/" + orderA, user, ClassRead},

@@ -88,6 +88,18 @@ type Config struct {
 	Durable Durable
 	// CheckpointEvery is the leader's checkpoint period [1s].
 	CheckpointEvery time.Duration
+	// Records keeps each sale's public draw record, built once by the
+	// sale's leader at the draw (docs/DRAW.md) [nil: no record is
+	// published].
+	Records DrawStore
+	// DrawKey keys the member secrets (MemberSecret): every gateway of a
+	// deployment must share it, and nobody else may know it [nil: a fixed
+	// key, for tests only].
+	DrawKey []byte
+	// QueueKeyTTL is how long after a sale's end its queue keys stay in
+	// Redis; a gateway sets their expiry when it retires the ended sale
+	// [24h; negative: never expire].
+	QueueKeyTTL time.Duration
 	// Now is the clock [time.Now].
 	Now func() time.Time
 	// ClientIP returns the client address of a WebSocket request [the
@@ -104,6 +116,10 @@ const DefaultMaxConnsPerIP = 200
 // DefaultAdmittedGrace is Config.AdmittedGrace's default
 // (FLASHSALE_ADMITTED_GRACE).
 const DefaultAdmittedGrace = 20 * time.Second
+
+// DefaultQueueKeyTTL is Config.QueueKeyTTL's default
+// (FLASHSALE_QUEUE_KEY_TTL).
+const DefaultQueueKeyTTL = 24 * time.Hour
 
 // DefaultOpeningHold is Config.OpeningHold's default
 // (FLASHSALE_OPENING_HOLD).
@@ -128,6 +144,12 @@ func (c *Config) defaults() {
 		c.ResumeDelay = 750 * time.Millisecond
 	}
 	setDur(&c.JoinBatchWindow, 2*time.Millisecond)
+	if c.QueueKeyTTL == 0 {
+		c.QueueKeyTTL = DefaultQueueKeyTTL
+	}
+	if len(c.DrawKey) == 0 {
+		c.DrawKey = []byte("flashsale test draw key")
+	}
 	setDur(&c.LeaseTTL, max(2*time.Second, 4*c.Tick))
 	if c.MaxMessageBytes <= 0 {
 		c.MaxMessageBytes = 4096

@@ -96,8 +96,12 @@ type Status struct {
 	NotBeforeMs int64          `json:"notBeforeMs,omitempty"`
 	Items       []AdmittedItem `json:"items,omitempty"`
 	// Message is the operator's message (polling only; nil: none).
-	Message   *SaleMessage    `json:"message,omitempty"`
-	Challenge json.RawMessage `json:"-"`
+	Message *SaleMessage `json:"message,omitempty"`
+	// DrawSecret is the shopper's member secret in this sale (polling
+	// only): with it, and only with it, a shopper finds their own line in
+	// the public draw record (docs/DRAW.md).
+	DrawSecret string          `json:"drawSecret,omitempty"`
+	Challenge  json.RawMessage `json:"-"`
 }
 
 // SaleMessage is the operator's message to the queue.

@@ -18,6 +18,8 @@ type metrics struct {
 	pings     *prometheus.CounterVec
 	restores  prometheus.Counter
 	saves     *prometheus.CounterVec
+	tags      prometheus.Counter
+	published *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -43,9 +45,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		saves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashsale_waitroom_checkpoints_total",
 			Help: "Queue checkpoints to the durable store by this gateway as a sale's leader, by outcome (ok, error)."},
 			[]string{"outcome"}),
+		tags: prometheus.NewCounter(prometheus.CounterOpts{Name: "flashsale_waitroom_draw_tags_total",
+			Help: "Member tags this gateway computed for public draw records (only the leader, once per sale at the draw)."}),
+		published: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashsale_waitroom_draw_records_total",
+			Help: "Public draw records this gateway built and stored as a sale's leader, by outcome (ok, error)."},
+			[]string{"outcome"}),
 	}
 	// Several rooms on one registry share the collectors.
-	var errs [9]error
+	var errs [11]error
 	m.joined, errs[0] = prom.Register(reg, m.joined)
 	m.waiting, errs[1] = prom.Register(reg, m.waiting)
 	m.admitted, errs[2] = prom.Register(reg, m.admitted)
@@ -55,5 +62,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.pings, errs[6] = prom.Register(reg, m.pings)
 	m.restores, errs[7] = prom.Register(reg, m.restores)
 	m.saves, errs[8] = prom.Register(reg, m.saves)
+	m.tags, errs[9] = prom.Register(reg, m.tags)
+	m.published, errs[10] = prom.Register(reg, m.published)
 	return m, errors.Join(errs[:]...)
 }

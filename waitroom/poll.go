@@ -79,7 +79,7 @@ func (r *Room) pollStatus(ctx context.Context, sr *saleRoom, userID, ticket int6
 	items := sr.items
 	sr.mu.Unlock()
 	st := Status{Type: TypeStatus, State: v.state, ServerTimeMs: now.UnixMilli(), OpensAtMs: sale.StartsAt.UnixMilli(),
-		Position: v.position, EtaSeconds: v.eta, Message: saleMessage(sale)}
+		Position: v.position, EtaSeconds: v.eta, Message: saleMessage(sale), DrawSecret: r.MemberSecret(sr.id, userID)}
 	if v.state != StateAdmitted {
 		return st, nil
 	}

@@ -22,16 +22,24 @@ import (
 // access to Redis: the seed, the commitment, the pre-queue size and, for
 // every pre-queue ticket in ticket order, a tag of its holder.
 
-// DrawRecordVersion is the version of the record's format.
-const DrawRecordVersion = 1
+// DrawRecordVersion is the version of the record's format. Version 2
+// derives member tags from the members' secrets.
+const DrawRecordVersion = 2
 
 // memberLabel separates member tags from every other use of the seed.
-const memberLabel = "flashsale/draw/member/v1"
+const memberLabel = "flashsale/draw/member/v2"
+
+// secretLabel separates member secrets from every other use of the draw
+// key.
+const secretLabel = "flashsale/draw/secret/v1"
 
 // memberTagBytes is the length of a member tag before hex encoding: 128
 // bits keep tags of distinct users apart in any queue (a collision among a
 // million members has odds below 2^-88) at half the body of a full digest.
 const memberTagBytes = 16
+
+// MemberSecretBytes is the length of a member secret before hex encoding.
+const MemberSecretBytes = 16
 
 // DrawRecord is the public draw record.
 type DrawRecord struct {
@@ -46,16 +54,52 @@ type DrawRecord struct {
 	Members []string `json:"members"`
 }
 
-// MemberTag is the tag that stands for userID in sale saleID's public draw
-// record: the first 16 bytes, hex, of HMAC-SHA256(key = seed, msg =
-// "flashsale/draw/member/v1" || saleID || userID, both 8 bytes
-// big-endian). Keyed by the seed, tags can not be computed before the seed
-// is published, so nobody can prepare a table of user ids before opening,
-// and the tags of one user in two sales can not be linked without the user
-// id. A user id is not a secret, though: whoever knows one can compute its
-// tag and find that user's line.
-func MemberTag(seed []byte, saleID, userID int64) string {
-	return newMemberTagger(seed, saleID).tag(userID)
+// MemberSecret is userID's secret in sale saleID: the first 16 bytes of
+// HMAC-SHA256(key, "flashsale/draw/secret/v1" || saleID || userID, both 8
+// bytes big-endian). Derived, not stored: a shopper who joins again, on
+// any gateway, gets the same secret. Only the shopper (in the join
+// status) and the gateways know it.
+func MemberSecret(key []byte, saleID, userID int64) [MemberSecretBytes]byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(secretLabel))
+	var buf [16]byte
+	binary.BigEndian.PutUint64(buf[:8], uint64(saleID))
+	binary.BigEndian.PutUint64(buf[8:], uint64(userID))
+	m.Write(buf[:])
+	var out [MemberSecretBytes]byte
+	copy(out[:], m.Sum(nil))
+	return out
+}
+
+// MemberSecret is userID's secret in the sale, hex, as the join status
+// carries it.
+func (r *Room) MemberSecret(saleID, userID int64) string {
+	s := MemberSecret(r.cfg.DrawKey, saleID, userID)
+	return hex.EncodeToString(s[:])
+}
+
+// ParseMemberSecret reads a member secret: 32 hex characters (either
+// case).
+func ParseMemberSecret(s string) ([MemberSecretBytes]byte, error) {
+	var out [MemberSecretBytes]byte
+	if len(s) != 2*MemberSecretBytes {
+		return out, fmt.Errorf("a member secret is %d hex characters, not %d", 2*MemberSecretBytes, len(s))
+	}
+	if _, err := hex.Decode(out[:], []byte(s)); err != nil {
+		return out, errors.New("a member secret is hex characters only")
+	}
+	return out, nil
+}
+
+// MemberTag is the tag that stands for userID, holding secret, in sale
+// saleID's public draw record: the first 16 bytes, hex, of
+// HMAC-SHA256(key = seed, msg = "flashsale/draw/member/v2" || saleID ||
+// userID (both 8 bytes big-endian) || secret (16 bytes)). Keyed by the
+// seed, tags can not be computed before the seed is published; with the
+// member's secret in the message, nobody who knows only user ids can
+// compute a tag or link a tag to a user id, after the draw either.
+func MemberTag(seed []byte, saleID, userID int64, secret [MemberSecretBytes]byte) string {
+	return newMemberTagger(seed, saleID).tag(userID, secret)
 }
 
 // memberTagger computes one sale's member tags with one HMAC state, reset
@@ -63,7 +107,7 @@ func MemberTag(seed []byte, saleID, userID int64) string {
 type memberTagger struct {
 	mac    hash.Hash
 	saleID int64
-	buf    [16]byte
+	buf    [16 + MemberSecretBytes]byte
 	sum    [sha256.Size]byte
 }
 
@@ -71,11 +115,12 @@ func newMemberTagger(seed []byte, saleID int64) *memberTagger {
 	return &memberTagger{mac: hmac.New(sha256.New, seed), saleID: saleID}
 }
 
-func (m *memberTagger) tag(userID int64) string {
+func (m *memberTagger) tag(userID int64, secret [MemberSecretBytes]byte) string {
 	m.mac.Reset()
 	m.mac.Write([]byte(memberLabel))
 	binary.BigEndian.PutUint64(m.buf[:8], uint64(m.saleID))
-	binary.BigEndian.PutUint64(m.buf[8:], uint64(userID))
+	binary.BigEndian.PutUint64(m.buf[8:16], uint64(userID))
+	copy(m.buf[16:], secret[:])
 	m.mac.Write(m.buf[:])
 	return hex.EncodeToString(m.mac.Sum(m.sum[:0])[:memberTagBytes])
 }
@@ -84,7 +129,9 @@ var errIncomplete = flashsale.Errorf(flashsale.CodeUnavailable, "the draw record
 
 var errNotDrawn = flashsale.Errorf(flashsale.CodeNotDrawn, "the pre-queue has not been drawn yet: the draw happens when the pre-queue closes")
 
-// DrawRecord returns the sale's public draw record: NOT_DRAWN before the
+// DrawRecord builds the sale's public draw record from Redis, a tag per
+// member: the sale's leader builds it once, at the draw, and stores it
+// (publishDraw); requests are served the stored bytes. NOT_DRAWN before the
 // draw (DrawAt: the pre-queue's close, Config.DrawLead before the opening)
 // by the room's clock or before its pre-queue is frozen. An
 // incomplete pre-queue in Redis (lost, not yet restored) is UNAVAILABLE,
@@ -118,11 +165,14 @@ func (r *Room) DrawRecord(ctx context.Context, sale *flashsale.Sale) (DrawRecord
 		Members:      make([]string, len(users)),
 	}
 	tags := newMemberTagger(sale.ShuffleSeed, sale.ID)
+	named := 0
 	for i, u := range users {
 		if u != 0 { // 0 marks a ticket nobody could name
-			rec.Members[i] = tags.tag(u)
+			rec.Members[i] = tags.tag(u, MemberSecret(r.cfg.DrawKey, sale.ID, u))
+			named++
 		}
 	}
+	r.m.tags.Add(float64(named))
 	return rec, nil
 }
 
@@ -238,13 +288,14 @@ func CheckDrawRecord(rec DrawRecord) (DrawCheck, error) {
 	return chk, nil
 }
 
-// FindMember returns the pre-queue ticket of userID in rec, or false.
-func (rec *DrawRecord) FindMember(userID int64) (int64, bool) {
+// FindMember returns the pre-queue ticket of userID, holding secret (the
+// join status's drawSecret), in rec, or false.
+func (rec *DrawRecord) FindMember(userID int64, secret [MemberSecretBytes]byte) (int64, bool) {
 	seed, err := hex.DecodeString(rec.Seed)
 	if err != nil {
 		return 0, false
 	}
-	tag := MemberTag(seed, rec.SaleID, userID)
+	tag := MemberTag(seed, rec.SaleID, userID, secret)
 	for i, m := range rec.Members {
 		if m == tag {
 			return int64(i), true

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -60,10 +62,16 @@ func TestDrawRecordMatchesAdmissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A shopper's admission is recorded when the room next answers them.
+	// A shopper's admission is recorded when the room next answers them;
+	// the answer carries the shopper's member secret.
+	secrets := map[int64][MemberSecretBytes]byte{}
 	for u := int64(1); u <= pre; u++ {
-		if st, err := g.room.Status(ctx, flashsale.Principal{UserID: u}, sale.ID); err != nil || st.AdmissionToken == "" {
+		st, err := g.room.Status(ctx, flashsale.Principal{UserID: u}, sale.ID)
+		if err != nil || st.AdmissionToken == "" {
 			t.Fatalf("user %d: status %+v, %v", u, st, err)
+		}
+		if secrets[u], err = ParseMemberSecret(st.DrawSecret); err != nil {
+			t.Fatalf("user %d: drawSecret %q: %v", u, st.DrawSecret, err)
 		}
 	}
 	adm, err := e.rdb.HGetAll(ctx, lua.QueueKey(sale.ID, keyAdmitted)).Result()
@@ -76,9 +84,12 @@ func TestDrawRecordMatchesAdmissions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ticket, ok := parsed.FindMember(u)
+		ticket, ok := parsed.FindMember(u, secrets[u])
 		if !ok {
 			t.Fatalf("user %d not found by its tag", u)
+		}
+		if _, ok := parsed.FindMember(u, secrets[u%pre+1]); ok {
+			t.Fatalf("user %d found with another user's secret", u)
 		}
 		if got := chk.Places[ticket]; got != place {
 			t.Fatalf("user %d: record gives place %d, admitted at %d", u, got, place)
@@ -87,7 +98,7 @@ func TestDrawRecordMatchesAdmissions(t *testing.T) {
 			t.Fatalf("order[%d] = %d, want ticket %d", place, chk.Order[place], ticket)
 		}
 	}
-	if _, ok := parsed.FindMember(pre + 1); ok {
+	if _, ok := parsed.FindMember(pre+1, MemberSecret(g.room.cfg.DrawKey, sale.ID, pre+1)); ok {
 		t.Fatal("a user who never joined was found")
 	}
 }
@@ -116,9 +127,9 @@ func TestDrawRecordIncomplete(t *testing.T) {
 func validRecordJSON(t testing.TB, n int) (DrawRecord, []byte) {
 	t.Helper()
 	s := newSale(t, 9, time.Now(), 1, 1)
-	rec := DrawRecord{Version: 1, SaleID: 9, Seed: s.SeedHex(), Commitment: s.ShuffleCommitment, PreQueueSize: int64(n)}
+	rec := DrawRecord{Version: DrawRecordVersion, SaleID: 9, Seed: s.SeedHex(), Commitment: s.ShuffleCommitment, PreQueueSize: int64(n)}
 	for i := range n {
-		rec.Members = append(rec.Members, MemberTag(s.ShuffleSeed, 9, int64(i+1)))
+		rec.Members = append(rec.Members, MemberTag(s.ShuffleSeed, 9, int64(i+1), MemberSecret([]byte("k"), 9, int64(i+1))))
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
@@ -144,11 +155,12 @@ func TestParseAndCheckDrawRecord(t *testing.T) {
 		checkFail bool
 	}{
 		{name: "valid", body: string(good)},
-		{name: "valid, empty", body: `{"version":1,"saleId":9,"seed":"` + rec.Seed + `","commitment":"` + rec.Commitment + `","preQueueSize":0,"members":[]}`},
+		{name: "valid, empty", body: `{"version":2,"saleId":9,"seed":"` + rec.Seed + `","commitment":"` + rec.Commitment + `","preQueueSize":0,"members":[]}`},
 		{name: "a hole", body: tamper(func(r *DrawRecord) { r.Members[2] = "" })},
 		{name: "not JSON", body: "{", parseFail: true},
 		{name: "trailing data", body: string(good) + "{}", parseFail: true},
-		{name: "version 2", body: tamper(func(r *DrawRecord) { r.Version = 2 }), parseFail: true},
+		{name: "version 1", body: tamper(func(r *DrawRecord) { r.Version = 1 }), parseFail: true},
+		{name: "version 3", body: tamper(func(r *DrawRecord) { r.Version = 3 }), parseFail: true},
 		{name: "no sale", body: tamper(func(r *DrawRecord) { r.SaleID = 0 }), parseFail: true},
 		{name: "short seed", body: tamper(func(r *DrawRecord) { r.Seed = r.Seed[:62] }), parseFail: true},
 		{name: "upper-case seed", body: tamper(func(r *DrawRecord) { r.Seed = strings.ToUpper(r.Seed) }), parseFail: true},
@@ -187,7 +199,7 @@ func TestParseAndCheckDrawRecord(t *testing.T) {
 func FuzzParseDrawRecord(f *testing.F) {
 	_, good := validRecordJSON(f, 3)
 	f.Add(good)
-	f.Add([]byte(`{"version":1,"saleId":1,"seed":"","commitment":"","preQueueSize":0,"members":[]}`))
+	f.Add([]byte(`{"version":2,"saleId":1,"seed":"","commitment":"","preQueueSize":0,"members":[]}`))
 	f.Add([]byte(`{"members":[""],"preQueueSize":1}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -249,7 +261,7 @@ func TestDrawRecordLarge(t *testing.T) {
 	if err != nil || len(chk.Order) != n {
 		t.Fatalf("check: %d places, %v", len(chk.Order), err)
 	}
-	if tk, ok := parsed.FindMember(n); !ok || tk != n-1 {
+	if tk, ok := parsed.FindMember(n, MemberSecret(r.cfg.DrawKey, sale.ID, n)); !ok || tk != n-1 {
 		t.Fatalf("user %d: ticket %d, %v", n, tk, ok)
 	}
 	var gz bytes.Buffer
@@ -259,19 +271,148 @@ func TestDrawRecordLarge(t *testing.T) {
 	t.Logf("record of %d members: %d bytes, %d gzipped", n, len(body), gz.Len())
 }
 
-// TestMemberTag pins the tag to its definition in docs/DRAW.md, computed
-// here independently, so that a change of either is seen.
+// TestMemberTag pins the secret and the tag to their definitions in
+// docs/DRAW.md, computed here independently, so that a change of either is
+// seen.
 func TestMemberTag(t *testing.T) {
+	key := []byte("server key")
+	m := hmac.New(sha256.New, key)
+	m.Write(append([]byte("flashsale/draw/secret/v1"), 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0x30, 0x39))
+	var secret [MemberSecretBytes]byte
+	copy(secret[:], m.Sum(nil))
+	if got := MemberSecret(key, 9, 12345); got != secret {
+		t.Fatalf("MemberSecret = %x, want %x", got, secret)
+	}
+
 	seed := bytes.Repeat([]byte{7}, 32)
-	msg := append([]byte("flashsale/draw/member/v1"), 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0x30, 0x39)
-	m := hmac.New(sha256.New, seed)
+	msg := append([]byte("flashsale/draw/member/v2"), 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0x30, 0x39)
+	msg = append(msg, secret[:]...)
+	m = hmac.New(sha256.New, seed)
 	m.Write(msg)
 	want := hex.EncodeToString(m.Sum(nil)[:16])
-	if got := MemberTag(seed, 9, 12345); got != want {
+	if got := MemberTag(seed, 9, 12345, secret); got != want {
 		t.Fatalf("MemberTag = %s, want %s", got, want)
 	}
+	other := MemberSecret(key, 9, 1)
 	tg := newMemberTagger(seed, 9)
-	if a, b := tg.tag(12345), tg.tag(1); a != want || b != MemberTag(seed, 9, 1) || a == b {
+	if a, b := tg.tag(12345, secret), tg.tag(1, other); a != want || b != MemberTag(seed, 9, 1, other) || a == b {
 		t.Fatalf("reused tagger: %s, %s", a, b)
 	}
+	if got, err := ParseMemberSecret(strings.ToUpper(hex.EncodeToString(secret[:]))); err != nil || got != secret {
+		t.Fatalf("ParseMemberSecret(upper case) = %x, %v", got, err)
+	}
+}
+
+func TestParseMemberSecret(t *testing.T) {
+	for _, tt := range []struct{ name, in string }{
+		{"empty", ""},
+		{"short", strings.Repeat("a", 31)},
+		{"long", strings.Repeat("a", 33)},
+		{"not hex", strings.Repeat("g", 32)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := ParseMemberSecret(tt.in); err == nil {
+				t.Fatalf("ParseMemberSecret(%q) accepted", tt.in)
+			}
+		})
+	}
+}
+
+// FuzzParseMemberSecret: what parses is 16 bytes that print back to the
+// input, case aside.
+func FuzzParseMemberSecret(f *testing.F) {
+	f.Add(strings.Repeat("0f", 16))
+	f.Add("")
+	f.Add(strings.Repeat("G", 32))
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := ParseMemberSecret(s)
+		if err != nil {
+			return
+		}
+		if hex.EncodeToString(got[:]) != strings.ToLower(s) {
+			t.Fatalf("ParseMemberSecret(%q) = %x", s, got)
+		}
+	})
+}
+
+// TestDrawPublishedOnce: the leader builds and stores the record at the
+// draw, a tag per member once; reading the stored record computes no tag
+// and reads no pre-queue, however often it is asked.
+func TestDrawPublishedOnce(t *testing.T) {
+	e := newEnv(t)
+	opens := e.clock.Now().Add(time.Hour)
+	sale := newSale(t, 34, opens, 100_000, 1000)
+	sale.EndsAt = opens.Add(time.Hour)
+	e.addSale(sale)
+	pool := testenv.Postgres(t)
+	g := e.newGateway(Config{Records: NewPGDraws(pool), Durable: NewPGDurable(pool)}, nil)
+	ctx := context.Background()
+	const pre = 20
+	g.joinUsers(t, sale.ID, pre)
+	if _, err := g.room.PublishedDraw(ctx, sale.ID, 1<<20); flashsale.ErrorCode(err) != flashsale.CodeNotDrawn {
+		t.Fatalf("before the draw: %v, want NOT_DRAWN", err)
+	}
+	e.clock.Advance(time.Hour)
+	var f DrawFile
+	eventually(t, "the record published", 10*time.Second, func() bool {
+		var err error
+		f, err = g.room.PublishedDraw(ctx, sale.ID, 1<<20)
+		return err == nil
+	})
+	if got := tagsComputed(t, g); got != pre {
+		t.Fatalf("tags computed at the draw: %v, want %d", got, pre)
+	}
+	rec, err := ParseDrawRecord(bytes.NewReader(f.Body), 1<<20)
+	if err != nil || len(rec.Members) != pre {
+		t.Fatalf("stored record: %d members, %v", len(rec.Members), err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(f.Gzip))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unz, err := io.ReadAll(zr)
+	if err != nil || !bytes.Equal(unz, f.Body) {
+		t.Fatalf("the gzip form is not the body: %v", err)
+	}
+	sum := sha256.Sum256(f.Body)
+	if want := `"` + hex.EncodeToString(sum[:16]) + `"`; f.ETag != want || f.Size != int64(len(f.Body)) {
+		t.Fatalf("etag %s size %d, want %s %d", f.ETag, f.Size, want, len(f.Body))
+	}
+	for range 5 {
+		big, err := g.room.PublishedDraw(ctx, sale.ID, 10)
+		if err != nil || big.Body != nil || big.Size != f.Size || !bytes.Equal(big.Gzip, f.Gzip) {
+			t.Fatalf("record above maxBody: body %d bytes, size %d, %v", len(big.Body), big.Size, err)
+		}
+	}
+	if got := tagsComputed(t, g); got != pre {
+		t.Fatalf("tags after reads: %v, want %d", got, pre)
+	}
+	if got := func() float64 { v, _ := g.counterValue(t, "flashsale_waitroom_draw_records_total", "ok"); return v }(); got != 1 {
+		t.Fatalf("records built: %v, want 1", got)
+	}
+
+	// After the end the queue keys get an expiry; the record stays.
+	state := lua.QueueKey(sale.ID, keyState)
+	if ttl, err := e.rdb.PTTL(ctx, state).Result(); err != nil || ttl != -1 {
+		t.Fatalf("state key before the end: ttl %v, %v; want none", ttl, err)
+	}
+	e.clock.Advance(time.Hour + 2*time.Minute)
+	eventually(t, "queue keys expiring", 10*time.Second, func() bool {
+		e.clock.Advance(time.Second)
+		ttl, err := e.rdb.PTTL(ctx, state).Result()
+		return err == nil && ttl > 0
+	})
+	want := sale.EndsAt.Add(DefaultQueueKeyTTL).UnixMilli()
+	for _, k := range []string{keyState, keyOrder, keyTickets} {
+		at, err := e.rdb.PExpireTime(ctx, lua.QueueKey(sale.ID, k)).Result()
+		if err != nil || at.Milliseconds() != want {
+			t.Fatalf("%s expires at %v (%v), want %d", k, at, err, want)
+		}
+	}
+}
+
+func tagsComputed(t *testing.T, g *gateway) float64 {
+	t.Helper()
+	v, _ := g.counterValue(t, "flashsale_waitroom_draw_tags_total", "")
+	return v
 }

@@ -108,10 +108,11 @@ func (r *Room) restoreSale(ctx context.Context, saleID int64) error {
 
 // checkpointLoop learns what Durable holds of each sale this gateway
 // serves and, for the sales it leads, checkpoints the queue every
-// CheckpointEvery and right after the draw. It never runs on the tick:
+// CheckpointEvery and right after the draw, and then publishes the draw
+// record (publishDraw). It never runs on the tick:
 // a slow or stopped PostgreSQL does not hold admission back.
 func (r *Room) checkpointLoop(ctx context.Context) {
-	if r.cfg.Durable == nil {
+	if r.cfg.Durable == nil && r.cfg.Records == nil {
 		return
 	}
 	t := time.NewTicker(r.cfg.CheckpointEvery)
@@ -129,9 +130,18 @@ func (r *Room) checkpointLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if err := r.checkpoint(ctx, sr); err != nil && ctx.Err() == nil {
-				r.m.saves.WithLabelValues("error").Inc()
-				r.log.Warn("checkpoint queue", "sale", sr.id, "err", err)
+			if r.cfg.Durable != nil {
+				if err := r.checkpoint(ctx, sr); err != nil && ctx.Err() == nil {
+					r.m.saves.WithLabelValues("error").Inc()
+					r.log.Warn("checkpoint queue", "sale", sr.id, "err", err)
+				}
+			}
+			// After the checkpoint: the record's members are saved first.
+			if r.cfg.Records != nil {
+				if err := r.publishDraw(ctx, sr); err != nil && ctx.Err() == nil {
+					r.m.published.WithLabelValues("error").Inc()
+					r.log.Warn("publish draw record", "sale", sr.id, "err", err)
+				}
 			}
 		}
 	}

@@ -42,7 +42,9 @@ type saleRoom struct {
 	// (pgChecked), then kept up by its own checkpoints. savedSeq is the
 	// number of tickets saved (-1: unknown); savedN and savedServing what
 	// the last checkpoint wrote (a checkpoint with nothing new is skipped).
-	pgChecked            bool
+	pgChecked bool
+	// published: the sale's public draw record is stored (publishDraw).
+	published            bool
 	pgAsked              bool       // the first tick's check ran
 	askMu                sync.Mutex // held by the first check (firstCheck)
 	pgHas                bool

@@ -233,14 +233,22 @@ func (r *Room) tickAll(ctx context.Context, regular bool) (untilOpening time.Dur
 	return untilOpening
 }
 
-// retire forgets a sale that has ended and has no local connections.
+// retire forgets a sale that has ended and has no local connections, and
+// sets its queue keys to expire (Config.QueueKeyTTL).
 func (r *Room) retire(ctx context.Context, sr *saleRoom, now time.Time) {
 	sr.mu.Lock()
 	ended := sr.sale != nil && !sr.sale.EndsAt.IsZero() && now.After(sr.sale.EndsAt.Add(time.Minute))
 	idle := len(sr.conns) == 0 && now.Sub(sr.touched) > time.Minute
+	var endsAt time.Time
+	if sr.sale != nil {
+		endsAt = sr.sale.EndsAt
+	}
 	sr.mu.Unlock()
 	if !ended || !idle {
 		return
+	}
+	if err := r.expireQueue(ctx, sr.id, endsAt); err != nil {
+		r.log.Warn("expire queue keys", "sale", sr.id, "err", err)
 	}
 	r.mu.Lock()
 	delete(r.rooms, sr.id)

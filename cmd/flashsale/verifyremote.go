@@ -23,6 +23,7 @@ type remoteDrawFlags struct {
 	url        string
 	sale       int64
 	user       int64
+	secret     string
 	commitment string
 	list       bool
 }
@@ -70,6 +71,15 @@ func verifyRemoteDraw(ctx context.Context, f remoteDrawFlags, stdout io.Writer) 
 	recURL, pageURL, saleID, err := drawURLs(f.url, f.sale)
 	if err != nil {
 		return err
+	}
+	var secret [waitroom.MemberSecretBytes]byte
+	if f.user != 0 || f.secret != "" {
+		if f.user <= 0 || f.secret == "" {
+			return errors.New("--user and --secret go together: a member tag is derived from both")
+		}
+		if secret, err = waitroom.ParseMemberSecret(f.secret); err != nil {
+			return fmt.Errorf("--secret: %w", err)
+		}
 	}
 	client := &http.Client{Timeout: 2 * time.Minute}
 	var page struct {
@@ -119,9 +129,9 @@ func verifyRemoteDraw(ctx context.Context, f remoteDrawFlags, stdout io.Writer) 
 		}
 	}
 	if f.user != 0 {
-		ticket, ok := rec.FindMember(f.user)
+		ticket, ok := rec.FindMember(f.user, secret)
 		if !ok {
-			return fmt.Errorf("user %d holds no pre-queue ticket in this draw", f.user)
+			return fmt.Errorf("user %d with this secret holds no pre-queue ticket in this draw", f.user)
 		}
 		fmt.Fprintf(stdout, "  user %d     ticket %d, place %d (0-based; member %s)\n", f.user, ticket, chk.Places[ticket], rec.Members[ticket])
 	}

@@ -33,11 +33,16 @@ func TestVerifyDrawURL(t *testing.T) {
 	}
 	path := "/api/flash-sales/sales/" + itoa(sale.ID)
 	const pre = 25
+	secrets := map[int64]string{}
 	for u := int64(1); u <= pre; u++ {
 		r := s.Do("POST", path+"/queue", s.Token(u, false), nil)
 		s.Want(r, 200, "")
 		if r.Body["state"] != "PREQUEUE" {
 			t.Fatalf("user %d joined as %v, want PREQUEUE (the test must join before opening)", u, r.Body["state"])
+		}
+		secrets[u], _ = r.Body["drawSecret"].(string)
+		if len(secrets[u]) != 32 {
+			t.Fatalf("user %d: join status without a drawSecret: %s", u, r.Raw)
 		}
 	}
 	s.Want(s.Do("GET", path+"/draw", "", nil), 409, "NOT_DRAWN")
@@ -113,10 +118,11 @@ func TestVerifyDrawURL(t *testing.T) {
 			t.Fatalf("place %d: verify-draw lists ticket %d, the room admitted user %d (ticket %d) there", place, ticket, u, ticketOf[u])
 		}
 	}
-	// Each shopper finds their own place by user id, with a base URL.
+	// Each shopper finds their own place by user id and secret, with a
+	// base URL.
 	userLine := regexp.MustCompile(`user \d+ +ticket \d+, place (\d+)`)
 	for u := int64(1); u <= pre; u++ {
-		code, out, errOut := runCmd(t, nil, "verify-draw", "--url", s.App.PublicURL, "--sale", itoa(sale.ID), "--user", itoa(u))
+		code, out, errOut := runCmd(t, nil, "verify-draw", "--url", s.App.PublicURL, "--sale", itoa(sale.ID), "--user", itoa(u), "--secret", secrets[u])
 		m := userLine.FindStringSubmatch(out)
 		if code != 0 || m == nil {
 			t.Fatalf("verify-draw --user %d: exit %d\n%s%s", u, code, out, errOut)
@@ -125,8 +131,19 @@ func TestVerifyDrawURL(t *testing.T) {
 			t.Fatalf("user %d: verify-draw says place %d, admitted at %d", u, got, admittedAt[u])
 		}
 	}
-	if code, out, _ := runCmd(t, nil, "verify-draw", "--url", drawURL, "--user", "999"); code == 0 {
+	if code, out, _ := runCmd(t, nil, "verify-draw", "--url", drawURL, "--user", "999", "--secret", secrets[1]); code == 0 {
 		t.Fatalf("a user not in the pre-queue: exit 0: %s", out)
+	}
+	// The user id alone finds nothing: it needs the secret, and another
+	// user's secret does not do.
+	if code, out, _ := runCmd(t, nil, "verify-draw", "--url", drawURL, "--user", "1"); code == 0 {
+		t.Fatalf("--user without --secret: exit 0: %s", out)
+	}
+	if code, out, _ := runCmd(t, nil, "verify-draw", "--url", drawURL, "--user", "1", "--secret", secrets[2]); code == 0 {
+		t.Fatalf("--user 1 with user 2's secret: exit 0: %s", out)
+	}
+	if code, out, _ := runCmd(t, nil, "verify-draw", "--url", drawURL, "--user", "1", "--secret", "xyz"); code == 0 {
+		t.Fatalf("a malformed --secret: exit 0: %s", out)
 	}
 	if code, out, _ := runCmd(t, nil, "verify-draw", "--url", drawURL, "--commitment", strings.Repeat("0", 64)); code == 0 {
 		t.Fatalf("another noted commitment: exit 0: %s", out)

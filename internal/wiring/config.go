@@ -119,6 +119,10 @@ type Config struct {
 	// the capacity cap (waitroom.Config.AdmittedGrace,
 	// FLASHSALE_ADMITTED_GRACE, at most 30s).
 	AdmittedGrace time.Duration
+	// QueueKeyTTL is how long after a sale's end its queue keys stay in
+	// Redis (waitroom.Config.QueueKeyTTL, FLASHSALE_QUEUE_KEY_TTL; 0: they
+	// never expire).
+	QueueKeyTTL time.Duration
 	// DefenseShareInterval is how often a gateway shares its rate-limit
 	// spend with the others so that limits hold across the fleet
 	// (defense.GuardConfig.ShareInterval, FLASHSALE_DEFENSE_SHARE_INTERVAL,
@@ -179,6 +183,7 @@ func Defaults() Config {
 		MaxPendingConnsPerAddr: gateway.DefaultMaxPendingPerAddr,
 		JWTMaxLifetime:         auth.DefaultMaxLifetime,
 		AdmittedGrace:          waitroom.DefaultAdmittedGrace,
+		QueueKeyTTL:            waitroom.DefaultQueueKeyTTL,
 		LogFormat:              "json",
 		LogLevel:               "info",
 
@@ -340,6 +345,7 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 	integer("FLASHSALE_WS_MAX_CONNS_PER_ADDR", &c.WSMaxConnsPerAddr)
 	integer("FLASHSALE_MAX_PENDING_CONNS_PER_ADDR", &c.MaxPendingConnsPerAddr)
 	dur("FLASHSALE_JWT_MAX_LIFETIME", &c.JWTMaxLifetime)
+	durOrOff("FLASHSALE_QUEUE_KEY_TTL", "a duration like 24h, or 0 to keep the keys", func(d time.Duration) { c.QueueKeyTTL = d })
 	dur("FLASHSALE_ADMITTED_GRACE", &c.AdmittedGrace)
 	if c.AdmittedGrace > 30*time.Second {
 		errs = append(errs, fmt.Errorf("FLASHSALE_ADMITTED_GRACE=%s: at most 30s (a gone shopper's place is freed after it)", c.AdmittedGrace))
@@ -468,6 +474,14 @@ func (c *Config) AdmissionSecret() []byte {
 		return []byte(c.AdmissionKey)
 	}
 	sum := sha256.Sum256([]byte("flashsale admission v1\x00" + c.JWTSecret))
+	return sum[:]
+}
+
+// DrawSecret keys the shoppers' member secrets in draw records
+// (waitroom.Config.DrawKey), derived like AdmissionSecret: every gateway
+// of one deployment derives the same secrets.
+func (c *Config) DrawSecret() []byte {
+	sum := sha256.Sum256([]byte("flashsale draw v1\x00" + c.JWTSecret))
 	return sum[:]
 }
 

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flashsale/flashsale/waitroom"
 )
 
 func TestConfigFromEnv(t *testing.T) {
@@ -90,6 +92,27 @@ func TestOpeningHoldFromEnv(t *testing.T) {
 		c := Defaults()
 		if err := c.FromEnv(env(bad)); err == nil || !strings.Contains(err.Error(), "FLASHSALE_OPENING_HOLD") {
 			t.Errorf("FLASHSALE_OPENING_HOLD=%q: err %v, want one naming the variable", bad, err)
+		}
+	}
+}
+
+// FLASHSALE_QUEUE_KEY_TTL: unset is the room's default, 0 keeps the keys
+// (the room's negative), a negative or malformed value is refused naming
+// the variable.
+func TestQueueKeyTTLFromEnv(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string { return map[string]string{"FLASHSALE_QUEUE_KEY_TTL": v}[k] }
+	}
+	for v, want := range map[string]time.Duration{"": waitroom.DefaultQueueKeyTTL, "0": -1, "72h": 72 * time.Hour} {
+		c := Defaults()
+		if err := c.FromEnv(env(v)); err != nil || queueKeyTTL(c.QueueKeyTTL) != want {
+			t.Errorf("FLASHSALE_QUEUE_KEY_TTL=%q: %v, %v; want %v", v, queueKeyTTL(c.QueueKeyTTL), err, want)
+		}
+	}
+	for _, bad := range []string{"-1h", "forever", "3"} {
+		c := Defaults()
+		if err := c.FromEnv(env(bad)); err == nil || !strings.Contains(err.Error(), "FLASHSALE_QUEUE_KEY_TTL") {
+			t.Errorf("FLASHSALE_QUEUE_KEY_TTL=%q: err %v, want one naming the variable", bad, err)
 		}
 	}
 }

@@ -61,7 +61,10 @@ func TestFirstWaveEndToEnd(t *testing.T) {
 	if pub := c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d", saleID), "", nil); pub.Body["shuffleSeed"] == nil {
 		t.Fatalf("seed not public after the close: %s", pub.Raw)
 	}
-	c.s.Want(c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d/draw", saleID), "", nil), 200, "")
+	// The leader stores the record right after the draw.
+	waitFor(t, "the draw record", func() bool {
+		return c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d/draw", saleID), "", nil).Status == 200
+	})
 	// Over the WebSocket the first wave's admitted message (validated
 	// against the file: notBeforeMs is documented there).
 	if got := c.wsJoin(saleID, map[string]string{"type": "join", "accessToken": s.Token(201, false)}, "admitted"); got[len(got)-1] != "admitted" {

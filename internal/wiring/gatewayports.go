@@ -3,8 +3,8 @@ package wiring
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/gateway"
@@ -68,18 +68,23 @@ func (s saleAdmin) Update(ctx context.Context, id int64, u flashsale.SaleUpdate)
 	return out, s.cache.Refresh(ctx)
 }
 
-// drawAdapter presents the waiting room's public draw records as the
-// gateway's Draws: the record, JSON-encoded.
+// drawAdapter presents the waiting room's stored draw records as the
+// gateway's Draws.
 type drawAdapter struct{ room *waitroom.Room }
 
-func (d drawAdapter) DrawRecord(ctx context.Context, sale *flashsale.Sale) ([]byte, error) {
-	rec, err := d.room.DrawRecord(ctx, sale)
+func (d drawAdapter) PublishedDraw(ctx context.Context, saleID, maxBody int64) (gateway.DrawRecord, error) {
+	f, err := d.room.PublishedDraw(ctx, saleID, maxBody)
 	if err != nil {
-		return nil, availability(err)
+		return gateway.DrawRecord{}, availability(err)
 	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return nil, fmt.Errorf("wiring.DrawRecord: %w", err)
+	return gateway.DrawRecord{Body: f.Body, Gzip: f.Gzip, ETag: f.ETag}, nil
+}
+
+// queueKeyTTL is the room's QueueKeyTTL for the configured one: 0 (keep
+// the keys) is the room's negative.
+func queueKeyTTL(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
 	}
-	return b, nil
+	return d
 }

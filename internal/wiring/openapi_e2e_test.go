@@ -319,9 +319,12 @@ func TestOpenAPIEndToEnd(t *testing.T) {
 
 	// A shopper queues, is admitted and buys A; a repeat is refused.
 	at := c.admitted(100, saleID)
-	// The draw record of the open sale (drawn at the first join), and
-	// refusals: unknown, and a sale not yet open.
-	c.s.Want(c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d/draw", saleID), "", nil), 200, "")
+	// The draw record of the open sale (drawn at the first join, stored
+	// by the leader right after), and refusals: unknown, and a sale not
+	// yet open.
+	waitFor(t, "the open sale's draw record", func() bool {
+		return c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d/draw", saleID), "", nil).Status == 200
+	})
 	c.s.Want(c.call(false, "GET", "/api/flash-sales/sales/987654/draw", "", nil), 404, "NOT_FOUND")
 	later, err := s.App.CreateSale(context.Background(), flashsale.Sale{Name: "later", StartsAt: time.Now().Add(time.Hour), AdmissionRatePerSecond: 1,
 		Items: []flashsale.Item{{ProductID: 1, Quantity: 1, PriceCents: 100}}})
@@ -340,8 +343,11 @@ func TestOpenAPIEndToEnd(t *testing.T) {
 	}
 	c.admitted(300, soon.ID) // after opening: drawn
 	c.admitted(301, soon.ID)
-	drawn := c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d/draw", soon.ID), "", nil)
-	c.s.Want(drawn, 200, "")
+	var drawn apptest.Resp
+	waitFor(t, "the draw record", func() bool {
+		drawn = c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d/draw", soon.ID), "", nil)
+		return drawn.Status == 200
+	})
 	if n := drawn.Body["preQueueSize"]; n != 2.0 {
 		t.Fatalf("draw record of two pre-queued shoppers: preQueueSize %v; %s", n, drawn.Raw)
 	}

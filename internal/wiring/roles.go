@@ -81,6 +81,10 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		AdmittedGrace:  cfg.AdmittedGrace,
 		// The queue's tickets, draw and cursor outlive a Redis loss.
 		Durable: waitroom.NewPGDurable(a.pool),
+		// The public draw record is built once, at the draw, and stored.
+		Records:     waitroom.NewPGDraws(a.pool),
+		DrawKey:     cfg.DrawSecret(),
+		QueueKeyTTL: queueKeyTTL(cfg.QueueKeyTTL),
 	}, a.rdb, a.cache, a.stock, a.access, a.signer, guard, a.log, a.reg)
 	a.goRun("waitroom", func() error { return room.Run(runCtx) })
 
