@@ -128,7 +128,7 @@ func (r *Room) publishDraw(ctx context.Context, sr *saleRoom) error {
 	return nil
 }
 
-// PGDraws is DrawStore in PostgreSQL (migration 0009, table draw_records).
+// PGDraws is DrawStore in PostgreSQL (migration 0010, table draw_records).
 type PGDraws struct{ pool *pgxpool.Pool }
 
 // NewPGDraws returns the PostgreSQL DrawStore.
