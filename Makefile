@@ -8,7 +8,7 @@ BIN       := bin/flashsale
 GOFLAGS   ?=
 export GOTOOLCHAIN ?= local
 
-.PHONY: all build run test test-short vet fmt bench bench-go bench-load faults fuzz clean
+.PHONY: all build run test test-short flakehunt vet fmt bench bench-go bench-load faults fuzz clean
 
 all: build
 
@@ -41,6 +41,18 @@ vet:
 rules:
 	promtool check rules deploy/prometheus/alerts.yml
 	promtool test rules deploy/prometheus/alerts_test.yml
+
+# The edit-test loop: the unit tests, without the race detector and
+# without the end-to-end, browser and load-tool packages (make test runs
+# everything; CI runs make test).
+SHORT_SKIP := /browsertest$$|/internal/wiring$$|/loadtest|/cmd/flashsale$$
+test-short:
+	$(GO) test -short -count=1 $$($(GO) list ./... | grep -Ev '$(SHORT_SKIP)')
+
+# The flake hunt: the end-to-end and browser packages COUNT times, alone
+# and next to two busy loops (scripts/flakehunt.sh; out/flakehunt/).
+flakehunt:
+	scripts/flakehunt.sh
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
