@@ -17,7 +17,7 @@ func TestItemDetailsValidate(t *testing.T) {
 	}{
 		{"defaults", flashsale.Item{}, ""},
 		{"all set", flashsale.Item{Name: "Trail runner", ImageURL: "https://cdn.example/a.png", Currency: "EUR"}, ""},
-		{"http image", flashsale.Item{ImageURL: "http://cdn.example/a.png"}, ""},
+		{"http image", flashsale.Item{ImageURL: "http://cdn.example/a.png"}, "items[0].imageUrl: must be an absolute https:// URL"},
 		{"site path", flashsale.Item{ImageURL: "/assets/sneaker.svg"}, ""},
 		{"name at the limit", flashsale.Item{Name: strings.Repeat("n", flashsale.MaxItemNameLen)}, ""},
 		{"long name", flashsale.Item{Name: strings.Repeat("n", flashsale.MaxItemNameLen+1)}, "items[0].name: at most 200 bytes"},

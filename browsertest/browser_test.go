@@ -85,6 +85,9 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.Flag("no-sandbox", true),
 		chromedp.Flag("disable-gpu", true),
 		chromedp.Flag("disable-quic", true),
+		// The tests' https servers (a shop's picture server) have their
+		// own certificates.
+		chromedp.Flag("ignore-certificate-errors", true),
 		chromedp.Flag("no-first-run", true),
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),

@@ -44,10 +44,13 @@ func (s *stack) admin(method string, saleID int64, path string, body any) {
 	s.Want(s.Do(method, fmt.Sprintf("/api/admin/sales/%d%s", saleID, path), s.Token(1, true), body), 200, "")
 }
 
-// picture serves a small SVG product picture, as a shop's image server.
+// picture serves a small SVG product picture over https, as a shop's
+// image server or CDN (the pages' Content-Security-Policy loads pictures
+// from https origins and the site only; the test browser accepts the
+// server's own certificate).
 func picture(t *testing.T) string {
 	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "image/svg+xml")
 		io.WriteString(w, `<svg xmlns="http://www.w3.org/2000/svg" width="64" height="64"><rect width="64" height="64" fill="#0b5fff"/></svg>`)
 	}))
