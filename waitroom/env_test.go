@@ -233,6 +233,7 @@ type msg struct {
 	Message        string         `json:"message"`
 	Text           string         `json:"text"` // type message
 	AtMs           int64          `json:"atMs"` // type message
+	DrawSecret     string         `json:"drawSecret"`
 }
 
 // read returns the next message, or the read error.

@@ -174,6 +174,14 @@ func appendStatus(b []byte, v view, serverMs, opensMs int64) []byte {
 	return append(b, '}')
 }
 
+// appendDrawSecret adds drawSecret to the status message b ends with.
+// secret is hex: it needs no JSON escaping.
+func appendDrawSecret(b []byte, secret string) []byte {
+	b = append(b[:len(b)-1], `,"drawSecret":"`...)
+	b = append(b, secret...)
+	return append(b, `"}`...)
+}
+
 // appendAdmitted encodes an admitted message without reflection, as
 // json.Marshal of admittedMessage writes it, from the sale's items already
 // encoded (itemsJSON). tok must need no JSON escaping (admission tokens are

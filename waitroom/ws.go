@@ -64,10 +64,13 @@ type conn struct {
 	pendAdm   []byte
 	pendMsg   []byte
 	pendRaw   []byte
-	queued    bool // on sendQ
-	queuedHi  bool // on sendHi
-	writing   bool // a writer is sending its messages: no other may
-	dead      bool
+	// The shopper's member secret (hex), until a status carries it: the
+	// first status after the join does.
+	pendSecret string
+	queued     bool // on sendQ
+	queuedHi   bool // on sendHi
+	writing    bool // a writer is sending its messages: no other may
+	dead       bool
 }
 
 // push queues a status (and an admitted message, when adm != nil).
@@ -186,6 +189,10 @@ func (c *conn) flush(buf []byte) []byte {
 		c.mu.Unlock()
 		return buf // already flushed from the other queue
 	}
+	secret := ""
+	if has {
+		secret, c.pendSecret = c.pendSecret, ""
+	}
 	c.hasPend, c.pendAdm, c.pendMsg, c.pendRaw, c.writing = false, nil, nil, nil, true
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), c.r.cfg.WriteTimeout)
@@ -193,6 +200,9 @@ func (c *conn) flush(buf []byte) []byte {
 	var err error
 	if has {
 		buf = appendStatus(buf[:0], v, c.r.cfg.Now().UnixMilli(), opens)
+		if secret != "" {
+			buf = appendDrawSecret(buf, secret)
+		}
 		err = c.ws.Write(ctx, websocket.MessageText, buf)
 	}
 	if adm != nil && err == nil {
@@ -608,6 +618,9 @@ func (c *conn) enter(ctx context.Context, sr *saleRoom, ticket int64) error {
 	defer sr.mu.Unlock()
 	c.last = v
 	sr.conns[c] = struct{}{}
+	c.mu.Lock()
+	c.pendSecret = r.MemberSecret(sr.id, c.user)
+	c.mu.Unlock()
 	c.push(v, opens, adm)
 	// A message set before the shopper came goes after the first status.
 	r.sendMessage(sr, c)

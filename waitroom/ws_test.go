@@ -362,3 +362,29 @@ func TestBinaryJoinRefused(t *testing.T) {
 	}
 	c.expectClose(t, "INVALID", websocket.StatusUnsupportedData)
 }
+
+// TestWebSocketJoinGivesDrawSecret: the first status after a WebSocket
+// join carries the shopper's member secret, the one the polling status
+// gives on any gateway; the statuses after it do not repeat it.
+func TestWebSocketJoinGivesDrawSecret(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 6, e.clock.Now().Add(time.Minute), 10, 10))
+	g := e.newGateway(Config{}, nil)
+	c := dial(t, g.url(sale.ID))
+	c.join(e.token(7))
+	first := c.untilState(StatePrequeue)
+	want := g.room.MemberSecret(sale.ID, 7)
+	if first.DrawSecret != want || len(want) != 2*MemberSecretBytes {
+		t.Fatalf("first status drawSecret %q, want %q", first.DrawSecret, want)
+	}
+	if other := e.newGateway(Config{}, nil).room.MemberSecret(sale.ID, 7); other != want {
+		t.Fatalf("another gateway's secret %q, want %q", other, want)
+	}
+	e.clock.Advance(time.Minute) // the opening: a new status
+	next := c.until("a status after the opening", 10*time.Second, func(m msg) bool {
+		return m.Type == TypeStatus && m.State != StatePrequeue
+	})
+	if next.DrawSecret != "" {
+		t.Fatalf("a later status repeats drawSecret %q", next.DrawSecret)
+	}
+}
