@@ -47,7 +47,7 @@ until redis-cli -p "${ports[0]}" cluster info | grep -q cluster_state:ok; do sle
 
 HTTP=127.0.0.1:$((PORT_BASE + 80))
 ADMIN=127.0.0.1:$((PORT_BASE + 90))
-FLASHSALE_REDIS_CLUSTER=$seeds FLASHSALE_JWT_SECRET=$SECRET FLASHSALE_LOG_FORMAT=text FLASHSALE_WS_MAX_CONNS_PER_ADDR=100000 \
+FLASHSALE_REDIS_CLUSTER=$seeds FLASHSALE_JWT_SECRET=$SECRET FLASHSALE_LOG_FORMAT=text FLASHSALE_WS_MAX_CONNS_PER_ADDR=100000 FLASHSALE_MAX_PENDING_CONNS_PER_ADDR=1000000 \
 	$BIN dev --data-dir "$OUT/data" --http-addr "$HTTP" --admin-addr "$ADMIN" >"$OUT/dev.log" 2>&1 &
 pids+=($!)
 until curl -fsS "http://$ADMIN/readyz" >/dev/null 2>&1; do sleep 0.5; done

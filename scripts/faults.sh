@@ -130,6 +130,10 @@ start_stack() { # fault
 	dir=$(realpath "$dir") # redis-server changes to its --dir
 	export FLASHSALE_JWT_SECRET="faults-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 	export FLASHSALE_LOG_LEVEL=${FLASHSALE_LOG_LEVEL:-warn}
+	# The simulated shoppers share a few loopback addresses and warm
+	# thousands of connections at once: no cap on connections before
+	# their first request.
+	export FLASHSALE_MAX_PENDING_CONNS_PER_ADDR=1000000
 	export FLASHSALE_RECONCILE_AFTER=${FLASHSALE_RECONCILE_AFTER:-15s}
 	if [ "$f" = expiry ]; then
 		export FLASHSALE_PAYMENT_WINDOW=20s FLASHSALE_EXPIRY_INTERVAL=2s

@@ -111,6 +111,10 @@ start_stack() { # scenario
 	mkdir -p "$dir"
 	export FLASHSALE_JWT_SECRET="loadscenarios-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 	export FLASHSALE_LOG_LEVEL=${FLASHSALE_LOG_LEVEL:-warn}
+	# The simulated shoppers share a few loopback addresses and warm
+	# thousands of connections at once: no cap on connections before
+	# their first request.
+	export FLASHSALE_MAX_PENDING_CONNS_PER_ADDR=1000000
 	# Every process here holds tens of thousands of connections in a few
 	# hundred MB of heap and has memory to spare: collect at 4× the live
 	# heap instead of 2× (GOGC=100), which halves the collector's CPU.

@@ -56,7 +56,7 @@ func TestDeployMetricsExist(t *testing.T) {
 	}))
 	t.Cleanup(hook.Close)
 	s := startStack(t, func(c *wiring.Config) {
-		c.WebhookURL, c.WebhookSecret = hook.URL, "deploy-test-webhook-secret"
+		c.WebhookURL, c.WebhookSecret = hook.URL, "deploy-test-webhook-secret-0123456789"
 	})
 	saleID, items := s.createSale(1, 5)
 	// A drop: a purchase, a pay, a sold-out refusal, an unknown route.

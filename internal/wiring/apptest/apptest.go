@@ -60,6 +60,10 @@ func Start(t testing.TB, mutate ...func(*wiring.Config)) *Stack {
 	// Position updates from the opening on, as those tests expect too;
 	// the hold is waitroom's TestOpeningHold.
 	cfg.OpeningHold = -1
+	// Every connection of a test comes from one loopback address, many of
+	// them at once; the cap on connections before their first request is
+	// the security test's, which sets its own.
+	cfg.MaxPendingConnsPerAddr = -1
 	for _, m := range mutate {
 		m(&cfg)
 	}
