@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"strconv"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -133,23 +134,9 @@ func framingRefusal(why string) []byte {
 	b = append(b, "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n"...)
 	b = append(b, securityHeaderLines...)
 	b = append(b, "Content-Length: "...)
-	b = appendInt(b, len(body))
+	b = strconv.AppendInt(b, int64(len(body)), 10)
 	b = append(b, "\r\n\r\n"...)
 	return append(b, body...)
-}
-
-func appendInt(b []byte, n int) []byte {
-	var d [20]byte
-	i := len(d)
-	for {
-		i--
-		d[i] = byte('0' + n%10)
-		n /= 10
-		if n == 0 {
-			break
-		}
-	}
-	return append(b, d[i:]...)
 }
 
 // refusalLinger bounds how long the splitter reads (and drops) what a
