@@ -77,7 +77,7 @@ func (s *Store) Act(ctx context.Context, id int64, a flashsale.SaleAction) (flas
 				return flashsale.Invalid("add", "must be 1 to %d", flashsale.MaxStockAdd)
 			}
 			var quantity int64
-			err := tx.QueryRow(ctx, `SELECT quantity FROM items WHERE id = $1 AND sale_id = $2 FOR UPDATE`, a.ItemID, id).Scan(&quantity)
+			err := tx.QueryRow(ctx, `SELECT quantity FROM items WHERE id = $1 AND sale_id = $2 FOR NO KEY UPDATE`, a.ItemID, id).Scan(&quantity)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return errNoItem
 			}

@@ -189,3 +189,46 @@ func TestAddStockShardsAndOutbox(t *testing.T) {
 		t.Fatalf("a retried addition: remaining %d, want 15", rem[item])
 	}
 }
+
+// TestActBesideOrderInserts: an operator's action does not wait for the
+// order writer's transactions. An order insert holds KEY SHARE locks on
+// its item and sale rows (the foreign keys) until it commits; the
+// action's locks must not conflict with them, or an action taken during
+// a sale waits for the writer, and deadlocks with it when the writer
+// waits for the sale row the action holds.
+func TestActBesideOrderInserts(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	s := NewStore(testenv.Postgres(t), rdb, redisstock.New(rdb), nil)
+	sale, err := s.Create(ctx, flashsale.Sale{Name: "Live", StartsAt: time.Now(), AdmissionRatePerSecond: 5,
+		Items: []flashsale.Item{{ProductID: 501, Quantity: 1, PriceCents: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	item := sale.Items[0].ID
+	// What the writer's foreign-key checks hold, in its order: the item,
+	// then the sale.
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM items WHERE id = $1 FOR KEY SHARE`, item); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM sales WHERE id = $1 FOR KEY SHARE`, sale.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []flashsale.SaleAction{
+		{Kind: flashsale.ActionStock, ItemID: item, Add: 2},
+		{Kind: flashsale.ActionPause},
+		{Kind: flashsale.ActionMessage, Text: "more soon"},
+	} {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := s.Act(actx, sale.ID, a)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s while an order insert holds its key locks: %v", a.Kind, err)
+		}
+	}
+}

@@ -239,9 +239,15 @@ var errConflict = &flashsale.Error{Code: flashsale.CodeVersionConflict,
 // lockVersion locks the sale's row for the transaction and returns its
 // version: NOT_FOUND for no sale, VERSION_CONFLICT when ifVersion (not 0)
 // is not it.
+//
+// The lock is FOR NO KEY UPDATE, as are the item locks of Act: the order
+// writer's inserts hold KEY SHARE locks on their sale and item rows (the
+// foreign keys), which FOR UPDATE would wait for, and the writer locks the
+// item before the sale, so an operator's action during a sale could
+// deadlock with it. No change here touches a key.
 func (s *Store) lockVersion(ctx context.Context, tx pgx.Tx, id, ifVersion int64) (int64, error) {
 	var version int64
-	err := tx.QueryRow(ctx, `SELECT version FROM sales WHERE id = $1 FOR UPDATE`, id).Scan(&version)
+	err := tx.QueryRow(ctx, `SELECT version FROM sales WHERE id = $1 FOR NO KEY UPDATE`, id).Scan(&version)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, errNotFound
 	}
