@@ -125,30 +125,62 @@ func TestRelayKilledAndRestarted(t *testing.T) {
 	for i := range ids {
 		ids[i] = uuid.NewString()
 	}
+	// The last change of every order is held back and appended by the
+	// test itself: a relay that kills itself after its first
+	// acknowledgements needs events left to publish, and on a fast
+	// machine the earlier rounds can publish the whole stream.
 	var fed atomic.Int64
+	var fedAll atomic.Bool // the stream but the held-back changes is in
 	feedDone := make(chan error, 1)
+	appendEvent := func(ctx context.Context, c, i int) error {
+		st := lifecycle[c%len(lifecycle)]
+		ev := Event{Type: TypeFor(st), OccurredAt: time.Now(), OrderID: ids[i], SaleID: 1, ItemID: 1001,
+			UserID: int64(i + 1), Status: st, PriceCents: 100}
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return Append(ctx, tx, ev) }); err != nil {
+			return err
+		}
+		fed.Add(1)
+		return nil
+	}
+	held := 0 // orders whose last change is appended
+	appendHeld := func(n int) {
+		t.Helper()
+		for ; n > 0 && held < orders; n-- {
+			if err := appendEvent(context.Background(), changes-1, held); err != nil {
+				t.Fatal(err)
+			}
+			held++
+		}
+	}
 	go func() {
 		ctx := context.Background()
-		for c := range changes {
-			st := lifecycle[c%len(lifecycle)]
-			for i, id := range ids {
-				ev := Event{Type: TypeFor(st), OccurredAt: time.Now(), OrderID: id, SaleID: 1, ItemID: 1001,
-					UserID: int64(i + 1), Status: st, PriceCents: 100}
-				if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return Append(ctx, tx, ev) }); err != nil {
+		for c := range changes - 1 {
+			for i := range ids {
+				if err := appendEvent(ctx, c, i); err != nil {
 					feedDone <- err
 					return
 				}
-				fed.Add(1)
 				if i%8 == 0 {
 					time.Sleep(time.Millisecond) // a stream, not one burst
 				}
 			}
 		}
+		fedAll.Store(true)
 		feedDone <- nil
 	}()
 
 	selfKills := 0
 	for round := range 8 {
+		// Every round's relay needs events to publish: one killed by
+		// itself after up to three acknowledgements needs three, one
+		// killed from outside at least one more. No relay runs between
+		// rounds, so what is unpublished now stays so until it starts.
+		testenv.Eventually(t, fmt.Sprintf("round %d: events to publish", round), 60*time.Second, func() bool {
+			return unpublished(t, pool) >= 3 || fedAll.Load()
+		})
+		if unpublished(t, pool) < 3 {
+			appendHeld(10)
+		}
 		if round%2 == 0 {
 			// Killed by itself between the acknowledgement and the mark.
 			p := startRelayProcess(t, dbURL, k.Brokers, 1+rand.IntN(3))
@@ -180,6 +212,7 @@ func TestRelayKilledAndRestarted(t *testing.T) {
 	if err := <-feedDone; err != nil {
 		t.Fatal(err)
 	}
+	appendHeld(orders)
 	// A last relay finishes the stream.
 	last := startRelayProcess(t, dbURL, k.Brokers, 0)
 	waitFor(t, "every event published", func() bool { return unpublished(t, pool) == 0 })
