@@ -162,13 +162,23 @@ const securityHeaderLines = headerCSP + ": " + valueCSP + "\r\n" +
 	headerNoSniff + ": " + valueNoSniff + "\r\n" +
 	headerReferrerPolicy + ": " + valueReferrerPolicy + "\r\n"
 
-// edgeChecks refuses a request whose framing is unsafe and adds the
+// edgeChecks refuses a request whose framing is unsafe (its head, and its
+// request line as the connection's reqLines saw it) and adds the
 // security headers to the answer; true means the request was answered.
 // Every route and the CORS preflight run it first.
 func edgeChecks(c *fiber.Ctx) bool {
 	if why := badFraming(c.Request().Header.RawHeaders()); why != "" {
 		_ = refuseFraming(c, why)
 		return true
+	}
+	if wc, ok := c.Context().Conn().(*watchedConn); ok {
+		switch wc.lines.verdict(c.Context().ConnRequestNum()) {
+		case reqLineBareLF:
+			_ = refuseFraming(c, framingBareLF)
+			return true
+		case reqLineClose:
+			c.Context().SetConnectionClose()
+		}
 	}
 	h := &c.Response().Header
 	h.SetCanonical(bHeaderCSP, bValueCSP)

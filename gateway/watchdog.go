@@ -151,12 +151,14 @@ type watchedConn struct {
 	reqStart atomic.Int64 // the current request's first bytes arrived at; 0: between requests
 	released atomic.Bool
 	linger   atomic.Bool // the next Close is a lingering one
+	lines    reqLines    // where each request begins (framing of its request line)
 }
 
 func (c *watchedConn) Read(p []byte) (int, error) {
 	c.reading.Store(c.w.clock.Load())
 	n, err := c.Conn.Read(p)
 	c.reading.Store(0)
+	c.lines.feed(p[:n])
 	if n > 0 && c.reqStart.Load() == 0 {
 		c.reqStart.Store(c.w.clock.Load())
 	}

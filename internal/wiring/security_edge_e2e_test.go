@@ -164,6 +164,7 @@ func TestSecurityEdgeSmugglingRefused(t *testing.T) {
 		{"differing CL", purchase + "Content-Length: 0\r\nContent-Length: " + fmt.Sprint(len(smuggled)) + "\r\n\r\n" + smuggled},
 		{"bare LF", "POST /api/flash-sales/items/1/purchase HTTP/1.1\nHost: x\nContent-Length: 0\n\n" + smuggled},
 		{"bare LF in a header", purchase + "X-A: 1\nContent-Length: 0\r\n\r\n" + smuggled},
+		{"bare LF ending the request line", "POST /api/flash-sales/items/1/purchase HTTP/1.1\nHost: x\r\nContent-Length: 0\r\n\r\n" + smuggled},
 	}
 	const first = "GET /api/flash-sales/sales HTTP/1.1\r\nHost: x\r\n\r\n"
 	for _, sh := range shapes {
