@@ -111,6 +111,11 @@ type Config struct {
 	// FLASHSALE_MAX_PENDING_CONNS_PER_ADDR); trusted proxies are not
 	// capped.
 	MaxPendingConnsPerAddr int
+	// DrawIdentityMax is the largest draw record a gateway sends
+	// uncompressed; a larger one is sent gzip-encoded to every client
+	// (gateway.Config.DrawIdentityMax, FLASHSALE_DRAW_IDENTITY_MAX, bytes;
+	// 0: its default, 1 MiB).
+	DrawIdentityMax int
 	// JWTMaxLifetime is the longest access-token lifetime accepted
 	// (auth.WithMaxLifetime, FLASHSALE_JWT_MAX_LIFETIME).
 	JWTMaxLifetime time.Duration
@@ -344,6 +349,7 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 	})
 	integer("FLASHSALE_WS_MAX_CONNS_PER_ADDR", &c.WSMaxConnsPerAddr)
 	integer("FLASHSALE_MAX_PENDING_CONNS_PER_ADDR", &c.MaxPendingConnsPerAddr)
+	integer("FLASHSALE_DRAW_IDENTITY_MAX", &c.DrawIdentityMax)
 	dur("FLASHSALE_JWT_MAX_LIFETIME", &c.JWTMaxLifetime)
 	durOrOff("FLASHSALE_QUEUE_KEY_TTL", "a duration like 24h, or 0 to keep the keys", func(d time.Duration) { c.QueueKeyTTL = d })
 	dur("FLASHSALE_ADMITTED_GRACE", &c.AdmittedGrace)

@@ -102,7 +102,8 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	}
 	srv := gateway.New(gateway.Config{CORSOrigins: cfg.CORSOrigins, Ready: a.Ready, SaleRequests: saleRequests,
 		PaymentURL: cfg.PaymentURL, DrawLead: cfg.DrawLead,
-		MaxPendingPerAddr: cfg.MaxPendingConnsPerAddr, TrustedProxies: cfg.TrustedProxies}, gateway.Deps{
+		MaxPendingPerAddr: cfg.MaxPendingConnsPerAddr, TrustedProxies: cfg.TrustedProxies,
+		DrawIdentityMax: int64(cfg.DrawIdentityMax)}, gateway.Deps{
 		Access:    a.access,
 		Admission: a.signer,
 		Sales:     a.cache,

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net"
 	"strconv"
@@ -22,6 +23,8 @@ import (
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/internal/adapter/redisconn"
 	"github.com/flashsale/flashsale/internal/harness/testenv"
+	"github.com/flashsale/flashsale/internal/wiring"
+	"github.com/flashsale/flashsale/internal/wiring/apptest"
 	"github.com/flashsale/flashsale/waitroom"
 )
 
@@ -226,6 +229,48 @@ func TestSecurityDrawRecordServedStored(t *testing.T) {
 	}
 	if got := metricValue(t, s.App.AdminURL, "flashsale_gateway_draw_loads_total") - loads; got != nSales {
 		t.Errorf("records loaded from the store: %v, want %d (one per sale, then memory)", got, nSales)
+	}
+}
+
+// TestSecurityDrawRecordGzipOnly: a record above
+// FLASHSALE_DRAW_IDENTITY_MAX is sent gzip-encoded to a client that asked
+// for identity too, under the gzip form's ETag, and If-None-Match with
+// that ETag is a 304 without a body.
+func TestSecurityDrawRecordGzipOnly(t *testing.T) {
+	s := startStack(t, func(c *wiring.Config) { c.DrawIdentityMax = 64 })
+	sales, _ := preQueuedSales(t, s, 1, 4)
+	path := "/api/flash-sales/sales/" + strconv.FormatInt(sales[0].ID, 10) + "/draw"
+	var r apptest.Resp
+	waitFor(t, "the record published", func() bool {
+		r = s.Do("GET", path, "", nil, "Accept-Encoding", "identity")
+		return r.Status == 200
+	})
+	if r.Header.Get("Content-Encoding") != "gzip" {
+		t.Fatalf("Accept-Encoding: identity: Content-Encoding %q, want gzip (the record is above the identity bound)", r.Header.Get("Content-Encoding"))
+	}
+	etag := r.Header.Get("ETag")
+	if !strings.HasSuffix(etag, `-gz"`) {
+		t.Fatalf("ETag %q, want the gzip form's (ending -gz)", etag)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(r.Raw))
+	if err != nil {
+		t.Fatalf("the body is not gzip: %v", err)
+	}
+	var rec struct {
+		SaleID  int64    `json:"saleId"`
+		Members []string `json:"members"`
+	}
+	if err := json.NewDecoder(zr).Decode(&rec); err != nil || rec.SaleID != sales[0].ID || len(rec.Members) != 4 {
+		t.Fatalf("decoded record: sale %d, %d members, %v; want sale %d, 4 members", rec.SaleID, len(rec.Members), err, sales[0].ID)
+	}
+	if len(r.Raw) <= 64 {
+		t.Fatalf("the gzip form is %d bytes: the test needs a record above the bound", len(r.Raw))
+	}
+	for _, enc := range []string{"identity", "gzip"} {
+		nm := s.Do("GET", path, "", nil, "If-None-Match", etag, "Accept-Encoding", enc)
+		if nm.Status != 304 || len(nm.Raw) != 0 || nm.Header.Get("ETag") != etag {
+			t.Fatalf("If-None-Match %s (Accept-Encoding %s): status %d, %d bytes, ETag %q; want 304, empty, the same ETag", etag, enc, nm.Status, len(nm.Raw), nm.Header.Get("ETag"))
+		}
 	}
 }
 
