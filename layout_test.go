@@ -76,13 +76,15 @@ var layout = map[string]imports{
 	"internal/adapter/kafka":      {code: "flashsale", tests: "internal/harness/testenv"},
 	"internal/adapter/postgres":   {tests: "internal/harness/localsvc internal/harness/testenv"},
 	"internal/adapter/redisstock": {code: "flashsale lua", tests: "internal/harness/testenv"},
+	// redisclock reads the fleet's clock, Redis TIME.
+	"internal/adapter/redisclock": {tests: "internal/harness/testenv"},
 	// redisconn builds every Redis client from the settings (one node,
 	// cluster, Sentinel); its tests start those topologies for real and
 	// reserve through redisstock while a cluster node is down.
 	"internal/adapter/redisconn": {tests: "lua internal/adapter/redisstock internal/harness/localsvc internal/harness/testenv"},
 
 	// The composition root and the binaries.
-	"internal/wiring": {code: "flashsale admission auth defense events expiry gateway orders purchase sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn",
+	"internal/wiring": {code: "flashsale admission auth defense events expiry gateway orders purchase sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn internal/adapter/redisclock",
 		tests: "internal/wiring/apptest internal/harness/localsvc internal/harness/testenv"},
 	"cmd/flashsale": {code: "flashsale auth sales waitroom loadtest internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock internal/adapter/redisconn",
 		tests: "internal/wiring/apptest internal/harness/testenv"},

@@ -199,7 +199,11 @@ type Config struct {
 	// call the API from a page on another origin; empty: same-origin only.
 	CORSOrigins []string
 	Now         func() time.Time
-	Ready       func(ctx context.Context) error // for /readyz; nil: always ready
+	// Correction turns the machine clock into the fleet's (redisclock):
+	// with Now nil, a request's time is its arrival time plus Correction.
+	// nil: none.
+	Correction func() time.Duration
+	Ready      func(ctx context.Context) error // for /readyz; nil: always ready
 	// SaleRequests, when set, counts every purchase and order request
 	// (read, pay, cancel) that reaches its handler: the waiting room's
 	// pacing yields to them (waitroom.Config.Competing).
@@ -294,8 +298,9 @@ type Server struct {
 	cfg Config
 	d   Deps
 	now func() time.Time
-	// realClock: cfg.Now is time.Now, so a request's own arrival time
-	// (fasthttp reads it once per request) can stand for it.
+	// realClock: cfg.Now is the machine clock (plus cfg.Correction), so a
+	// request's own arrival time (fasthttp reads it once per request) can
+	// stand for it.
 	realClock bool
 	log       *slog.Logger
 	app       *fiber.App
@@ -321,6 +326,10 @@ type Server struct {
 // New builds the gateway and registers its routes and metrics.
 func New(cfg Config, deps Deps) *Server {
 	realClock := cfg.Now == nil
+	if realClock && cfg.Correction != nil {
+		corr := cfg.Correction
+		cfg.Now = func() time.Time { return time.Now().Add(corr()) }
+	}
 	cfg = cfg.withDefaults()
 	if deps.Guard == nil {
 		deps.Guard = allowAll{}
@@ -482,6 +491,9 @@ func (s *Server) isClosed() bool {
 // and passing it on saves a clock read per check.
 func (s *Server) reqNow(c *fiber.Ctx) time.Time {
 	if s.realClock {
+		if s.cfg.Correction != nil {
+			return c.Context().Time().Add(s.cfg.Correction())
+		}
 		return c.Context().Time()
 	}
 	return s.now()

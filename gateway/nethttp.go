@@ -132,10 +132,17 @@ func (s *Server) ServeAdmin(ln net.Listener) error {
 	return nil
 }
 
+// ReadyNote is what a ready func returns for a process that is ready but
+// has something to tell its operator (a clock off the fleet's): /readyz
+// answers 200, the note on the line after "ready".
+type ReadyNote string
+
+func (n ReadyNote) Error() string { return string(n) }
+
 // AdminHandler is the admin port of every flashsale process, with or
 // without the gateway role: /metrics from metrics, /healthz (200 while the
-// process is up), /readyz (200 when ready returns nil, else 503 with the
-// reason in the error body; a nil ready is always ready) and
+// process is up), /readyz (200 when ready returns nil or a ReadyNote, else
+// 503 with the reason in the error body; a nil ready is always ready) and
 // /debug/pprof/.
 func AdminHandler(metrics prometheus.Gatherer, ready func(context.Context) error) http.Handler {
 	mux := http.NewServeMux()
@@ -149,6 +156,12 @@ func AdminHandler(metrics prometheus.Gatherer, ready func(context.Context) error
 			ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 			err := ready(ctx)
 			cancel()
+			var note ReadyNote
+			if errors.As(err, &note) {
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+				_, _ = w.Write([]byte("ready\n" + string(note) + "\n"))
+				return
+			}
 			if err != nil {
 				// The admin port is internal: the reason helps the operator.
 				w.Header().Set("Content-Type", "application/json")

@@ -24,8 +24,10 @@ import (
 	"github.com/flashsale/flashsale/admission"
 	"github.com/flashsale/flashsale/auth"
 	"github.com/flashsale/flashsale/defense"
+	"github.com/flashsale/flashsale/gateway"
 	"github.com/flashsale/flashsale/internal/adapter/postgres"
 	"github.com/flashsale/flashsale/internal/adapter/prom"
+	"github.com/flashsale/flashsale/internal/adapter/redisclock"
 	"github.com/flashsale/flashsale/internal/adapter/redisconn"
 	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 	"github.com/flashsale/flashsale/sales"
@@ -63,6 +65,7 @@ type App struct {
 	log    *slog.Logger
 	reg    *prometheus.Registry
 	rdb    redis.UniversalClient
+	clock  *redisclock.Clock // the fleet's clock for every sale time
 	pool   *pgxpool.Pool
 	broker *Broker // the embedded one, when no brokers are configured
 	kping  *kafkaPinger
@@ -123,6 +126,9 @@ func Start(ctx context.Context, cfg Config, roles Roles, logger *slog.Logger) (_
 		return nil, err
 	}
 	a.onClose(func(context.Context) error { return a.rdb.Close() })
+	if err := a.startClock(ctx, runCtx); err != nil {
+		return nil, err
+	}
 	a.pool, err = postgres.Open(ctx, postgres.Config{URL: cfg.DatabaseURL, MaxConns: cfg.DBMaxConns, MinConns: cfg.DBMinConns})
 	if err != nil {
 		return nil, err
@@ -176,7 +182,7 @@ func Start(ctx context.Context, cfg Config, roles Roles, logger *slog.Logger) (_
 	if err := a.stock.LoadScripts(ctx); err != nil {
 		return nil, err
 	}
-	a.sales = sales.NewStore(a.pool, a.rdb, a.stock, nil)
+	a.sales = sales.NewStore(a.pool, a.rdb, a.stock, a.clock.Now)
 	a.cache = sales.NewCache(a.sales, a.rdb, time.Second, logger)
 	if err := a.cache.Refresh(ctx); err != nil {
 		return nil, err
@@ -292,8 +298,41 @@ func (a *App) Ready(ctx context.Context) error {
 	if a.jwks != nil {
 		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		defer cancel()
-		return a.jwks.Ready(ctx)
+		if err := a.jwks.Ready(ctx); err != nil {
+			return err
+		}
 	}
+	switch err := a.clock.Check(); {
+	case errors.Is(err, redisclock.ErrNotMeasured):
+		// The process's own clock could open a sale early.
+		return err
+	case err != nil:
+		// Ready: the offset corrects the clock; the operator hears of it.
+		return gateway.ReadyNote(err.Error())
+	}
+	return nil
+}
+
+// startClock measures the fleet clock's offset (Redis TIME) once before
+// any role starts, so that no sale time is read off this machine's own
+// clock, and keeps it measured. A first measurement that fails leaves
+// /readyz at 503 until one succeeds.
+func (a *App) startClock(ctx, runCtx context.Context) error {
+	a.clock = redisclock.New(redisclock.Config{Skew: a.cfg.ClockSkew, MaxOffset: a.cfg.ClockMaxOffset}, a.rdb, a.log)
+	mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := a.clock.Measure(mctx); err != nil {
+		a.log.Warn("clock offset not measured at start; sale times read this machine's clock until it is", "err", err)
+	} else if err := a.clock.Check(); err != nil {
+		a.log.Warn("clock off the fleet's", "err", err)
+	}
+	if _, err := prom.Register(a.reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "flashsale_clock_offset_seconds",
+		Help: "The fleet clock (Redis TIME) minus this process's own clock, as last measured; sale times follow the fleet clock (FLASHSALE_CLOCK_MAX_OFFSET bounds what /readyz lets pass without a note).",
+	}, func() float64 { return a.clock.Offset().Seconds() })); err != nil {
+		return err
+	}
+	a.goRun("clock", func() error { return a.clock.Run(runCtx) })
 	return nil
 }
 
@@ -393,5 +432,5 @@ func (a *App) SetDefense(ctx context.Context, actor string, body []byte) error {
 // shopper's turn (for tests and tools that drive the purchase path
 // directly).
 func (a *App) SignAdmission(userID, saleID int64, ttl time.Duration) string {
-	return a.signer.Sign(flashsale.Admission{UserID: userID, SaleID: saleID, ExpiresAt: time.Now().Add(ttl)})
+	return a.signer.Sign(flashsale.Admission{UserID: userID, SaleID: saleID, ExpiresAt: a.clock.Now().Add(ttl)})
 }

@@ -133,6 +133,14 @@ type Config struct {
 	// (defense.GuardConfig.ShareInterval, FLASHSALE_DEFENSE_SHARE_INTERVAL,
 	// at most 1s; 0: each gateway limits on its own).
 	DefenseShareInterval time.Duration
+	// ClockSkew makes this process's own clock run off by this much
+	// (redisclock.Config.Skew, FLASHSALE_CLOCK_SKEW, may be negative):
+	// drills and tests inject a wrong clock with it.
+	ClockSkew time.Duration
+	// ClockMaxOffset is the offset to the fleet clock (Redis TIME) past
+	// which /readyz notes this process's clock (redisclock.Config.MaxOffset,
+	// FLASHSALE_CLOCK_MAX_OFFSET).
+	ClockMaxOffset time.Duration
 	// GatewayID names this gateway in the fleet's defense figures
 	// (defense.GuardConfig.GatewayID, FLASHSALE_GATEWAY_ID; empty: host
 	// name and a random suffix).
@@ -195,6 +203,7 @@ func Defaults() Config {
 		KafkaSessionTimeout: 6 * time.Second,
 
 		DefenseShareInterval: 100 * time.Millisecond,
+		ClockMaxOffset:       500 * time.Millisecond,
 
 		WebhookMaxAttempts: events.DefaultWebhookMaxAttempts,
 		DrainPeriod:        DefaultDrainPeriod,
@@ -353,6 +362,14 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 	dur("FLASHSALE_JWT_MAX_LIFETIME", &c.JWTMaxLifetime)
 	durOrOff("FLASHSALE_QUEUE_KEY_TTL", "a duration like 24h, or 0 to keep the keys", func(d time.Duration) { c.QueueKeyTTL = d })
 	dur("FLASHSALE_ADMITTED_GRACE", &c.AdmittedGrace)
+	dur("FLASHSALE_CLOCK_MAX_OFFSET", &c.ClockMaxOffset)
+	if v := getenv("FLASHSALE_CLOCK_SKEW"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("FLASHSALE_CLOCK_SKEW=%q: want a duration like 2s or -2s", v))
+		}
+		c.ClockSkew = d
+	}
 	if c.AdmittedGrace > 30*time.Second {
 		errs = append(errs, fmt.Errorf("FLASHSALE_ADMITTED_GRACE=%s: at most 30s (a gone shopper's place is freed after it)", c.AdmittedGrace))
 	}

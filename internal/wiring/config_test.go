@@ -116,3 +116,30 @@ func TestQueueKeyTTLFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// FLASHSALE_CLOCK_SKEW takes a signed duration; FLASHSALE_CLOCK_MAX_OFFSET
+// a positive one. A malformed value is refused naming the variable.
+func TestClockFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		name, v string
+		skew    time.Duration
+		maxOff  time.Duration
+		bad     bool
+	}{
+		{"FLASHSALE_CLOCK_SKEW", "", 0, 500 * time.Millisecond, false},
+		{"FLASHSALE_CLOCK_SKEW", "2s", 2 * time.Second, 500 * time.Millisecond, false},
+		{"FLASHSALE_CLOCK_SKEW", "-1500ms", -1500 * time.Millisecond, 500 * time.Millisecond, false},
+		{"FLASHSALE_CLOCK_SKEW", "fast", 0, 0, true},
+		{"FLASHSALE_CLOCK_MAX_OFFSET", "1s", 0, time.Second, false},
+		{"FLASHSALE_CLOCK_MAX_OFFSET", "-1s", 0, 0, true},
+	} {
+		c := Defaults()
+		err := c.FromEnv(func(k string) string { return map[string]string{tc.name: tc.v}[k] })
+		switch {
+		case tc.bad && (err == nil || !strings.Contains(err.Error(), tc.name)):
+			t.Errorf("%s=%q: err %v, want one naming the variable", tc.name, tc.v, err)
+		case !tc.bad && (err != nil || c.ClockSkew != tc.skew || c.ClockMaxOffset != tc.maxOff):
+			t.Errorf("%s=%q: skew %s, max offset %s, err %v; want %s, %s", tc.name, tc.v, c.ClockSkew, c.ClockMaxOffset, err, tc.skew, tc.maxOff)
+		}
+	}
+}

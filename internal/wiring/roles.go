@@ -38,7 +38,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	}
 	wcancel()
 
-	buy := purchase.New(purchase.Config{}, a.stock, producer, a.log, a.reg)
+	buy := purchase.New(purchase.Config{Now: a.clock.Now}, a.stock, producer, a.log, a.reg)
 	a.goRun("purchase", func() error { return buy.Run(runCtx) })
 	// Concurrent reservations share Redis round trips (internal/adapter/redisstock).
 	a.goRun("reserve-pipeline", func() error { return a.stock.RunPipeline(runCtx, 0) })
@@ -49,11 +49,11 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		return err
 	}
 	a.onClose(func(context.Context) error { orderLog.Close(); return nil })
-	rec := purchase.NewReconciler(purchase.ReconcilerConfig{After: cfg.ReconcileAfter, PaymentWindow: cfg.PaymentWindow, Orders: orderLog},
+	rec := purchase.NewReconciler(purchase.ReconcilerConfig{After: cfg.ReconcileAfter, PaymentWindow: cfg.PaymentWindow, Orders: orderLog, Now: a.clock.Now},
 		a.pool, a.stock, a.cache, a.log, a.reg)
 	a.goRun("reconciler", func() error { return rec.Run(runCtx) })
 
-	ord := orders.New(orders.Config{PaymentWindow: cfg.PaymentWindow}, a.pool, a.stock, a.cache, a.log)
+	ord := orders.New(orders.Config{PaymentWindow: cfg.PaymentWindow, Now: a.clock.Now}, a.pool, a.stock, a.cache, a.log)
 
 	settings := defense.NewStore(a.pool, a.rdb, a.log)
 	// The guard shares its rate-limit spend and its counters with the
@@ -79,6 +79,9 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		MaxConnsPerIP:  cfg.WSMaxConnsPerAddr,
 		OriginPatterns: originPatterns(cfg.CORSOrigins),
 		AdmittedGrace:  cfg.AdmittedGrace,
+		// Every sale time (the pre-queue's close, the draw, the opening,
+		// serverTimeMs) is the fleet's, whatever this machine's clock says.
+		Now: a.clock.Now,
 		// The queue's tickets, draw and cursor outlive a Redis loss.
 		Durable: waitroom.NewPGDurable(a.pool),
 		// The public draw record is built once, at the draw, and stored.
@@ -103,7 +106,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	srv := gateway.New(gateway.Config{CORSOrigins: cfg.CORSOrigins, Ready: a.Ready, SaleRequests: saleRequests,
 		PaymentURL: cfg.PaymentURL, DrawLead: cfg.DrawLead,
 		MaxPendingPerAddr: cfg.MaxPendingConnsPerAddr, TrustedProxies: cfg.TrustedProxies,
-		DrawIdentityMax: int64(cfg.DrawIdentityMax)}, gateway.Deps{
+		DrawIdentityMax: int64(cfg.DrawIdentityMax), Correction: a.clock.Correction}, gateway.Deps{
 		Access:    a.access,
 		Admission: a.signer,
 		Sales:     a.cache,
@@ -168,8 +171,8 @@ func (a *App) startWriter(ctx, runCtx context.Context) error {
 }
 
 func (a *App) startExpiry(_, runCtx context.Context) error {
-	ord := orders.New(orders.Config{PaymentWindow: a.cfg.PaymentWindow}, a.pool, a.stock, a.cache, a.log)
-	w := expiry.New(expiry.Config{Interval: a.cfg.ExpiryInterval}, a.pool, a.stock, ord, a.log, a.reg)
+	ord := orders.New(orders.Config{PaymentWindow: a.cfg.PaymentWindow, Now: a.clock.Now}, a.pool, a.stock, a.cache, a.log)
+	w := expiry.New(expiry.Config{Interval: a.cfg.ExpiryInterval, Now: a.clock.Now}, a.pool, a.stock, ord, a.log, a.reg)
 	a.goRun("expiry", func() error { return w.Run(runCtx) })
 	// The order-event relay runs beside the expiry worker: one of the
 	// expiry processes publishes at a time, the others stand by.
