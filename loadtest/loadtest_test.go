@@ -374,7 +374,9 @@ func TestRunFakePreconnectAndPayAfter(t *testing.T) {
 func TestRunFakeLinger(t *testing.T) {
 	const linger2 = 2 * time.Second
 	for _, linger := range []time.Duration{0, linger2} {
-		f := newFakeStack(t, false)
+		// Half the shoppers are never admitted, so that some wait until
+		// the sell-out however slowly the admitted ones buy.
+		f := newFakeStackWith(t, false, fakeFaults{admitOnly: 25}, 1)
 		cfg := fakeConfig(f)
 		cfg.Linger = linger
 		if _, err := Run(context.Background(), cfg); err != nil {
