@@ -78,20 +78,20 @@ func (g *gateway) leads(saleID int64) bool {
 	return sr.leadAt >= 0
 }
 
-// buy stands in for a purchase: the buyer record, the reservation counter
-// and one unit less.
+// buy stands in for a purchase: one unit less, then the buyer record and
+// the reservation counter (the unit first, as in buyOnHome).
 func (e *env) buy(saleID, itemID, user int64) {
 	e.t.Helper()
 	ctx := context.Background()
+	e.stock.mu.Lock()
+	e.stock.m[saleID][itemID]--
+	e.stock.mu.Unlock()
 	if err := e.rdb.HSet(ctx, lua.BuyersKey(saleID), user, "order-"+strconv.FormatInt(user, 10)+"|"+strconv.FormatInt(itemID, 10)+"|1").Err(); err != nil {
 		e.t.Fatal(err)
 	}
 	if err := e.rdb.Incr(ctx, lua.ReservedKey(saleID)).Err(); err != nil {
 		e.t.Fatal(err)
 	}
-	e.stock.mu.Lock()
-	e.stock.m[saleID][itemID]--
-	e.stock.mu.Unlock()
 }
 
 // TestGoneAdmittedFreesPlace: the capacity cap holds 2 places for 2 units.

@@ -27,13 +27,19 @@ func usersOnShards(t *testing.T, shards, n int, homes ...int) []int64 {
 	return out
 }
 
-// buyOnHome stands in for a purchase in a sharded sale: the buyer record
-// and the reservation counter on the user's home shard, and one unit less.
+// buyOnHome stands in for a purchase in a sharded sale: one unit less,
+// then the buyer record and the reservation counter on the user's home
+// shard. The reserve script does all three at once; a room tick between
+// them must not see a reservation with its unit still in stock (a free
+// place under a cap of units that are gone), so the unit goes first.
 func (e *env) buyOnHome(sale *flashsale.Sale, user int64) {
 	e.t.Helper()
 	ctx := context.Background()
 	home := lua.HomeShard(user, sale.Shards())
 	item := sale.Items[0].ID
+	e.stock.mu.Lock()
+	e.stock.m[sale.ID][item]--
+	e.stock.mu.Unlock()
 	if err := e.rdb.HSet(ctx, shardKey(sale, home, lua.KindBuyers), user,
 		lua.BuyerValue("order-"+strconv.FormatInt(user, 10), item, 1)).Err(); err != nil {
 		e.t.Fatal(err)
@@ -41,9 +47,6 @@ func (e *env) buyOnHome(sale *flashsale.Sale, user int64) {
 	if err := e.rdb.Incr(ctx, shardKey(sale, home, lua.KindReserved)).Err(); err != nil {
 		e.t.Fatal(err)
 	}
-	e.stock.mu.Lock()
-	e.stock.m[sale.ID][item]--
-	e.stock.mu.Unlock()
 }
 
 // TestShardedSaleSellsOut: a sale with 3 stock shards whose shoppers buy
