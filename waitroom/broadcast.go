@@ -159,7 +159,7 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 			continue
 		}
 		c.admittedAt = at[i]
-		v := view{state: StateAdmitted}
+		v := view{state: StateAdmitted, out: sr.out}
 		c.last = v
 		c.push(v, opens, r.admittedMessage(sr, c.user, at[i]))
 	}

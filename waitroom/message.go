@@ -93,8 +93,12 @@ type Status struct {
 	ExpiresAtMs    int64  `json:"expiresAtMs,omitempty"`
 	// NotBeforeMs is when the token starts to buy (the first wave's, made
 	// before the opening: the opening instant); absent: at once.
-	NotBeforeMs int64          `json:"notBeforeMs,omitempty"`
-	Items       []AdmittedItem `json:"items,omitempty"`
+	NotBeforeMs int64 `json:"notBeforeMs,omitempty"`
+	// SoldOutItems are the sale's items shown sold out now, [] for none
+	// (absent until the room has read the stock): an item a shopper was
+	// answered SOLD_OUT for is back when it is not listed.
+	SoldOutItems *[]int64       `json:"soldOutItems,omitempty"`
+	Items        []AdmittedItem `json:"items,omitempty"`
 	// Message is the operator's message (polling only; nil: none).
 	Message *SaleMessage `json:"message,omitempty"`
 	// DrawSecret is the shopper's member secret in this sale (polling
@@ -156,6 +160,28 @@ type view struct {
 	state    string
 	position int64
 	eta      int64
+	// out is the sale's items shown sold out; a new pointer at every
+	// change, so that a change is a new view and reaches the shopper
+	// (nil: not known yet).
+	out *itemsOut
+}
+
+// itemsOut is the set of a sale's items shown sold out, as the status
+// message's soldOutItems (a JSON array, encoded once per change).
+type itemsOut struct {
+	ids  []int64
+	json []byte
+}
+
+func newItemsOut(ids []int64) *itemsOut {
+	b := append(make([]byte, 0, 2+8*len(ids)), '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return &itemsOut{ids: ids, json: append(b, ']')}
 }
 
 // appendStatus encodes a status message without reflection (it is sent to
@@ -171,6 +197,10 @@ func appendStatus(b []byte, v view, serverMs, opensMs int64) []byte {
 	b = strconv.AppendInt(b, v.position, 10)
 	b = append(b, `,"etaSeconds":`...)
 	b = strconv.AppendInt(b, v.eta, 10)
+	if v.out != nil {
+		b = append(b, `,"soldOutItems":`...)
+		b = append(b, v.out.json...)
+	}
 	return append(b, '}')
 }
 

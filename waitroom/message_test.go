@@ -122,6 +122,17 @@ func TestStatusJSON(t *testing.T) {
 		`{"type":"status","state":"WAITING","serverTimeMs":5,"opensAtMs":4,"position":3,"etaSeconds":2}`; got != want {
 		t.Fatalf("appendStatus = %s, want %s", got, want)
 	}
+	// The sold-out items: [] for none, absent while unknown (above).
+	for _, tc := range []struct {
+		ids  []int64
+		want string
+	}{{nil, `[]`}, {[]int64{1001}, `[1001]`}, {[]int64{1001, 1003}, `[1001,1003]`}} {
+		got := string(appendStatus(nil, view{state: StateAdmitted, out: newItemsOut(tc.ids)}, 5, 4))
+		want := `{"type":"status","state":"ADMITTED","serverTimeMs":5,"opensAtMs":4,"position":0,"etaSeconds":0,"soldOutItems":` + tc.want + `}`
+		if got != want {
+			t.Errorf("appendStatus = %s, want %s", got, want)
+		}
+	}
 }
 
 // appendAdmitted writes what json.Marshal of admittedMessage writes.

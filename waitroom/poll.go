@@ -80,6 +80,10 @@ func (r *Room) pollStatus(ctx context.Context, sr *saleRoom, userID, ticket int6
 	sr.mu.Unlock()
 	st := Status{Type: TypeStatus, State: v.state, ServerTimeMs: now.UnixMilli(), OpensAtMs: sale.StartsAt.UnixMilli(),
 		Position: v.position, EtaSeconds: v.eta, Message: saleMessage(sale), DrawSecret: r.MemberSecret(sr.id, userID)}
+	if v.out != nil {
+		ids := append([]int64{}, v.out.ids...)
+		st.SoldOutItems = &ids
+	}
 	if v.state != StateAdmitted {
 		return st, nil
 	}

@@ -29,14 +29,18 @@ type saleRoom struct {
 	// availableSince is when stock was first seen back after a sell-out
 	// (zero while sold out or never sold out); see Config.ResumeDelay.
 	availableSince time.Time
-	perm           *Permuter
-	entering       []dueStatus // scratch of broadcast
-	moved          []dueStatus // scratch of broadcast
-	touched        time.Time   // last polling use
-	samples        [rateSamples]struct{ ms, serving int64 }
-	nsample        int
-	leadAt         int64     // serving when this gateway last led (-1: not leading)
-	lastBeat       time.Time // last presence mark of the admitted connections
+	// out is the items shown sold out; backSince, per item shown sold out,
+	// when its stock was first seen back (the same ResumeDelay applies).
+	out       *itemsOut
+	backSince map[int64]time.Time
+	perm      *Permuter
+	entering  []dueStatus // scratch of broadcast
+	moved     []dueStatus // scratch of broadcast
+	touched   time.Time   // last polling use
+	samples   [rateSamples]struct{ ms, serving int64 }
+	nsample   int
+	leadAt    int64     // serving when this gateway last led (-1: not leading)
+	lastBeat  time.Time // last presence mark of the admitted connections
 
 	// What Durable holds, as far as this gateway knows: checked once
 	// (pgChecked), then kept up by its own checkpoints. savedSeq is the
@@ -181,16 +185,16 @@ func (sr *saleRoom) viewOf(place int64, now time.Time) view {
 	case s != nil && !s.EndsAt.IsZero() && !now.Before(s.EndsAt):
 		return view{state: StateEnded}
 	case s != nil && s.Paused && (place < 0 || place >= sr.st.Serving):
-		return view{state: StatePaused}
+		return view{state: StatePaused, out: sr.out}
 	case sr.soldOut:
-		return view{state: StateSoldOut}
+		return view{state: StateSoldOut, out: sr.out}
 	case place < 0:
-		return view{state: StatePrequeue}
+		return view{state: StatePrequeue, out: sr.out}
 	case place < sr.st.Serving:
-		return view{state: StateAdmitted}
+		return view{state: StateAdmitted, out: sr.out}
 	}
 	pos := place - sr.st.Serving
-	v := view{state: StateWaiting, position: pos}
+	v := view{state: StateWaiting, position: pos, out: sr.out}
 	if rt := sr.rate(); rt > 0 {
 		v.eta = int64(math.Ceil(float64(pos+1) / rt))
 	}
@@ -219,6 +223,50 @@ func (sr *saleRoom) untilOpening(now time.Time, tick, lead time.Duration) time.D
 		return tick / 10
 	}
 	return 0
+}
+
+// showItems updates the items shown sold out from the stock rem (every
+// item of the sale has a record): an item with none left is shown sold out
+// at once, and shown back once its stock has been back for ResumeDelay, as
+// the whole sale is (resumeHeld). A change makes a new set, which every
+// shopper's next view carries. Called with sr.mu held.
+func (r *Room) showItems(sr *saleRoom, rem map[int64]int64, now time.Time) {
+	shown := map[int64]bool{}
+	if sr.out != nil {
+		for _, id := range sr.out.ids {
+			shown[id] = true
+		}
+	}
+	var ids []int64
+	changed := sr.out == nil
+	for _, it := range sr.sale.Items {
+		switch {
+		case rem[it.ID] <= 0:
+			delete(sr.backSince, it.ID)
+			changed = changed || !shown[it.ID]
+			ids = append(ids, it.ID)
+		case !shown[it.ID]:
+		case r.cfg.ResumeDelay < 0:
+			changed = true
+		default:
+			if sr.backSince == nil {
+				sr.backSince = map[int64]time.Time{}
+			}
+			since, ok := sr.backSince[it.ID]
+			if !ok {
+				sr.backSince[it.ID], since = now, now
+			}
+			if now.Sub(since) < r.cfg.ResumeDelay {
+				ids = append(ids, it.ID)
+				continue
+			}
+			delete(sr.backSince, it.ID)
+			changed = true
+		}
+	}
+	if changed {
+		sr.out = newItemsOut(ids)
+	}
 }
 
 // resumeHeld is the sold-out state to show given the stock's: a sale that

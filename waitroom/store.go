@@ -80,6 +80,16 @@ const (
 // knownSeq, knownN, knownServing, guard 0/1). A guard of 1 with no live
 // marker means the queue existed and is gone; otherwise the caller only
 // knows figures this Redis has not reached.
+// capSoldOut is the tick's capLimit for a sale whose every item is sold
+// out: admit nobody, and forget the admissions so far (the capacity cap
+// counts admitted shoppers who have no answer yet, and at a sell-out every
+// one has it). The units that come back are then offered to the next in
+// line, up to the capacity factor, however many were admitted before.
+const (
+	capSoldOutN = -2
+	capSoldOut  = "-2"
+)
+
 const staleCheck = `
 local function stale(st, base)
   local live = redis.call('HGET', st, 'live')
@@ -152,7 +162,8 @@ return {n and tonumber(n) or -1, serving, out}
 //	KEYS: state, lease, buckets, reserved (lua.ReservedKey), presence,
 //	      gone, admitted, buyers (lua.BuyersKey), holes
 //	ARGV: me, nowMs, "drawAtMs:opensAtMs", leaseMs, rate, capLimit (-1: do not
-//	      admit), ttlMs, bucketMs, graceMs (0: nobody is counted gone),
+//	      admit; capSoldOut: admit nobody and forget every admission so
+//	      far), ttlMs, bucketMs, graceMs (0: nobody is counted gone),
 //	      knownSeq, knownN, knownServing, guard, and for a sale with stock
 //	      shards (tickShardArgs): the other shards' reservations, userId
 //	      (bought on another shard)...
@@ -210,6 +221,16 @@ if leader == 1 then
   end
   local rate = tonumber(ARGV[5])
   local capLimit = tonumber(ARGV[6])
+  if capLimit == ` + capSoldOut + ` then
+    -- sold out: every admitted shopper has a final answer (a unit, or
+    -- SOLD_OUT), so no admission so far counts against the cap of the
+    -- units that come back; those go to the next in line
+    redis.call('DEL', KEYS[3], KEYS[6])
+    -- and the rate's credit does not build up while nobody can be
+    -- admitted (as under a cap with no room left)
+    local last = tonumber(redis.call('HGET', KEYS[1], 'last') or opensAt)
+    if n and now >= opensAt and now > last then redis.call('HSET', KEYS[1], 'last', now) end
+  end
   if n and rate > 0 and capLimit >= 0 then
     local reserved = tonumber(redis.call('GET', KEYS[4]) or '0') + tonumber(ARGV[14] or '0')
     local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')

@@ -75,6 +75,9 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 	// happens at the opening).
 	if stockKnown && !ended && !sale.Paused {
 		capLimit = int64(math.Floor(r.cfg.CapacityFactor * float64(total)))
+		if soldOut {
+			capLimit = capSoldOutN
+		}
 	}
 	sr := r.saleRoom(id, true)
 	r.firstCheck(ctx, sr)
@@ -119,6 +122,7 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 	sr.loaded = true
 	if stockKnown {
 		sr.soldOut = r.resumeHeld(sr, soldOut, now)
+		r.showItems(sr, rem, now)
 	}
 	if leader && !drawnBefore && sr.st.N >= 0 {
 		select {

@@ -606,7 +606,7 @@ func (c *conn) enter(ctx context.Context, sr *saleRoom, ticket int64) error {
 			return err
 		}
 		if at[0] == 0 {
-			v = view{state: StateWaiting}
+			v = view{state: StateWaiting, out: v.out}
 		} else {
 			sr.mu.Lock()
 			adm = r.admittedMessage(sr, c.user, at[0])

@@ -200,7 +200,12 @@ async function loadSale() {
   sampleClock(r);
   page.sale = r.body;
   if (!Number.isFinite(page.opensAtMs)) page.opensAtMs = Date.parse(page.sale.startsAt);
-  for (const it of page.sale.items || []) if (it.soldOut) page.soldOut.add(String(it.id));
+  // Sold-out flags follow the latest word, the room's or the sale data's:
+  // an item comes back when units return.
+  for (const it of page.sale.items || []) {
+    if (it.soldOut) page.soldOut.add(String(it.id));
+    else page.soldOut.delete(String(it.id));
+  }
   // The sale data may be a cached copy: it clears only a message that
   // came from the sale data, and never replaces a newer pushed one.
   if (page.sale.message && typeof page.sale.message === 'object') onMessage(page.sale.message, 'sale');
@@ -486,6 +491,12 @@ function onStatus(s, rerender = false) {
   const prev = page.queueState;
   page.queueState = s.state;
   page.lastStatus = s;
+  if (Array.isArray(s.soldOutItems)) {
+    // The room's list of the items sold out now: an item answered
+    // SOLD_OUT before is back when it is not in it.
+    page.soldOut = new Set(s.soldOutItems.map(String));
+    renderItems();
+  }
   page.powHelp = '';
   if (Number.isFinite(s.opensAtMs)) page.opensAtMs = s.opensAtMs;
   setQueueState(s.state);
@@ -555,6 +566,19 @@ function onAdmitted(m) {
   if (page.queueState !== 'SOLD_OUT' && page.queueState !== 'PAUSED') onStatus({ state: 'ADMITTED' });
   renderItems();
   armOpening();
+}
+
+// recheckSoldOut turns an item answered SOLD_OUT on again after a moment
+// when the room still lists it as available: units came back between the
+// room's look at the stock and the purchase (the answer is at most that
+// stale), and the room says nothing new when its list did not change.
+function recheckSoldOut(itemId) {
+  setTimeout(() => {
+    const st = page.lastStatus;
+    if (!st || !Array.isArray(st.soldOutItems) || st.soldOutItems.map(String).includes(itemId)) return;
+    if (page.queueState === 'SOLD_OUT' || !page.soldOut.delete(itemId)) return;
+    renderItems();
+  }, 1500 + Math.random() * 1000);
 }
 
 // untilBuy is how long until the admission buys (0: it does now). Before
@@ -658,6 +682,7 @@ async function buy(itemId) {
       case 'SOLD_OUT':
         page.soldOut.add(itemId);
         setResult(code, 'result.SOLD_OUT');
+        recheckSoldOut(itemId);
         break;
       case 'SALE_PAUSED':
         // The admission stays valid for after the resume: keep it.
