@@ -89,9 +89,16 @@ func TestFirstWaveBeforeOpening(t *testing.T) {
 
 	// From the opening the rate goes on as without a lead: its credit
 	// starts at the opening, within the cap (which the first wave fills
-	// until stock is bought).
+	// until stock is bought). The unit that raises the cap comes after
+	// the opening: before it, a tick would admit the place it makes at
+	// once, as part of the first wave.
+	e.clock.Advance(lead + 500*time.Millisecond)
+	g.waitTicks(t, 3)
+	if n := g.admitted(t, sale.ID); n != 6 {
+		t.Fatalf("cursor at %d half a second after the opening, want 6 (the cap is full)", n)
+	}
 	e.stock.set(sale.ID, sale.Items[0].ID, 4)
-	e.clock.Advance(lead + 1500*time.Millisecond)
+	e.clock.Advance(time.Second)
 	eventually(t, "the rate after the opening", 10*time.Second, func() bool { return g.admitted(t, sale.ID) == 7 })
 	g.waitTicks(t, 3)
 	if n := g.admitted(t, sale.ID); n != 7 {
