@@ -1,5 +1,6 @@
 // Package lua embeds the reservation scripts (reserve, release, and the
-// shard_*.lua ones of a sale whose stock is split over shards), the live
+// shard_*.lua ones of a sale whose stock is split over shards), the hold
+// scripts of a sale allocated in queue order (hold_*.lua), the live
 // stock addition (stock_add.lua) and names
 // a sale's stock and order keys, the tag and prefix of the waiting room's
 // keys (QueueKey) and the pub/sub channels of settings and sales. The
@@ -95,6 +96,46 @@ var (
 	ShardGive string
 )
 
+// HoldClaim is a holder's purchase: the user's hold becomes a reservation
+// bought now, if its claim window has not ended (hold_claim.lua).
+//
+//	KEYS: buyers, pending, holds (the user's home shard)
+//	ARGV: userId, itemId, nowMs
+//	returns {0, orderId, untilMs} claimed, {1, orderId} bought before,
+//	{6, ""} no hold, {7, orderId} window over, {8, heldItemId} another item.
+//
+//go:embed hold_claim.lua
+var HoldClaim string
+
+// HoldUnclaim makes a claimed order whose publish failed the user's hold
+// again, until the same window's end (hold_unclaim.lua).
+//
+//	KEYS: buyers, pending, holds (the user's home shard)
+//	ARGV: userId, orderId, untilMs
+//	returns 1 held again, 0 nothing to undo.
+//
+//go:embed hold_unclaim.lua
+var HoldUnclaim string
+
+// HoldLapse ends a hold whose claim window is over and gives its unit
+// back (hold_lapse.lua).
+//
+//	KEYS: stock, buyers, pending, returning, holds (the user's home shard)
+//	ARGV: userId, nowMs
+//	returns {0} no hold, {5} not due, {1, orderId, itemId} back here,
+//	{2, orderId, itemId, donor} owed to the donor shard.
+//
+//go:embed hold_lapse.lua
+var HoldLapse string
+
+// Result codes of the hold scripts beside the Reserve ones.
+const (
+	ResultNoHold    = 6 // HoldClaim: the user holds no unit
+	ResultLapsed    = 7 // HoldClaim: the claim window is over
+	ResultOtherItem = 8 // HoldClaim: the hold is of another item
+	ResultNotDue    = 5 // HoldLapse: the window is not over
+)
+
 // StockAdd adds units to one shard's stock of an item, once per marker.
 //
 //	KEYS: stock, marker (StockAddMarker, under the same tag)
@@ -161,6 +202,9 @@ func PlacedKey(saleID int64) string { return "fs:" + Tag(saleID) + ":placed" }
 // PAID from Redis while PostgreSQL is unreachable.
 func PaidKey(saleID int64) string { return "fs:" + Tag(saleID) + ":paid" }
 
+// HoldsKey is the holds ZSET of a sale with one shard (KindHolds).
+func HoldsKey(saleID int64) string { return "fs:" + Tag(saleID) + ":holds" }
+
 // PendingMember is the member of PendingKey for one reservation.
 func PendingMember(orderID string, userID, itemID int64) string {
 	return orderID + "|" + strconv.FormatInt(userID, 10) + "|" + strconv.FormatInt(itemID, 10)
@@ -191,6 +235,10 @@ const (
 	// KindReturning is a HASH orderId → "donor|itemId": released units on
 	// loan not yet taken back by their donor.
 	KindReturning = "returning"
+	// KindHolds is a ZSET userId scored by the end of the claim window
+	// (ms): the shard's buyers whose reservation is a hold made for them at
+	// their turn of a sale allocated in queue order, not yet bought.
+	KindHolds = "holds"
 )
 
 // Slots is the number of Redis Cluster hash slots.

@@ -5,8 +5,10 @@
 -- another shard and settles the claim (shard_settle.lua), or abandons it
 -- (shard_abandon.lua).
 -- KEYS[1] stock HASH, KEYS[2] buyers HASH, KEYS[3] pending ZSET,
--- KEYS[4] reserved counter, KEYS[5] claims ZSET
--- ARGV[1] itemId, ARGV[2] userId, ARGV[3] orderId, ARGV[4] nowMs
+-- KEYS[4] reserved counter, KEYS[5] claims ZSET, KEYS[6] (a hold only)
+-- holds ZSET
+-- ARGV[1] itemId, ARGV[2] userId, ARGV[3] orderId, ARGV[4] nowMs (a hold:
+-- the end of its claim window)
 local prev = redis.call('HGET', KEYS[2], ARGV[2])
 if prev then
   if string.sub(prev, -2) == '|c' then
@@ -28,4 +30,7 @@ redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. ARGV[1] .. '|' .. ARGV[4])
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3] .. '|' .. ARGV[2] .. '|' .. ARGV[1])
 redis.call('INCR', KEYS[4])
+if KEYS[6] then
+  redis.call('ZADD', KEYS[6], ARGV[4], ARGV[2])
+end
 return {0, ARGV[3]}

@@ -3,7 +3,7 @@
 -- a claim abandoned meanwhile (swept, dropped) is never revived, so the
 -- caller gives the loan back.
 -- KEYS[1] buyers HASH, KEYS[2] pending ZSET, KEYS[3] reserved counter,
--- KEYS[4] claims ZSET
+-- KEYS[4] claims ZSET, KEYS[5] (a hold only) holds ZSET
 -- ARGV[1] userId, ARGV[2] orderId, ARGV[3] itemId, ARGV[4] claim's nowMs,
 -- ARGV[5] donor shard
 -- returns 0 settled, 1 no such claim.
@@ -15,4 +15,7 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. '|' .. ARGV[3] .. '|' .. ARGV[4]
 redis.call('ZADD', KEYS[2], ARGV[4], ARGV[2] .. '|' .. ARGV[1] .. '|' .. ARGV[3])
 redis.call('ZREM', KEYS[4], ARGV[2] .. '|' .. ARGV[1] .. '|' .. ARGV[3])
 redis.call('INCR', KEYS[3])
+if KEYS[5] then
+  redis.call('ZADD', KEYS[5], ARGV[4], ARGV[1])
+end
 return 0

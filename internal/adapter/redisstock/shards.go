@@ -179,13 +179,17 @@ func (s *Store) restoreSharded(ctx context.Context, l *layout, remaining map[int
 
 var errClaimBusy = &flashsale.Error{Code: flashsale.CodeUnavailable, Message: "your purchase in this sale is still in progress; try again shortly"}
 
-// reserveSharded is Reserve for a sharded sale: the home shard's script,
-// then, when the home shard is dry, a loan from the other shards in turn.
-func (s *Store) reserveSharded(ctx context.Context, l *layout, itemID, userID int64, orderID string, nowMs int64) error {
+// reserveSharded is Reserve (Hold, when hold) for a sharded sale: the home
+// shard's script, then, when the home shard is dry, a loan from the other
+// shards in turn.
+func (s *Store) reserveSharded(ctx context.Context, l *layout, itemID, userID int64, orderID string, nowMs int64, hold bool) error {
 	sc := s.scripts()
 	home := lua.HomeShard(userID, l.shards)
 	keys := []string{l.key(home, lua.KindStock), l.key(home, lua.KindBuyers), l.key(home, lua.KindPending),
 		l.key(home, lua.KindReserved), l.key(home, lua.KindClaims)}
+	if hold {
+		keys = append(keys, l.key(home, lua.KindHolds))
+	}
 	taken, r := s.pipelined(ctx, sc.reserve, keys, itemID, userID, orderID, nowMs)
 	if !taken {
 		r = s.runScript(ctx, sc.reserve, keys, itemID, userID, orderID, nowMs)
@@ -199,7 +203,7 @@ func (s *Store) reserveSharded(ctx context.Context, l *layout, itemID, userID in
 		case lua.ResultBusy:
 			return errClaimBusy
 		case lua.ResultClaimed:
-			return s.borrow(ctx, l, home, itemID, userID, orderID, nowMs)
+			return s.borrow(ctx, l, home, itemID, userID, orderID, nowMs, hold)
 		}
 	}
 	// RequireReplicas covers the home shard's reservation; a borrowed
@@ -211,8 +215,13 @@ func (s *Store) reserveSharded(ctx context.Context, l *layout, itemID, userID in
 // borrow finds a unit for the claim of orderID on the shards after home, in
 // turn. An error leaves the claim as it is: a script may have run, and the
 // claim sweep (Sweep) or a Release of the order settles it.
-func (s *Store) borrow(ctx context.Context, l *layout, home int, itemID, userID int64, orderID string, nowMs int64) error {
+func (s *Store) borrow(ctx context.Context, l *layout, home int, itemID, userID int64, orderID string, nowMs int64, hold bool) error {
 	sc := s.scripts()
+	settleKeys := []string{l.key(home, lua.KindBuyers), l.key(home, lua.KindPending),
+		l.key(home, lua.KindReserved), l.key(home, lua.KindClaims)}
+	if hold {
+		settleKeys = append(settleKeys, l.key(home, lua.KindHolds))
+	}
 	noRecord := false
 	for i := 1; i < l.shards; i++ {
 		d := (home + i) % l.shards
@@ -227,8 +236,7 @@ func (s *Store) borrow(ctx context.Context, l *layout, home int, itemID, userID 
 			noRecord = true
 			continue
 		}
-		gone, err := sc.settle.Run(ctx, s.rdb, []string{l.key(home, lua.KindBuyers), l.key(home, lua.KindPending),
-			l.key(home, lua.KindReserved), l.key(home, lua.KindClaims)}, userID, orderID, itemID, nowMs, d).Int64()
+		gone, err := sc.settle.Run(ctx, s.rdb, settleKeys, userID, orderID, itemID, nowMs, d).Int64()
 		if err != nil {
 			return fmt.Errorf("redisstock.Reserve: settle: %w", err)
 		}
@@ -474,7 +482,7 @@ func (s *Store) dropSharded(ctx context.Context, l *layout) error {
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for sh := range l.shards {
 			p.Del(ctx, l.key(sh, lua.KindStock), l.key(sh, lua.KindBuyers), l.key(sh, lua.KindLoans),
-				l.key(sh, lua.KindClaims), l.key(sh, lua.KindReturning))
+				l.key(sh, lua.KindClaims), l.key(sh, lua.KindReturning), l.key(sh, lua.KindHolds))
 		}
 		return nil
 	})

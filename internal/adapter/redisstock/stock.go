@@ -77,6 +77,9 @@ type Store struct {
 	rdb     redis.UniversalClient
 	reserve *redis.Script
 	release *redis.Script
+	claim   *redis.Script            // lua.HoldClaim
+	lapse   *redis.Script            // lua.HoldLapse
+	unclaim *redis.Script            // lua.HoldUnclaim
 	pipe    atomic.Pointer[pipeline] // set by RunPipeline
 
 	layouts   sync.Map // saleID → *layout, sales with more than one shard (SetShards)
@@ -128,7 +131,8 @@ func (s *Store) replicated(err error, wait *redis.Cmd) error {
 
 // New returns a Store on rdb.
 func New(rdb redis.UniversalClient) *Store {
-	return &Store{rdb: rdb, reserve: redis.NewScript(lua.Reserve), release: redis.NewScript(lua.Release)}
+	return &Store{rdb: rdb, reserve: redis.NewScript(lua.Reserve), release: redis.NewScript(lua.Release),
+		claim: redis.NewScript(lua.HoldClaim), lapse: redis.NewScript(lua.HoldLapse), unclaim: redis.NewScript(lua.HoldUnclaim)}
 }
 
 // LoadScripts loads the scripts into Redis (at start; go-redis also falls
@@ -218,7 +222,7 @@ func (s *Store) Restore(ctx context.Context, saleID int64, remaining map[int64]i
 // NOT_FOUND (no stock record for the item).
 func (s *Store) Reserve(ctx context.Context, saleID, itemID, userID int64, orderID string, now time.Time) error {
 	if l := s.layout(saleID); l != nil {
-		return s.reserveSharded(ctx, l, itemID, userID, orderID, now.UnixMilli())
+		return s.reserveSharded(ctx, l, itemID, userID, orderID, now.UnixMilli(), false)
 	}
 	keys := reserveKeys(saleID)
 	taken, r := s.pipelined(ctx, s.reserve, keys, itemID, userID, orderID, now.UnixMilli())
@@ -579,12 +583,14 @@ func (s *Store) Incarnation(ctx context.Context) (id string, ok bool, err error)
 // the sale answer "no stock record" until they are rebuilt (after Redis may
 // have lost writes: a stale stock count would sell units again). For a
 // sharded sale it deletes them on every shard, with the loans, claims and
-// returns between shards, which the rebuild does not carry over.
+// returns between shards, which the rebuild does not carry over. Holds go
+// too: the rebuild counts the database's orders only, so a held unit is
+// back in stock after it (see Hold).
 func (s *Store) Drop(ctx context.Context, saleID int64) error {
 	if l := s.layout(saleID); l != nil {
 		return s.dropSharded(ctx, l)
 	}
-	if err := s.rdb.Del(ctx, lua.StockKey(saleID), lua.BuyersKey(saleID)).Err(); err != nil {
+	if err := s.rdb.Del(ctx, lua.StockKey(saleID), lua.BuyersKey(saleID), lua.HoldsKey(saleID)).Err(); err != nil {
 		return fmt.Errorf("redisstock.Drop: %w", err)
 	}
 	return nil
