@@ -75,6 +75,7 @@ const (
 	OutcomePublishFailed    = "publish_failed"    // given back at once
 	OutcomePublishUncertain = "publish_uncertain" // left to the writer or the reconciler
 	OutcomeStockMissing     = "stock_missing"     // Redis lost the stock record; answered 503 until the rebuild
+	OutcomeNoHold           = "no_hold"           // queue order: no unit held for the shopper (Claim)
 )
 
 // placedQueue is how many acknowledged positions may wait for Run to write
@@ -150,7 +151,7 @@ func New(cfg Config, st *redisstock.Store, pub Publisher, logger *slog.Logger, r
 	}, []string{"outcome"}))
 	s.outcomes = map[string]prometheus.Counter{}
 	for _, o := range []string{OutcomeReserved, OutcomeSoldOutFlag, OutcomeSoldOut, OutcomeAlreadyPurchased,
-		OutcomeNotFound, OutcomeRedisError, OutcomePublishFailed, OutcomePublishUncertain, OutcomeStockMissing} {
+		OutcomeNotFound, OutcomeRedisError, OutcomePublishFailed, OutcomePublishUncertain, OutcomeStockMissing, OutcomeNoHold} {
 		s.outcomes[o] = reservations.WithLabelValues(o)
 	}
 	s.publishDur, errs[1] = prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -277,30 +278,99 @@ func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashs
 		return "", fmt.Errorf("purchase.Reserve: %w: %w", errUnavailable, err)
 	}
 
+	err = s.place(work, sale, item, userID, orderID, now)
+	if err == nil {
+		return orderID, nil
+	}
+	if !uncertain(err) {
+		s.release(work, sale.ID, userID, item.ID, orderID)
+	}
+	return "", fmt.Errorf("purchase.Reserve: %w", err)
+}
+
+// place publishes a reserved order to its bound and counts the outcome.
+// Its error is UNAVAILABLE: with the order's id when the outcome is
+// unknown (uncertain(err): the reservation is left to the writer or the
+// Reconciler), without one when the order will never be delivered (the
+// caller gives the reservation back).
+func (s *Service) place(work context.Context, sale *flashsale.Sale, item flashsale.Item, userID int64, orderID string, now time.Time) error {
 	msg := flashsale.OrderPlaced{
 		OrderID: orderID, SaleID: sale.ID, ItemID: item.ID, UserID: userID,
 		PriceCents: item.PriceCents, CreatedAtMs: now.UnixMilli(),
 	}
 	pctx, cancel := context.WithTimeout(work, s.publishTimeout)
 	start := time.Now()
-	err = s.publish(pctx, msg)
+	err := s.publish(pctx, msg)
 	s.publishDur.Observe(time.Since(start).Seconds())
 	cancel()
 	if err == nil {
 		s.outcomes[OutcomeReserved].Inc()
-		return orderID, nil
+		return nil
 	}
 	if uncertain(err) {
 		s.outcomes[OutcomePublishUncertain].Inc()
-		return "", fmt.Errorf("purchase.Reserve: %w: %w", &flashsale.Error{
+		return fmt.Errorf("%w: %w", &flashsale.Error{
 			Code:    flashsale.CodeUnavailable,
 			Message: "your order could not be confirmed yet; look for it in this sale shortly",
 			OrderID: orderID,
 		}, err)
 	}
 	s.outcomes[OutcomePublishFailed].Inc()
-	s.release(work, sale.ID, userID, item.ID, orderID)
-	return "", fmt.Errorf("purchase.Reserve: %w: %w", errUnavailable, err)
+	return fmt.Errorf("%w: %w", errUnavailable, err)
+}
+
+// Claim buys the unit held for userID in a sale allocated in queue order
+// (redisstock.Hold, made by the waiting room at the shopper's turn) and
+// publishes the order. Its answers are Reserve's, except that:
+//
+//   - there is no SOLD_OUT: the unit was taken at the hold, so the local
+//     sold-out flag is not read (a holder buys even when the item is sold
+//     out for everyone else);
+//   - NOT_ADMITTED: no unit is held for the user (never, or its window
+//     ended and it went to the next in line);
+//   - INVALID: the unit held is of another item;
+//   - UNAVAILABLE without an order id: Redis failed (the hold is kept if
+//     the claim did not run) or Kafka refused the order (the claim is
+//     undone: the unit is held again for the rest of the window).
+func (s *Service) Claim(ctx context.Context, sale *flashsale.Sale, item flashsale.Item, userID int64) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("purchase.Claim: %w", err)
+	}
+	now := s.now()
+	work := context.WithoutCancel(ctx)
+	s.st.SetShards(sale.ID, sale.Shards())
+	rctx, cancel := context.WithTimeout(work, s.redisTimeout)
+	orderID, until, err := s.st.Claim(rctx, sale.ID, item.ID, userID, now)
+	cancel()
+	if err != nil {
+		var fe *flashsale.Error
+		if !errors.As(err, &fe) {
+			s.outcomes[OutcomeRedisError].Inc()
+			return "", fmt.Errorf("purchase.Claim: %w: %w", errUnavailable, err)
+		}
+		switch fe.Code {
+		case flashsale.CodeAlreadyPurchased:
+			s.outcomes[OutcomeAlreadyPurchased].Inc()
+		case flashsale.CodeNotAdmitted:
+			s.outcomes[OutcomeNoHold].Inc()
+		default:
+			s.outcomes[OutcomeNotFound].Inc()
+		}
+		return "", err
+	}
+	err = s.place(work, sale, item, userID, orderID, now)
+	if err == nil {
+		return orderID, nil
+	}
+	if !uncertain(err) {
+		uctx, cancel := context.WithTimeout(work, s.redisTimeout)
+		if _, uerr := s.st.Unclaim(uctx, sale.ID, userID, orderID, until); uerr != nil {
+			// Left pending: the Reconciler gives the unit back.
+			s.log.Warn("could not hold a unit again after a failed publish", "order", orderID, "sale", sale.ID, "err", uerr)
+		}
+		cancel()
+	}
+	return "", fmt.Errorf("purchase.Claim: %w", err)
 }
 
 // publish sends msg and, when the publisher reports the record's position,
