@@ -47,6 +47,12 @@ type Sale struct {
 	// reservations spread over a cluster's masters (0 means 1; see
 	// internal/adapter/redisstock). It is fixed when the sale is created.
 	StockShards int
+	// Allocation decides who buys (AllocationRace or AllocationQueue; ""
+	// is race, the rule of sales made before the setting). ClaimWindow is
+	// how long a unit stays held for a shopper in queue order (0: the
+	// default). Both are fixed when the sale is created.
+	Allocation  string
+	ClaimWindow time.Duration
 	Items       []Item
 	// Version is 1 at creation and grows by one on every change of the
 	// sale (update, pause, resume, end, stock, message): an operator's
@@ -58,6 +64,36 @@ type Sale struct {
 	// and MessageAt when it was set.
 	Message   string
 	MessageAt time.Time
+}
+
+// Allocations of a sale.
+const (
+	// AllocationRace: admitted shoppers (a first wave of remaining stock ×
+	// the capacity factor, then the rate) race for the units; the
+	// fastest purchase wins.
+	AllocationRace = "race"
+	// AllocationQueue: at each shopper's turn one unit is held for them
+	// for the claim window; their purchase within it always reserves, and
+	// an unused hold goes to the next in line.
+	AllocationQueue = "queue"
+)
+
+// Bounds and default of Sale.ClaimWindow.
+const (
+	DefaultClaimWindow = 2 * time.Minute
+	MinClaimWindow     = 10 * time.Second
+	MaxClaimWindow     = time.Hour
+)
+
+// QueueOrder reports whether the sale is allocated in queue order.
+func (s *Sale) QueueOrder() bool { return s.Allocation == AllocationQueue }
+
+// Window is the sale's claim window (ClaimWindow, or the default).
+func (s *Sale) Window() time.Duration {
+	if s.ClaimWindow <= 0 {
+		return DefaultClaimWindow
+	}
+	return s.ClaimWindow
 }
 
 // Shards is the number of stock shards of the sale (StockShards, at least 1).
@@ -132,6 +168,8 @@ const (
 // ("items[2].quantity"), so every entry (HTTP, App.CreateSale, the load
 // tool) refuses the same sales with the same words. The name's length counts
 // any surrounding spaces: a caller that trims does so after validating.
+// An allocation is "", AllocationRace or AllocationQueue, a claim window 0
+// (the default) or whole seconds from MinClaimWindow to MaxClaimWindow.
 func (s *Sale) Validate() error {
 	switch {
 	case strings.TrimSpace(s.Name) == "":
@@ -146,6 +184,11 @@ func (s *Sale) Validate() error {
 		return Invalid("admissionRatePerSecond", "must be at least 1")
 	case s.StockShards < 0 || s.StockShards > MaxStockShards:
 		return Invalid("stockShards", "must be 1 to %d", MaxStockShards)
+	case s.Allocation != "" && s.Allocation != AllocationRace && s.Allocation != AllocationQueue:
+		return Invalid("allocation", "must be %q or %q", AllocationQueue, AllocationRace)
+	case s.ClaimWindow != 0 && (s.ClaimWindow < MinClaimWindow || s.ClaimWindow > MaxClaimWindow ||
+		s.ClaimWindow%time.Second != 0):
+		return Invalid("claimWindowSeconds", "must be %d to %d seconds", int(MinClaimWindow/time.Second), int(MaxClaimWindow/time.Second))
 	case len(s.Items) == 0:
 		return Invalid("items", "at least one item required")
 	case len(s.Items) > MaxSaleItems:

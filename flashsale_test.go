@@ -42,6 +42,10 @@ func TestSaleValidate(t *testing.T) {
 		{"shards at the limit", func(s *flashsale.Sale) { s.StockShards = flashsale.MaxStockShards }, ""},
 		{"too many shards", func(s *flashsale.Sale) { s.StockShards = flashsale.MaxStockShards + 1 }, "stockShards: must be 1 to 16"},
 		{"negative shards", func(s *flashsale.Sale) { s.StockShards = -1 }, "stockShards: must be 1 to 16"},
+		{"unknown allocation", func(s *flashsale.Sale) { s.Allocation = "lottery" }, `allocation: must be "queue" or "race"`},
+		{"short claim window", func(s *flashsale.Sale) { s.ClaimWindow = 9 * time.Second }, "claimWindowSeconds: must be 10 to 3600 seconds"},
+		{"long claim window", func(s *flashsale.Sale) { s.ClaimWindow = time.Hour + time.Second }, "claimWindowSeconds: must be 10 to 3600 seconds"},
+		{"claim window in parts of a second", func(s *flashsale.Sale) { s.ClaimWindow = 10500 * time.Millisecond }, "claimWindowSeconds: must be 10 to 3600 seconds"},
 		{"no items", func(s *flashsale.Sale) { s.Items = nil }, "items: at least one item required"},
 		{"too many items", func(s *flashsale.Sale) {
 			s.Items = make([]flashsale.Item, flashsale.MaxSaleItems+1)

@@ -48,6 +48,8 @@ type adminSaleJSON struct {
 	State                  string                  `json:"state"`
 	AdmissionRatePerSecond int                     `json:"admissionRatePerSecond"`
 	StockShards            int                     `json:"stockShards"`
+	Allocation             string                  `json:"allocation"`
+	ClaimWindowSeconds     int                     `json:"claimWindowSeconds"`
 	ShuffleCommitment      string                  `json:"shuffleCommitment"`
 	ShuffleSeed            string                  `json:"shuffleSeed,omitempty"`
 	CreatedAt              string                  `json:"createdAt,omitempty"`
@@ -105,6 +107,8 @@ func (s *Server) adminView(sale *flashsale.Sale, figs []flashsale.ItemFigures, n
 		EndsAt:                 fmtTime(sale.EndsAt),
 		AdmissionRatePerSecond: sale.AdmissionRatePerSecond,
 		StockShards:            sale.Shards(),
+		Allocation:             allocationOf(sale),
+		ClaimWindowSeconds:     int(sale.Window() / time.Second),
 		ShuffleCommitment:      sale.ShuffleCommitment,
 		CreatedAt:              fmtTime(sale.CreatedAt),
 		Version:                sale.Version,
@@ -141,7 +145,17 @@ type createSaleRequest struct {
 	EndsAt                 *string             `json:"endsAt"`
 	AdmissionRatePerSecond *int                `json:"admissionRatePerSecond"`
 	StockShards            *int                `json:"stockShards"` // absent: 1
+	Allocation             *string             `json:"allocation"`  // absent: race
+	ClaimWindowSeconds     *int                `json:"claimWindowSeconds"`
 	Items                  []createItemRequest `json:"items"`
+}
+
+// allocationOf is the sale's allocation as the API names it ("" is race).
+func allocationOf(sale *flashsale.Sale) string {
+	if sale.QueueOrder() {
+		return flashsale.AllocationQueue
+	}
+	return flashsale.AllocationRace
 }
 
 type createItemRequest struct {
@@ -193,6 +207,20 @@ func parseSaleRequest(body []byte) (flashsale.Sale, error) {
 			return sale, flashsale.Invalid("stockShards", "must be 1 to %d", flashsale.MaxStockShards)
 		}
 		sale.StockShards = *req.StockShards
+	}
+	if req.Allocation != nil {
+		if *req.Allocation == "" {
+			return sale, flashsale.Invalid("allocation", "must be %q or %q", flashsale.AllocationQueue, flashsale.AllocationRace)
+		}
+		sale.Allocation = *req.Allocation
+	}
+	if req.ClaimWindowSeconds != nil {
+		w := *req.ClaimWindowSeconds
+		if w < 1 || w > int(flashsale.MaxClaimWindow/time.Second) {
+			return sale, flashsale.Invalid("claimWindowSeconds", "must be %d to %d seconds",
+				int(flashsale.MinClaimWindow/time.Second), int(flashsale.MaxClaimWindow/time.Second))
+		}
+		sale.ClaimWindow = time.Duration(w) * time.Second
 	}
 	sale.Items = make([]flashsale.Item, len(req.Items))
 	for i, it := range req.Items {

@@ -426,6 +426,11 @@ func TestAdminCreateValidation(t *testing.T) {
 		{"shards zero", body(base + `"stockShards":0,"items":[` + item + `]`), "stockShards"},
 		{"too many shards", body(base + `"stockShards":17,"items":[` + item + `]`), "stockShards"},
 		{"shards string", body(base + `"stockShards":"3","items":[` + item + `]`), "stockShards"},
+		{"allocation unknown", body(base + `"allocation":"lottery","items":[` + item + `]`), "allocation"},
+		{"allocation empty", body(base + `"allocation":"","items":[` + item + `]`), "allocation"},
+		{"claim window zero", body(base + `"claimWindowSeconds":0,"items":[` + item + `]`), "claimWindowSeconds"},
+		{"claim window short", body(base + `"claimWindowSeconds":9,"items":[` + item + `]`), "claimWindowSeconds"},
+		{"claim window long", body(base + `"claimWindowSeconds":3601,"items":[` + item + `]`), "claimWindowSeconds"},
 		{"no items", body(base[:len(base)-1]), "items"},
 		{"empty items", body(base + `"items":[]`), "items"},
 		{"items object", body(base + `"items":{}`), "items"},
@@ -622,4 +627,31 @@ func TestGuardClasses(t *testing.T) {
 			t.Errorf("xff = %q", got)
 		}
 	})
+}
+
+// A sale's allocation and claim window are taken at creation and shown;
+// absent, race order with the default window.
+func TestAdminCreateAllocation(t *testing.T) {
+	e := newEnv(t)
+	op := []string{"Authorization", bearer(e.token(1, true))}
+	var got struct {
+		ID                 int64  `json:"id"`
+		Allocation         string `json:"allocation"`
+		ClaimWindowSeconds int    `json:"claimWindowSeconds"`
+	}
+	r := e.do("POST", "/api/admin/sales", `{"name":"n","startsAt":"2026-12-01T18:00:00Z","admissionRatePerSecond":5,"allocation":"queue",
+		"claimWindowSeconds":30,"items":[{"productId":501,"quantity":10,"priceCents":1}]}`, op...)
+	r.json(t, &got)
+	if r.status != 201 || got.Allocation != "queue" || got.ClaimWindowSeconds != 30 {
+		t.Fatalf("got %d %s; want 201 in queue order with a 30 s window", r.status, r.body)
+	}
+	if s := e.admin.sales[got.ID]; !s.QueueOrder() || s.ClaimWindow != 30*time.Second {
+		t.Errorf("stored %q %v, want queue order and 30s", s.Allocation, s.ClaimWindow)
+	}
+	r = e.do("POST", "/api/admin/sales", `{"name":"n","startsAt":"2026-12-01T18:00:00Z","admissionRatePerSecond":5,
+		"items":[{"productId":501,"quantity":10,"priceCents":1}]}`, op...)
+	r.json(t, &got)
+	if r.status != 201 || got.Allocation != "race" || got.ClaimWindowSeconds != 120 {
+		t.Fatalf("got %d %s; want 201 in race order with the default window", r.status, r.body)
+	}
 }

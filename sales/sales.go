@@ -54,6 +54,10 @@ func (s *Store) Create(ctx context.Context, in flashsale.Sale) (flashsale.Sale, 
 		return flashsale.Sale{}, fmt.Errorf("sales.Create: %w", err)
 	}
 	out := in
+	if out.Allocation == "" {
+		out.Allocation = flashsale.AllocationRace
+	}
+	out.ClaimWindow = out.Window()
 	out.ShuffleSeed = seed
 	out.ShuffleCommitment = Commitment(seed)
 	out.Items = make([]flashsale.Item, len(in.Items))
@@ -62,9 +66,11 @@ func (s *Store) Create(ctx context.Context, in flashsale.Sale) (flashsale.Sale, 
 		if !in.EndsAt.IsZero() {
 			ends = &in.EndsAt
 		}
-		if err := tx.QueryRow(ctx, `INSERT INTO sales (name, starts_at, ends_at, admission_rate, shuffle_seed, shuffle_commitment, stock_shards)
-			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id, created_at, version`,
-			in.Name, in.StartsAt, ends, in.AdmissionRatePerSecond, seed, out.ShuffleCommitment, in.Shards()).Scan(&out.ID, &out.CreatedAt, &out.Version); err != nil {
+		if err := tx.QueryRow(ctx, `INSERT INTO sales (name, starts_at, ends_at, admission_rate, shuffle_seed, shuffle_commitment, stock_shards,
+				allocation, claim_window_seconds)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id, created_at, version`,
+			in.Name, in.StartsAt, ends, in.AdmissionRatePerSecond, seed, out.ShuffleCommitment, in.Shards(),
+			out.Allocation, int(out.ClaimWindow/time.Second)).Scan(&out.ID, &out.CreatedAt, &out.Version); err != nil {
 			return err
 		}
 		for i, it := range in.Items {
@@ -80,6 +86,7 @@ func (s *Store) Create(ctx context.Context, in flashsale.Sale) (flashsale.Sale, 
 		return audit(ctx, tx, in.CreatedBy, "sale.create", map[string]any{
 			"saleId": out.ID, "name": out.Name, "startsAt": out.StartsAt, "admissionRatePerSecond": out.AdmissionRatePerSecond,
 			"shuffleCommitment": out.ShuffleCommitment, "items": len(out.Items), "stockShards": out.Shards(),
+			"allocation": out.Allocation, "claimWindowSeconds": int(out.ClaimWindow / time.Second),
 		})
 	})
 	if err != nil {
@@ -104,13 +111,15 @@ func (s *Store) announce(ctx context.Context, id int64) {
 }
 
 const saleColumns = `id, name, starts_at, coalesce(ends_at, 'epoch'::timestamptz), admission_rate, shuffle_seed, shuffle_commitment, created_at, stock_shards,
-	version, paused, message_text, coalesce(message_at, 'epoch'::timestamptz)`
+	version, paused, message_text, coalesce(message_at, 'epoch'::timestamptz), allocation, claim_window_seconds`
 
 // scanSale reads a sale's row and tells the stock store its shard count.
 func (s *Store) scanSale(row pgx.Row) (flashsale.Sale, error) {
 	var sl flashsale.Sale
+	var window int
 	err := row.Scan(&sl.ID, &sl.Name, &sl.StartsAt, &sl.EndsAt, &sl.AdmissionRatePerSecond, &sl.ShuffleSeed, &sl.ShuffleCommitment, &sl.CreatedAt, &sl.StockShards,
-		&sl.Version, &sl.Paused, &sl.Message, &sl.MessageAt)
+		&sl.Version, &sl.Paused, &sl.Message, &sl.MessageAt, &sl.Allocation, &window)
+	sl.ClaimWindow = time.Duration(window) * time.Second
 	if err == nil {
 		s.stock.SetShards(sl.ID, sl.StockShards)
 	}

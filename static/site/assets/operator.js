@@ -282,6 +282,8 @@ async function createSale(ev) {
     name: $('cs-name').value.trim(),
     startsAt: starts.toISOString(),
     admissionRatePerSecond: Number($('cs-rate').value),
+    allocation: $('cs-allocation').value,
+    claimWindowSeconds: Number($('cs-window').value),
     items,
   };
   $('cs-submit').disabled = true;
