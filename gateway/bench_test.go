@@ -109,6 +109,9 @@ func (benchPurchase) SoldOut(int64) bool { return true }
 func (benchPurchase) Reserve(context.Context, *flashsale.Sale, flashsale.Item, int64) (string, error) {
 	panic("Reserve reached on the sold-out path")
 }
+func (benchPurchase) Claim(context.Context, *flashsale.Sale, flashsale.Item, int64) (string, error) {
+	panic("Claim reached on the sold-out path")
+}
 
 func BenchmarkPurchaseSoldOut(b *testing.B) {
 	now := time.Now()

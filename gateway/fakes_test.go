@@ -76,6 +76,7 @@ type fakePurchase struct {
 	soldOut map[int64]bool
 	reserve func(sale *flashsale.Sale, item flashsale.Item, userID int64) (string, error)
 	calls   atomic.Int64
+	claims  atomic.Int64 // Claim calls (queue order)
 }
 
 func (f *fakePurchase) SoldOut(itemID int64) bool {
@@ -90,6 +91,11 @@ func (f *fakePurchase) Reserve(_ context.Context, sale *flashsale.Sale, item fla
 		return f.reserve(sale, item, userID)
 	}
 	return "3f1c9a52-8c5e-4c57-9f0e-1d2b3c4d5e6f", nil
+}
+
+func (f *fakePurchase) Claim(_ context.Context, sale *flashsale.Sale, item flashsale.Item, userID int64) (string, error) {
+	f.claims.Add(1)
+	return "0c1a1a52-8c5e-4c57-9f0e-1d2b3c4d5e6f", nil
 }
 
 type fakeOrders struct {

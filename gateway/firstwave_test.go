@@ -63,3 +63,28 @@ func TestSeedPublicFromTheClose(t *testing.T) {
 		t.Fatal("seed not shown from the close")
 	}
 }
+
+// In queue order an admitted shopper's purchase claims the unit held for
+// them (Claim, never Reserve), even when the item's sold-out flag is set
+// (every unit may be held); in race order the flag answers 410 first.
+func TestPurchaseQueueOrderClaims(t *testing.T) {
+	e := newEnv(t)
+	user := bearer(e.token(7, false))
+	tok := e.adm.Sign(flashsale.Admission{UserID: 7, SaleID: 1, ExpiresAt: testNow.Add(time.Minute)})
+	buy := func() resp {
+		return e.do("POST", "/api/flash-sales/items/102/purchase", "", "Authorization", user, HeaderAdmissionToken, tok)
+	}
+	if r := buy(); r.status != 410 || e.purchase.claims.Load() != 0 {
+		t.Fatalf("race order, item flagged sold out: %d %s (%d claims), want 410", r.status, r.body, e.purchase.claims.Load())
+	}
+	e.sales.sales[1].Allocation = flashsale.AllocationQueue
+	before := e.purchase.calls.Load()
+	if r := buy(); r.status != 202 || e.purchase.claims.Load() != 1 || e.purchase.calls.Load() != before {
+		t.Fatalf("queue order: %d %s (%d claims, %d reserves), want 202 by one claim", r.status, r.body,
+			e.purchase.claims.Load(), e.purchase.calls.Load()-before)
+	}
+	// Without a token: refused before any claim.
+	if r := e.do("POST", "/api/flash-sales/items/102/purchase", "", "Authorization", user); r.status != 403 || e.purchase.claims.Load() != 1 {
+		t.Fatalf("queue order without a token: %d %s, want 403 and no claim", r.status, r.body)
+	}
+}

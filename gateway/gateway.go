@@ -71,10 +71,12 @@ type SaleAdmin interface {
 }
 
 // Purchaser reserves stock. SoldOut is a local flag read on every purchase
-// request and must not block.
+// request and must not block. Claim buys the unit held for the shopper in
+// a sale allocated in queue order.
 type Purchaser interface {
 	SoldOut(itemID int64) bool
 	Reserve(ctx context.Context, sale *flashsale.Sale, item flashsale.Item, userID int64) (orderID string, err error)
+	Claim(ctx context.Context, sale *flashsale.Sale, item flashsale.Item, userID int64) (orderID string, err error)
 }
 
 // Orders reads and changes a user's orders. Unknown or foreign orders are

@@ -89,8 +89,9 @@ func (s *Server) guarded(c *fiber.Ctx, class string) (flashsale.Principal, netip
 //	per-IP and per-prefix limits) → item id and the in-memory item lookup
 //	(400, 404) → access token (401; a verified-token cache makes a
 //	shopper's repeated clicks cost one map lookup) → Guard.CheckUserAt (user
-//	blocklist, per-user limit) → local sold-out flag (410) → sale open
-//	(403), not paused (409) and admission token (403) → Reserve.
+//	blocklist, per-user limit) → local sold-out flag (410; not in queue
+//	order) → sale open (403), not paused (409) and admission token (403)
+//	→ Reserve (Claim in queue order).
 func (s *Server) purchase(c *fiber.Ctx) error {
 	s.countSaleRequest()
 	now := s.reqNow(c)
@@ -112,7 +113,10 @@ func (s *Server) purchase(c *fiber.Ctx) error {
 	if retry, err := s.d.Guard.CheckUserAt(p.UserID, ClassPurchase, now); err != nil {
 		return s.fail(c, err, retry)
 	}
-	if s.d.Purchase.SoldOut(itemID) {
+	// In queue order the units may all be held: a holder buys past the
+	// sold-out flag, anyone else is refused by the admission check.
+	queue := sale.QueueOrder()
+	if !queue && s.d.Purchase.SoldOut(itemID) {
 		return rawJSON(c, http.StatusGone, soldOutBody)
 	}
 	if !sale.Open(now) {
@@ -127,7 +131,11 @@ func (s *Server) purchase(c *fiber.Ctx) error {
 	// Reserve bounds its Redis call and its publish itself and, once the
 	// unit is taken, runs to those bounds whatever its caller does: a
 	// deadline of the request's own would only cost a timer.
-	orderID, err := s.d.Purchase.Reserve(context.Background(), sale, item, p.UserID)
+	reserve := s.d.Purchase.Reserve
+	if queue {
+		reserve = s.d.Purchase.Claim
+	}
+	orderID, err := reserve(context.Background(), sale, item, p.UserID)
 	if err != nil {
 		return err
 	}

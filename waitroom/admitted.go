@@ -2,6 +2,7 @@ package waitroom
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -21,7 +22,7 @@ func (r *Room) markPresent(ctx context.Context, saleID int64, conns []heldConn, 
 		for i, c := range part {
 			users[i], places[i] = c.user, c.place
 		}
-		if _, err := admitUsers(ctx, r.rdb, saleID, now.UnixMilli(), users, places); err != nil {
+		if _, err := admitUsers(ctx, r.rdb, saleID, now.UnixMilli(), true, users, places); err != nil {
 			r.log.Warn("mark admitted shoppers present", "sale", saleID, "err", err)
 			return
 		}
@@ -43,6 +44,22 @@ func (r *Room) requeue(ctx context.Context, sr *saleRoom, users []int64, now tim
 	sr.mu.Lock()
 	sale := sr.sale
 	sr.mu.Unlock()
+	if sale.QueueOrder() && r.cfg.Holds != nil {
+		// A hold is a buyer record until it lapses: a shopper whose
+		// window just ended waits for the leader's lapse (its next tick)
+		// and is looked at again then.
+		rest := users[:0:0]
+		for _, u := range users {
+			_, _, held, err := r.cfg.Holds.Held(ctx, sale.ID, u)
+			if err != nil {
+				return nil, nil, fmt.Errorf("waitroom.requeue: %w", err)
+			}
+			if !held {
+				rest = append(rest, u)
+			}
+		}
+		users = rest
+	}
 	// Each user's buyer record is on its home shard (shards.go).
 	recs, err := buyers(ctx, r.rdb, sale, users, false)
 	if err != nil {
@@ -61,7 +78,7 @@ func (r *Room) requeue(ctx context.Context, sr *saleRoom, users []int64, now tim
 	if len(again) == 0 {
 		return tickets, bought, nil
 	}
-	_, ts, err := registerJoins(ctx, r.rdb, sale, r.cfg.DrawLead, now.UnixMilli(), r.cfg.AdmissionTTL.Milliseconds(), sr.knownNow(), again)
+	_, ts, err := registerJoins(ctx, r.rdb, sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(sale).Milliseconds(), sr.knownNow(), again)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -97,8 +114,18 @@ func (r *Room) requeueConns(ctx context.Context, sr *saleRoom, conns []*conn, no
 	}
 }
 
-func (r *Room) expiry(admittedAtMs int64) time.Time {
-	return time.UnixMilli(admittedAtMs).Add(r.cfg.AdmissionTTL)
+// ttl is how long an admission of the sale lasts: the claim window in
+// queue order (from the record's time, the window's start), the
+// admission TTL otherwise.
+func (r *Room) ttl(sale *flashsale.Sale) time.Duration {
+	if sale.QueueOrder() {
+		return sale.Window()
+	}
+	return r.cfg.AdmissionTTL
+}
+
+func (r *Room) expiry(sale *flashsale.Sale, admittedAtMs int64) time.Time {
+	return time.UnixMilli(admittedAtMs).Add(r.ttl(sale))
 }
 
 // notBefore is when an admission made at admittedAtMs buys: the opening
@@ -120,15 +147,36 @@ func notBefore(sale *flashsale.Sale, admittedAtMs int64) time.Time {
 // token signs the admission made at admittedAtMs; it returns the token,
 // its expiry and its not-before (zero: none).
 func (r *Room) token(sale *flashsale.Sale, userID, admittedAtMs int64) (string, time.Time, time.Time) {
-	exp := r.expiry(admittedAtMs)
+	exp := r.expiry(sale, admittedAtMs)
 	nb := notBefore(sale, admittedAtMs)
+	if sale.QueueOrder() {
+		// A hold's window counts from the opening at the earliest; its
+		// token buys from the opening.
+		nb = notBefore(sale, sale.StartsAt.UnixMilli()-1)
+	}
 	return r.signer.Sign(flashsale.Admission{UserID: userID, SaleID: sale.ID, ExpiresAt: exp, NotBefore: nb}), exp, nb
 }
 
-// admittedMessage encodes the "admitted" message. Called with sr.mu held.
-func (r *Room) admittedMessage(sr *saleRoom, userID, admittedAtMs int64) []byte {
+// admittedMessage encodes the "admitted" message; heldItem is the item
+// held for the shopper in queue order (0: race, every item). Called with
+// sr.mu held.
+func (r *Room) admittedMessage(sr *saleRoom, userID, admittedAtMs, heldItem int64) []byte {
 	tok, exp, nb := r.token(sr.sale, userID, admittedAtMs)
-	return appendAdmitted(make([]byte, 0, 96+len(tok)+len(sr.itemsJS)), tok, exp.UnixMilli(), unixMilli(nb), sr.itemsJS)
+	if heldItem == 0 {
+		return appendAdmitted(make([]byte, 0, 96+len(tok)+len(sr.itemsJS)), tok, exp.UnixMilli(), unixMilli(nb), 0, sr.itemsJS)
+	}
+	js, _ := json.Marshal(heldItems(sr.items, heldItem))
+	return appendAdmitted(make([]byte, 0, 128+len(tok)+len(js)), tok, exp.UnixMilli(), unixMilli(nb), heldItem, js)
+}
+
+// heldItems is the admitted items of a shopper holding item: that one.
+func heldItems(items []AdmittedItem, item int64) []AdmittedItem {
+	for _, it := range items {
+		if it.ID == item {
+			return []AdmittedItem{it}
+		}
+	}
+	return []AdmittedItem{}
 }
 
 // unixMilli is t in Unix milliseconds, 0 for the zero time.

@@ -16,7 +16,6 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 	defer func() { r.m.broadcast.Observe(time.Since(start).Seconds()) }()
 	var admit, expired []*conn
 	var present []heldConn
-	ttlMs := r.cfg.AdmissionTTL.Milliseconds()
 	waiting := 0
 	pingSlots := uint64(max(1, r.cfg.IdleTimeout/2/r.cfg.Tick))
 	statusSlots := uint64(max(1, r.cfg.StatusEvery/r.cfg.Tick))
@@ -25,6 +24,8 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 	blocker, _ := r.guard.(Blocker)
 	sr.mu.Lock()
 	opens := sr.sale.StartsAt.UnixMilli()
+	queue := sr.sale.QueueOrder()
+	ttlMs := r.ttl(sr.sale).Milliseconds()
 	// The opening hold: position updates wait and pings may wait one
 	// period, so that the opening's CPU goes to the first wave's
 	// purchases (Config.OpeningHold).
@@ -33,7 +34,8 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 	held := 0
 	// Presence: every beatEvery, the admitted shoppers connected here are
 	// marked present, so that the leader does not count them gone.
-	beat := regular && r.cfg.AdmittedGrace > 0 && now.Sub(sr.lastBeat) >= r.cfg.beatEvery()
+	// (Queue order has no capacity cap to free: no marks.)
+	beat := regular && r.cfg.AdmittedGrace > 0 && now.Sub(sr.lastBeat) >= r.cfg.beatEvery() && !queue
 	if beat {
 		sr.lastBeat = now
 	}
@@ -147,10 +149,17 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 	for i, c := range admit {
 		users[i], places[i] = c.user, c.place
 	}
-	at, err := admitUsers(ctx, r.rdb, sr.id, now.UnixMilli(), users, places)
+	at, err := admitUsers(ctx, r.rdb, sr.id, now.UnixMilli(), !queue, users, places)
 	if err != nil {
 		r.log.Warn("record admissions", "sale", sr.id, "err", err)
 		return waiting
+	}
+	heldItem := make([]int64, len(users))
+	if queue {
+		if heldItem, err = readHeldItems(ctx, r.rdb, sr.id, users); err != nil {
+			r.log.Warn("read held items", "sale", sr.id, "err", err)
+			return waiting
+		}
 	}
 	sr.mu.Lock()
 	defer sr.mu.Unlock()
@@ -158,10 +167,10 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 		if at[i] == 0 || c.admittedAt != 0 {
 			continue
 		}
-		c.admittedAt = at[i]
+		c.admittedAt, c.heldItem = at[i], heldItem[i]
 		v := view{state: StateAdmitted, out: sr.out}
 		c.last = v
-		c.push(v, opens, r.admittedMessage(sr, c.user, at[i]))
+		c.push(v, opens, r.admittedMessage(sr, c.user, at[i], heldItem[i]))
 	}
 	return waiting
 }

@@ -11,7 +11,10 @@ import (
 
 // Config configures a Room. Zero values take the defaults in brackets.
 type Config struct {
-	AdmissionTTL     time.Duration // validity of an admission token [5m]
+	AdmissionTTL time.Duration // validity of an admission token [5m]
+	// Holds takes and ends the units held for shoppers of sales allocated
+	// in queue order (allocate.go); nil: such sales admit nobody.
+	Holds            Holds
 	Tick             time.Duration // state read and status push period [250ms]
 	HandshakeTimeout time.Duration // first message deadline [10s]
 	IdleTimeout      time.Duration // a connection that answers no ping for this long is closed [60s]

@@ -98,12 +98,12 @@ func (r *Room) flushJoins(ctx context.Context, batch []*joinReq) {
 		}
 		sr := r.saleRoom(id, true)
 		r.firstCheck(ctx, sr)
-		st, tickets, err := registerJoins(ctx, r.rdb, qs[0].sale, r.cfg.DrawLead, now.UnixMilli(), r.cfg.AdmissionTTL.Milliseconds(), sr.knownNow(), users)
+		st, tickets, err := registerJoins(ctx, r.rdb, qs[0].sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(qs[0].sale).Milliseconds(), sr.knownNow(), users)
 		if errors.Is(err, errStale) {
 			// Redis lost the queue (or holds an older one): rebuild it,
 			// then register the batch in the rebuilt queue.
 			if err = r.restoreSale(ctx, id); err == nil {
-				st, tickets, err = registerJoins(ctx, r.rdb, qs[0].sale, r.cfg.DrawLead, now.UnixMilli(), r.cfg.AdmissionTTL.Milliseconds(), sr.knownNow(), users)
+				st, tickets, err = registerJoins(ctx, r.rdb, qs[0].sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(qs[0].sale).Milliseconds(), sr.knownNow(), users)
 			}
 		}
 		for i, q := range qs {

@@ -94,6 +94,10 @@ type Status struct {
 	// NotBeforeMs is when the token starts to buy (the first wave's, made
 	// before the opening: the opening instant); absent: at once.
 	NotBeforeMs int64 `json:"notBeforeMs,omitempty"`
+	// HoldUntilMs and HeldItemID: in a sale allocated in queue order, one
+	// unit of that item is held for the admitted shopper until then.
+	HoldUntilMs int64 `json:"holdUntilMs,omitempty"`
+	HeldItemID  int64 `json:"heldItemId,omitempty"`
 	// SoldOutItems are the sale's items shown sold out now, [] for none
 	// (absent until the room has read the stock): an item a shopper was
 	// answered SOLD_OUT for is back when it is not listed.
@@ -216,7 +220,7 @@ func appendDrawSecret(b []byte, secret string) []byte {
 // json.Marshal of admittedMessage writes it, from the sale's items already
 // encoded (itemsJSON). tok must need no JSON escaping (admission tokens are
 // base64url). notBeforeMs 0 leaves the field out.
-func appendAdmitted(b []byte, tok string, expiresAtMs, notBeforeMs int64, itemsJSON []byte) []byte {
+func appendAdmitted(b []byte, tok string, expiresAtMs, notBeforeMs, heldItem int64, itemsJSON []byte) []byte {
 	b = append(b, `{"type":"admitted","admissionToken":"`...)
 	b = append(b, tok...)
 	b = append(b, `","expiresAtMs":`...)
@@ -224,6 +228,14 @@ func appendAdmitted(b []byte, tok string, expiresAtMs, notBeforeMs int64, itemsJ
 	if notBeforeMs != 0 {
 		b = append(b, `,"notBeforeMs":`...)
 		b = strconv.AppendInt(b, notBeforeMs, 10)
+	}
+	if heldItem != 0 {
+		// Queue order: one unit of heldItem is held until the token's
+		// expiry.
+		b = append(b, `,"holdUntilMs":`...)
+		b = strconv.AppendInt(b, expiresAtMs, 10)
+		b = append(b, `,"heldItemId":`...)
+		b = strconv.AppendInt(b, heldItem, 10)
 	}
 	b = append(b, `,"items":`...)
 	b = append(b, itemsJSON...)
@@ -235,6 +247,8 @@ type admittedMessage struct {
 	AdmissionToken string         `json:"admissionToken"`
 	ExpiresAtMs    int64          `json:"expiresAtMs"`
 	NotBeforeMs    int64          `json:"notBeforeMs,omitempty"`
+	HoldUntilMs    int64          `json:"holdUntilMs,omitempty"`
+	HeldItemID     int64          `json:"heldItemId,omitempty"`
 	Items          []AdmittedItem `json:"items"`
 }
 

@@ -152,14 +152,27 @@ func TestAdmittedJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := appendAdmitted(nil, tok, 1764469200123, 0, itemsJS); string(got) != string(want) {
+	if got := appendAdmitted(nil, tok, 1764469200123, 0, 0, itemsJS); string(got) != string(want) {
 		t.Fatalf("appendAdmitted = %s, want %s", got, want)
 	}
 	want, err = json.Marshal(admittedMessage{Type: TypeAdmitted, AdmissionToken: tok, ExpiresAtMs: 1764469200123, NotBeforeMs: 1764469100000, Items: items})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := appendAdmitted(nil, tok, 1764469200123, 1764469100000, itemsJS); string(got) != string(want) {
+	if got := appendAdmitted(nil, tok, 1764469200123, 1764469100000, 0, itemsJS); string(got) != string(want) {
 		t.Fatalf("appendAdmitted with not-before = %s, want %s", got, want)
+	}
+	held := heldItems(items, 1002)
+	heldJS, err := json.Marshal(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err = json.Marshal(admittedMessage{Type: TypeAdmitted, AdmissionToken: tok, ExpiresAtMs: 1764469200123, NotBeforeMs: 1764469100000,
+		HoldUntilMs: 1764469200123, HeldItemID: 1002, Items: held})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := appendAdmitted(nil, tok, 1764469200123, 1764469100000, 1002, heldJS); string(got) != string(want) {
+		t.Fatalf("appendAdmitted with a hold = %s, want %s", got, want)
 	}
 }

@@ -87,7 +87,7 @@ func (r *Room) pollStatus(ctx context.Context, sr *saleRoom, userID, ticket int6
 	if v.state != StateAdmitted {
 		return st, nil
 	}
-	at, err := admitUsers(ctx, r.rdb, sr.id, now.UnixMilli(), []int64{userID}, []int64{place})
+	at, err := admitUsers(ctx, r.rdb, sr.id, now.UnixMilli(), !sale.QueueOrder(), []int64{userID}, []int64{place})
 	if err != nil {
 		return Status{}, err
 	}
@@ -95,7 +95,7 @@ func (r *Room) pollStatus(ctx context.Context, sr *saleRoom, userID, ticket int6
 		st.State, st.Position = StateWaiting, 0
 		return st, nil
 	}
-	if now.UnixMilli() >= at[0]+r.cfg.AdmissionTTL.Milliseconds() {
+	if now.UnixMilli() >= at[0]+r.ttl(sale).Milliseconds() {
 		// The admission expired unused: to the back of the queue.
 		tickets, _, err := r.requeue(ctx, sr, []int64{userID}, now)
 		if err != nil {
@@ -107,5 +107,12 @@ func (r *Room) pollStatus(ctx context.Context, sr *saleRoom, userID, ticket int6
 	}
 	tok, exp, nb := r.token(sale, userID, at[0])
 	st.AdmissionToken, st.ExpiresAtMs, st.NotBeforeMs, st.Items = tok, exp.UnixMilli(), unixMilli(nb), items
+	if sale.QueueOrder() {
+		held, err := readHeldItems(ctx, r.rdb, sr.id, []int64{userID})
+		if err != nil {
+			return Status{}, err
+		}
+		st.HoldUntilMs, st.HeldItemID, st.Items = st.ExpiresAtMs, held[0], heldItems(items, held[0])
+	}
 	return st, nil
 }

@@ -50,7 +50,11 @@ func (r *Room) restore(ctx context.Context, sr *saleRoom, now time.Time) error {
 	defer sr.restoreMu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, restoreTimeout)
 	defer cancel()
-	in := restoreInput{nowMs: now.UnixMilli(), ttlMs: r.cfg.AdmissionTTL.Milliseconds(),
+	ttl := r.cfg.AdmissionTTL
+	if sale, ok := r.sales.Sale(sr.id); ok {
+		ttl = r.ttl(sale)
+	}
+	in := restoreInput{nowMs: now.UnixMilli(), ttlMs: ttl.Milliseconds(),
 		epoch: r.id + "-" + strconv.FormatInt(r.restores.Add(1), 10)}
 	if d := r.cfg.Durable; d != nil {
 		st, users, found, err := d.Load(ctx, sr.id)

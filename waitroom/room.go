@@ -10,7 +10,9 @@
 // cursor at the sale's admission rate, capped by the remaining stock. Every
 // gateway then computes the position of each of its own connections in
 // memory and pushes a status to those whose view changed. Places before the
-// opening are ordered by a published draw (draw.go, docs/DRAW.md).
+// opening are ordered by a published draw (draw.go, docs/DRAW.md). A sale
+// allocated in queue order admits by units held at each shopper's turn
+// instead of the rate and the cap (allocate.go).
 //
 // Faults: an admitted shopper whom no gateway has held a connection of for
 // Config.AdmittedGrace no longer counts against the capacity cap (each

@@ -56,6 +56,11 @@ type saleRoom struct {
 	savedSeq             int64
 	savedN, savedServing int64
 
+	// allocMu serializes the leader's allocation passes (allocate.go);
+	// alloc is what they keep between ticks.
+	allocMu sync.Mutex
+	alloc   *allocState
+
 	restoreMu sync.Mutex // one restore of the sale at a time on this gateway
 	// The queue's restore epoch as last seen (see restoreScript).
 	epoch     string
@@ -186,6 +191,10 @@ func (sr *saleRoom) viewOf(place int64, now time.Time) view {
 		return view{state: StateEnded}
 	case s != nil && s.Paused && (place < 0 || place >= sr.st.Serving):
 		return view{state: StatePaused, out: sr.out}
+	case s != nil && s.QueueOrder() && place >= 0 && place < sr.st.Serving:
+		// In queue order an admitted shopper holds a unit, which no
+		// sell-out takes away (every unit may be held).
+		return view{state: StateAdmitted, out: sr.out}
 	case sr.soldOut:
 		return view{state: StateSoldOut, out: sr.out}
 	case place < 0:

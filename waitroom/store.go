@@ -43,6 +43,9 @@ import (
 //	                  list: a place nobody holds, which the cursor passes
 //	                  and the capacity cap counts as gone at once
 //	wr:{sN}:lease     STRING the leader gateway's id (SET NX PX)
+//	wr:{sN}:helditem  HASH userId → the item held for the shopper in a
+//	                  sale allocated in queue order (allocate.go), written
+//	                  with the admission record
 //
 // and one untagged key, activeKey, the SET of sale ids with a queue, so that
 // every gateway ticks (and may lead) sales whose shoppers are elsewhere.
@@ -65,6 +68,7 @@ const (
 	keyGone     = "gone"
 	keyHoles    = "holes"
 	keyLease    = "lease"
+	keyHeldItem = "helditem"
 
 	fieldSeq     = "seq"
 	fieldN       = "n"
@@ -312,21 +316,23 @@ return {leader, tonumber(st[1] or '0'), tonumber(st[2] or '-1'), tonumber(st[3] 
 
 // admitScript records the admission of users whose place the cursor has
 // passed, once: the first record wins, so every gateway signs the same
-// token. It refuses places the cursor has not reached. Every admitted user
-// it is called for is marked present now (a gateway holds its connection
-// or answers its poll); one counted gone is taken off the gone count.
+// token. It refuses places the cursor has not reached. With create 0 (a
+// sale allocated in queue order, whose records only the leader writes, at
+// a hold: admitHeldScript) it only reads them. Every admitted user it is
+// called for is marked present now (a gateway holds its connection or
+// answers its poll); one counted gone is taken off the gone count.
 //
 //	KEYS: state, admitted, presence, gone, buckets
-//	ARGV: nowMs, userId, place, userId, place...
+//	ARGV: nowMs, create (1/0), userId, place, userId, place...
 //	returns {record or false ...} ("place|admittedAtMs")
 var admitScript = redis.NewScript(`
 local serving = tonumber(redis.call('HGET', KEYS[1], 'serving') or '0')
 local out = {}
-for i = 2, #ARGV, 2 do
+for i = 3, #ARGV, 2 do
   local uid = ARGV[i]
   local place = tonumber(ARGV[i + 1])
   local rec = redis.call('HGET', KEYS[2], uid)
-  if not rec and place < serving then
+  if not rec and place < serving and ARGV[2] == '1' then
     rec = ARGV[i + 1] .. '|' .. ARGV[1]
     redis.call('HSET', KEYS[2], uid, rec)
   end
@@ -575,11 +581,11 @@ func tickSale(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.Sa
 }
 
 // admitUsers runs admitScript; recs[i] is the admission time of users[i]
-// (0 when the cursor has not reached the place). Every admitted user among
-// them is marked present.
-func admitUsers(ctx context.Context, rdb redis.UniversalClient, saleID, nowMs int64, users, places []int64) ([]int64, error) {
-	args := make([]any, 0, 1+2*len(users))
-	args = append(args, nowMs)
+// (0 when the cursor has not reached the place, or, without create, no
+// record exists). Every admitted user among them is marked present.
+func admitUsers(ctx context.Context, rdb redis.UniversalClient, saleID, nowMs int64, create bool, users, places []int64) ([]int64, error) {
+	args := make([]any, 0, 2+2*len(users))
+	args = append(args, nowMs, boolArg(create))
 	for i, u := range users {
 		args = append(args, u, places[i])
 	}
@@ -648,6 +654,13 @@ func restoreQueue(ctx context.Context, rdb redis.UniversalClient, saleID int64, 
 	}
 	epoch, _ := res[3].(string)
 	return queueState{Seq: toInt(res[0]), N: toInt(res[1]), Serving: toInt(res[2])}, epoch, nil
+}
+
+func boolArg(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func toInt(v any) int64 {

@@ -73,7 +73,9 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 	ended := !sale.EndsAt.IsZero() && !now.Before(sale.EndsAt)
 	// A paused sale admits nobody: the cursor stays (the draw still
 	// happens at the opening).
-	if stockKnown && !ended && !sale.Paused {
+	// A sale allocated in queue order admits by holds (allocate), not by
+	// the rate and the capacity cap.
+	if stockKnown && !ended && !sale.Paused && !sale.QueueOrder() {
 		capLimit = int64(math.Floor(r.cfg.CapacityFactor * float64(total)))
 		if soldOut {
 			capLimit = capSoldOutN
@@ -111,6 +113,11 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 		}
 		if err := r.restore(ctx, sr, now); err != nil {
 			return nil, err
+		}
+	}
+	if rep.leader && sale.QueueOrder() && stockKnown {
+		if err := r.allocate(ctx, sr, sale, rep.st, rem, now); err != nil {
+			r.log.Warn("allocate held units", "sale", id, "err", err)
 		}
 	}
 	sr.mu.Lock()

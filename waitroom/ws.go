@@ -46,6 +46,7 @@ type conn struct {
 	ticket     int64
 	place      int64  // -1 until known (after the draw)
 	admittedAt int64  // 0 until admitted
+	heldItem   int64  // queue order: the item held for the shopper (0: none, or race)
 	last       view   // last view queued
 	lastTick   uint64 // tick of the last status queued
 	pingWaited bool   // its last ping slot passed without a ping (Config.Competing)
@@ -472,7 +473,7 @@ func (c *conn) leave(sr *saleRoom) {
 	sr.mu.Lock()
 	delete(sr.conns, c)
 	now := r.cfg.Now()
-	admitted := c.admittedAt != 0 && !c.bought && now.UnixMilli() < c.admittedAt+r.cfg.AdmissionTTL.Milliseconds()
+	admitted := c.admittedAt != 0 && !c.bought && now.UnixMilli() < c.admittedAt+r.ttl(sr.sale).Milliseconds() && !sr.sale.QueueOrder()
 	held := heldConn{user: c.user, place: c.place}
 	sr.mu.Unlock()
 	if admitted && r.cfg.AdmittedGrace > 0 {
@@ -598,20 +599,31 @@ func (c *conn) enter(ctx context.Context, sr *saleRoom, ticket int64) error {
 	v := sr.viewOf(c.place, now)
 	opens := sr.sale.StartsAt.UnixMilli()
 	place := c.place
+	queue := sr.sale.QueueOrder()
 	sr.mu.Unlock()
 	var adm []byte
 	if v.state == StateAdmitted {
-		at, err := admitUsers(ctx, r.rdb, sr.id, now.UnixMilli(), []int64{c.user}, []int64{place})
+		at, err := admitUsers(ctx, r.rdb, sr.id, now.UnixMilli(), !queue, []int64{c.user}, []int64{place})
 		if err != nil {
 			return err
+		}
+		var held []int64
+		if queue && at[0] != 0 {
+			if held, err = readHeldItems(ctx, r.rdb, sr.id, []int64{c.user}); err != nil {
+				return err
+			}
 		}
 		if at[0] == 0 {
 			v = view{state: StateWaiting, out: v.out}
 		} else {
+			var item int64
+			if len(held) == 1 {
+				item = held[0]
+			}
 			sr.mu.Lock()
-			adm = r.admittedMessage(sr, c.user, at[0])
+			adm = r.admittedMessage(sr, c.user, at[0], item)
 			sr.mu.Unlock()
-			c.admittedAt = at[0]
+			c.admittedAt, c.heldItem = at[0], item
 		}
 	}
 	sr.mu.Lock()

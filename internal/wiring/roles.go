@@ -70,6 +70,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	room := waitroom.New(waitroom.Config{
 		Competing:      saleRequests.Load,
 		AdmissionTTL:   cfg.AdmissionTTL,
+		Holds:          roomHolds{a.stock},
 		CapacityFactor: cfg.CapacityFactor,
 		DrawLead:       cfg.DrawLead,
 		WaitingPushes:  cfg.WaitingPushes,

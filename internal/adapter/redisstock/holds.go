@@ -2,6 +2,7 @@ package redisstock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -209,4 +210,30 @@ func (s *Store) HoldCount(ctx context.Context, saleID int64) (int64, error) {
 		n += c
 	}
 	return n, nil
+}
+
+// Held reports the item and the window's end of userID's hold in the
+// sale, if the user holds one (not yet claimed or lapsed).
+func (s *Store) Held(ctx context.Context, saleID, userID int64) (int64, time.Time, bool, error) {
+	u := strconv.FormatInt(userID, 10)
+	var score *redis.FloatCmd
+	var rec *redis.StringCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		score = p.ZScore(ctx, s.shardKey(saleID, userID, lua.KindHolds), u)
+		rec = p.HGet(ctx, s.shardKey(saleID, userID, lua.KindBuyers), u)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, time.Time{}, false, fmt.Errorf("redisstock.Held: %w", err)
+	}
+	until, serr := score.Result()
+	v, rerr := rec.Result()
+	if serr != nil || rerr != nil {
+		return 0, time.Time{}, false, nil
+	}
+	b, ok := parseBuyer(v)
+	if !ok {
+		return 0, time.Time{}, false, nil
+	}
+	return b.ItemID, time.UnixMilli(int64(until)), true, nil
 }

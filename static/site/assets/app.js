@@ -376,7 +376,8 @@ function renderActions() {
       setNote(box, String(page.order.itemId) === id ? t('items.bought') : t('items.onePerSale'), '');
       continue;
     }
-    if (page.soldOut.has(id)) {
+    const held = admitted && page.admission.held === id;
+    if (page.soldOut.has(id) && !held) {
       setNote(box, t('items.soldOut'), 'soldout-' + id);
       continue;
     }
@@ -562,7 +563,11 @@ function onAdmitted(m) {
   // A first-wave admission (made before the opening) buys from its
   // notBeforeMs, the opening instant by the server's clock.
   const nb = Number(m.notBeforeMs);
-  page.admission = { token: m.admissionToken, expiresAtMs: Number(m.expiresAtMs), notBeforeMs: nb > 0 ? nb : 0, items };
+  // Queue order: one unit of heldItemId is held until holdUntilMs (the
+  // token's expiry); it stays buyable whatever the sold-out list says
+  // (every unit may be held).
+  const held = Number(m.heldItemId) > 0 ? String(m.heldItemId) : '';
+  page.admission = { token: m.admissionToken, expiresAtMs: Number(m.expiresAtMs), notBeforeMs: nb > 0 ? nb : 0, items, held };
   if (page.queueState !== 'SOLD_OUT' && page.queueState !== 'PAUSED') onStatus({ state: 'ADMITTED' });
   renderItems();
   armOpening();
@@ -912,10 +917,13 @@ function tick() {
   if (page.order && page.order.status === 'PAID') {
     admText = '';
   } else if (page.admission && page.clock.synced && untilBuy() > 0) {
-    admText = t('items.turnStarts', { time: i18n.countdown(untilBuy()) });
+    const held = page.admission.held;
+    admText = held
+      ? t('items.heldStarts', { time: i18n.countdown(untilBuy()), window: i18n.countdown(page.admission.expiresAtMs - page.admission.notBeforeMs) })
+      : t('items.turnStarts', { time: i18n.countdown(untilBuy()) });
   } else if (page.admission && page.clock.synced && Number.isFinite(page.admission.expiresAtMs)) {
     const l = page.clock.until(page.admission.expiresAtMs);
-    admText = l > 0 ? t('items.turnLasts', { time: i18n.countdown(l) }) : t('items.turnEnded');
+    admText = l > 0 ? t(page.admission.held ? 'items.heldLasts' : 'items.turnLasts', { time: i18n.countdown(l) }) : t('items.turnEnded');
     if (l <= 0 && !page.order) {
       page.admission = null;
       renderActions();

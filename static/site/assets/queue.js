@@ -350,7 +350,8 @@ export class QueueClient {
     if (body.state) this.onStatus({ type: 'status', ...body });
     if (body.message && typeof body.message === 'object') this.h.onMessage({ type: 'message', ...body.message });
     if (body.admissionToken && body.admissionToken !== this.admissionToken) {
-      this.onAdmitted({ type: 'admitted', admissionToken: body.admissionToken, expiresAtMs: body.expiresAtMs, notBeforeMs: body.notBeforeMs, items: body.items || [] });
+      this.onAdmitted({ type: 'admitted', admissionToken: body.admissionToken, expiresAtMs: body.expiresAtMs, notBeforeMs: body.notBeforeMs,
+        holdUntilMs: body.holdUntilMs, heldItemId: body.heldItemId, items: body.items || [] });
     }
     return this.stopped;
   }

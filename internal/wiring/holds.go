@@ -1,0 +1,30 @@
+package wiring
+
+import (
+	"context"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/adapter/redisstock"
+)
+
+// roomHolds gives the waiting room the stock's holds (waitroom.Holds) for
+// sales allocated in queue order.
+type roomHolds struct{ st *redisstock.Store }
+
+func (h roomHolds) Hold(ctx context.Context, saleID, itemID, userID int64, orderID string, until time.Time) error {
+	return h.st.Hold(ctx, saleID, itemID, userID, orderID, until)
+}
+
+func (h roomHolds) Held(ctx context.Context, saleID, userID int64) (int64, time.Time, bool, error) {
+	return h.st.Held(ctx, saleID, userID)
+}
+
+func (h roomHolds) Lapse(ctx context.Context, saleID int64, now time.Time, limit int64) (int, error) {
+	l, err := h.st.Lapse(ctx, saleID, now, limit)
+	return len(l), err
+}
+
+func (h roomHolds) LapseAll(ctx context.Context, saleID int64) (int, error) {
+	l, err := h.st.Lapse(ctx, saleID, redisstock.EndOfTime(), 0)
+	return len(l), err
+}
