@@ -66,40 +66,8 @@ func TestQueueOrderDecidesWhoBuys(t *testing.T) {
 		}
 	}
 
-	// The ranks, from the pre-queue and the seed published at the draw.
-	rc := redisconn.Config{URL: s.Config.RedisURL, Cluster: s.Config.RedisCluster}
-	rdb, err := redisconn.New(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rdb.Close()
 	for _, sl := range sales {
-		var seed []byte
-		waitFor(t, "the draw", func() bool {
-			pub := c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d", sl.id), "", nil)
-			hexSeed, _ := pub.Body["shuffleSeed"].(string)
-			seed, _ = hex.DecodeString(hexSeed)
-			return len(seed) == 32
-		})
-		// The seed is public from the close by the clock; the pre-queue is
-		// frozen at the leader's first tick after it.
-		var users []int64
-		waitFor(t, "the frozen pre-queue", func() bool {
-			var frozen bool
-			var err error
-			users, frozen, err = waitroom.PreQueue(context.Background(), rdb, sl.id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return frozen
-		})
-		if len(users) != shoppers {
-			t.Fatalf("pre-queue of sale %d: %d users, want %d", sl.id, len(users), shoppers)
-		}
-		sl.rank = map[int64]int{}
-		for i, u := range users {
-			sl.rank[u] = int(waitroom.Permute(seed, uint64(len(users)), uint64(i)))
-		}
+		sl.rank = drawRanks(t, s, sl.id, shoppers)
 	}
 	byRank := func(sl *sale, r int) int64 {
 		for u, rr := range sl.rank {
@@ -239,4 +207,110 @@ func TestQueueOrderDecidesWhoBuys(t *testing.T) {
 		_, a := admission(q, first)
 		return a.Body["state"] == "WAITING" || a.Body["state"] == "SOLD_OUT"
 	})
+}
+
+// drawRanks returns each pre-queued user's place in the sale's draw, from
+// the pre-queue in Redis and the seed the sale publishes at the draw.
+func drawRanks(t *testing.T, s *apptest.Stack, saleID int64, want int) map[int64]int {
+	t.Helper()
+	rdb, err := redisconn.New(redisconn.Config{URL: s.Config.RedisURL, Cluster: s.Config.RedisCluster})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	var seed []byte
+	waitFor(t, "the draw", func() bool {
+		pub := s.Do("GET", fmt.Sprintf("/api/flash-sales/sales/%d", saleID), "", nil)
+		hexSeed, _ := pub.Body["shuffleSeed"].(string)
+		seed, _ = hex.DecodeString(hexSeed)
+		return len(seed) == 32
+	})
+	// The seed is public from the close by the clock; the pre-queue is
+	// frozen at the leader's first tick after it.
+	var users []int64
+	waitFor(t, "the frozen pre-queue", func() bool {
+		var frozen bool
+		users, frozen, err = waitroom.PreQueue(context.Background(), rdb, saleID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return frozen
+	})
+	if len(users) != want {
+		t.Fatalf("pre-queue of sale %d: %d users, want %d", saleID, len(users), want)
+	}
+	rank := map[int64]int{}
+	for i, u := range users {
+		rank[u] = int(waitroom.Permute(seed, uint64(len(users)), uint64(i)))
+	}
+	return rank
+}
+
+// TestQueueOrderAddedStockAndEnd: in queue order, stock the operator adds
+// is held for the next in line at once, and ending the sale gives every
+// hold back: the figures add up, and a holder's purchase after the end
+// is refused.
+func TestQueueOrderAddedStockAndEnd(t *testing.T) {
+	s := apptest.Start(t)
+	op := s.Token(1, true)
+	opens := time.Now().Add(3 * time.Second)
+	created := s.Do("POST", "/api/admin/sales", op, map[string]any{
+		"name": "queue order", "startsAt": opens.UTC().Format(time.RFC3339Nano), "admissionRatePerSecond": 1,
+		"allocation": "queue", "claimWindowSeconds": 600,
+		"items": []map[string]any{{"productId": 501, "quantity": 2, "priceCents": 1999}},
+	})
+	s.Want(created, 201, "")
+	saleID := int64(created.Body["id"].(float64))
+	item := int64(created.Body["items"].([]any)[0].(map[string]any)["id"].(float64))
+	queue := fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID)
+	for u := int64(300); u < 305; u++ {
+		s.Want(s.Do("POST", queue, s.Token(u, false), nil), 200, "")
+	}
+	rank := drawRanks(t, s, saleID, 5)
+	byRank := map[int]int64{}
+	for u, r := range rank {
+		byRank[r] = u
+	}
+	token := func(u int64) string {
+		a := s.Do("GET", queue, s.Token(u, false), nil)
+		s.Want(a, 200, "")
+		tok, _ := a.Body["admissionToken"].(string)
+		return tok
+	}
+	figures := func() (remaining, sold float64) {
+		g := s.Do("GET", fmt.Sprintf("/api/admin/sales/%d", saleID), op, nil)
+		s.Want(g, 200, "")
+		it := g.Body["items"].([]any)[0].(map[string]any)
+		return it["remaining"].(float64), it["sold"].(float64)
+	}
+	waitFor(t, "ranks 0 and 1 holding", func() bool { return token(byRank[0]) != "" && token(byRank[1]) != "" })
+	if token(byRank[2]) != "" {
+		t.Fatal("rank 2 admitted with 2 units held by ranks 0 and 1")
+	}
+	waitUntil(opens)
+	purchase := fmt.Sprintf("/api/flash-sales/items/%d/purchase", item)
+	var bought apptest.Resp
+	waitFor(t, "rank 0's purchase at the opening", func() bool {
+		bought = s.Do("POST", purchase, s.Token(byRank[0], false), nil, "X-Admission-Token", token(byRank[0]))
+		return bought.Status != 403 // a moment before the gateway's opening
+	})
+	s.Want(bought, 202, "")
+
+	// One unit more: held for rank 2 at once, not for rank 3.
+	s.Want(s.Do("POST", fmt.Sprintf("/api/admin/sales/%d/items/%d/stock", saleID, item), op, map[string]any{"add": 1}), 200, "")
+	waitFor(t, "the added unit held for rank 2", func() bool { return token(byRank[2]) != "" })
+	if token(byRank[3]) != "" {
+		t.Fatal("rank 3 admitted: only one unit was added")
+	}
+	if rem, sold := figures(); rem != 0 || sold != 1 {
+		t.Fatalf("figures with two holds: remaining %v, sold %v; want 0 and 1", rem, sold)
+	}
+
+	// The end gives both holds back.
+	tok1 := token(byRank[1])
+	s.Want(s.Do("POST", fmt.Sprintf("/api/admin/sales/%d/end", saleID), op, nil), 200, "")
+	waitFor(t, "the holds given back", func() bool { rem, sold := figures(); return rem == 2 && sold == 1 })
+	if r := s.Do("POST", purchase, s.Token(byRank[1], false), nil, "X-Admission-Token", tok1); r.Status == 202 {
+		t.Fatalf("a holder bought after the end: %s", r.Raw)
+	}
 }
