@@ -67,6 +67,8 @@ func (a *admin) createSale(ctx context.Context, cfg Config, now time.Time) (*adm
 		StartsAt:               now.Add(cfg.StartsIn).UTC(),
 		AdmissionRatePerSecond: cfg.AdmissionRate,
 		StockShards:            cfg.StockShards,
+		Allocation:             cfg.Allocation,
+		ClaimWindow:            cfg.ClaimWindow,
 	}
 	for i := range cfg.Items {
 		q := cfg.Quantity / cfg.Items
@@ -98,6 +100,12 @@ func (a *admin) createSale(ctx context.Context, cfg Config, now time.Time) (*adm
 	}
 	if sale.StockShards > 0 {
 		body["stockShards"] = sale.StockShards
+	}
+	if sale.Allocation != "" {
+		body["allocation"] = sale.Allocation
+	}
+	if sale.ClaimWindow > 0 {
+		body["claimWindowSeconds"] = int(sale.ClaimWindow / time.Second)
 	}
 	r, err := do(ctx, a.hc, http.MethodPost, a.bases[0]+"/api/admin/sales", bearer(a.tok), body)
 	if err != nil {

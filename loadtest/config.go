@@ -103,14 +103,19 @@ type Config struct {
 	AdminURL  string   `json:"adminUrl,omitempty"` // optional admin address: the run waits for GET /readyz first
 	JWTSecret string   `json:"-"`                  // HS256 secret: shopper and operator tokens are minted with it
 
-	SaleID        int64         `json:"saleId,omitempty"` // 0: create a sale
-	Shoppers      int           `json:"shoppers"`
-	UserBase      int64         `json:"userBase,omitempty"`    // shoppers are users UserBase+1 … UserBase+Shoppers
-	Quantity      int           `json:"quantity"`              // units of a created sale, split over Items
-	Items         int           `json:"items"`                 // items of a created sale
-	StockShards   int           `json:"stockShards,omitempty"` // stockShards of a created sale (0: the gateway's default, one)
-	AdmissionRate int           `json:"admissionRate"`         // admissionRatePerSecond of a created sale
-	StartsIn      time.Duration `json:"startsIn"`              // a created sale opens this long after the run starts
+	SaleID      int64 `json:"saleId,omitempty"` // 0: create a sale
+	Shoppers    int   `json:"shoppers"`
+	UserBase    int64 `json:"userBase,omitempty"`    // shoppers are users UserBase+1 … UserBase+Shoppers
+	Quantity    int   `json:"quantity"`              // units of a created sale, split over Items
+	Items       int   `json:"items"`                 // items of a created sale
+	StockShards int   `json:"stockShards,omitempty"` // stockShards of a created sale (0: the gateway's default, one)
+	// Allocation and ClaimWindow of a created sale: "queue" holds a unit
+	// for each shopper at their turn for the window ("" or "race": the
+	// gateway's default, 0: the default window).
+	Allocation    string        `json:"allocation,omitempty"`
+	ClaimWindow   time.Duration `json:"claimWindow,omitempty"`
+	AdmissionRate int           `json:"admissionRate"` // admissionRatePerSecond of a created sale
+	StartsIn      time.Duration `json:"startsIn"`      // a created sale opens this long after the run starts
 	// JoinSpread spreads the shoppers' joins evenly over this long from the
 	// start of the shopper phase (0: 80% of the time left before opening,
 	// at least 200 ms).

@@ -29,6 +29,8 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	quantity := fs.Int("quantity", -1, "units of the created sale")
 	items := fs.Int("items", -1, "items of the created sale")
 	stockShards := fs.Int("stock-shards", 0, "stockShards of the created sale: each item's stock split over this many Redis hash slots (0: one)")
+	allocation := fs.String("allocation", "", "allocation of the created sale: queue (a unit held for each shopper at their turn) or race (default)")
+	claimWindow := fs.Duration("claim-window", 0, "claim window of the created sale in queue order, whole seconds (0: the default, 2m)")
 	rate := fs.Int("rate", -1, "admission rate per second of the created sale")
 	startsIn := fs.Duration("starts-in", 0, "the created sale opens this long after the start")
 	transport := fs.String("transport", "", "ws or polling")
@@ -84,6 +86,7 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	setInt(&cfg.Shoppers, *shoppers)
 	setInt(&cfg.Quantity, *quantity)
 	cfg.StockShards = *stockShards
+	cfg.Allocation, cfg.ClaimWindow = *allocation, *claimWindow
 	setInt(&cfg.Items, *items)
 	setInt(&cfg.AdmissionRate, *rate)
 	setInt(&cfg.Hostile.PurchaseFlood, *flood)

@@ -75,9 +75,17 @@ var mustHold = []string{
 	"no 5xx but 503 with Retry-After",
 }
 
+// TestSmokeAgainstStack runs the smoke scenario over each transport, and
+// over the WebSocket for a sale allocated in queue order: every unit sold
+// and paid, every invariant holds.
 func TestSmokeAgainstStack(t *testing.T) {
-	for _, transport := range []string{loadtest.TransportWS, loadtest.TransportPolling} {
-		t.Run(transport, func(t *testing.T) {
+	for _, tc := range []struct{ name, transport, allocation string }{
+		{loadtest.TransportWS, loadtest.TransportWS, ""},
+		{loadtest.TransportPolling, loadtest.TransportPolling, ""},
+		{"ws-queue-order", loadtest.TransportWS, "queue"},
+	} {
+		transport := tc.transport
+		t.Run(tc.name, func(t *testing.T) {
 			st := startApp(t)
 			cfg, err := loadtest.Scenario("smoke")
 			if err != nil {
@@ -86,6 +94,7 @@ func TestSmokeAgainstStack(t *testing.T) {
 			cfg.BaseURL, cfg.AdminURL, cfg.JWTSecret = st.app.PublicURL, st.app.AdminURL, secret
 			cfg.Redis.URL, cfg.DatabaseURL = st.redisURL, st.databaseURL
 			cfg.Transport = transport
+			cfg.Allocation = tc.allocation
 			cfg.PollInterval = 200 * time.Millisecond
 			cfg.SourceAddrs = 8
 			cfg.Duration = 45 * time.Second
