@@ -129,6 +129,14 @@ type Config struct {
 	// Seed; 0: at once). People type card details; paying at once would
 	// put every payment into the opening's busiest second.
 	PayAfter time.Duration `json:"payAfter,omitempty"`
+	// Reaction is a person's time from the admission (or the opening, for
+	// a first-wave token) to the buy click: each shopper draws it from a
+	// log-normal distribution with this median and a spread of about 2×
+	// either way (σ 0.5), from Seed. 0: everyone clicks at once.
+	Reaction time.Duration `json:"reaction,omitempty"`
+	// FastShare is the fraction of shoppers who are fast clients (scripts)
+	// and click the instant their token allows, whatever Reaction says.
+	FastShare float64 `json:"fastShare,omitempty"`
 	// Preconnect is how many keep-alive connections each process opens per
 	// source address and gateway 15 s before the opening (the
 	// warm upstream pool of the load balancer in front of the gateways, or
@@ -212,8 +220,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Transport != TransportWS && c.Transport != TransportPolling {
 		return c, fmt.Errorf("loadtest: Transport %q: want ws or polling", c.Transport)
 	}
-	if c.PayAfter < 0 || c.Preconnect < 0 || c.Linger < 0 {
-		return c, errors.New("loadtest: PayAfter, Preconnect and Linger must not be negative")
+	if c.PayAfter < 0 || c.Preconnect < 0 || c.Linger < 0 || c.Reaction < 0 {
+		return c, errors.New("loadtest: PayAfter, Preconnect, Linger and Reaction must not be negative")
+	}
+	if c.FastShare < 0 || c.FastShare > 1 {
+		return c, errors.New("loadtest: FastShare must be from 0 to 1")
 	}
 	if c.PayFraction < 0 || c.PayFraction > 1 {
 		return c, fmt.Errorf("loadtest: PayFraction %v: want 0…1", c.PayFraction)

@@ -607,3 +607,39 @@ func TestRunFakeFirstWave(t *testing.T) {
 		t.Errorf("%d purchases refused NOT_ADMITTED: the tool bought before the not-before", got)
 	}
 }
+
+// Reaction times: a FastShare of the shoppers are fast clients (no
+// delay), the others draw a log-normal time around the median; each
+// shopper's draw is fixed by the seed.
+func TestReactionTimes(t *testing.T) {
+	s := &shard{cfg: Config{Seed: 7, Reaction: 800 * time.Millisecond, FastShare: 0.2}}
+	var people []time.Duration
+	fast := 0
+	for u := int64(1); u <= 10000; u++ {
+		d := s.reaction(u)
+		if d != s.reaction(u) {
+			t.Fatalf("user %d draws two reaction times", u)
+		}
+		if d == 0 {
+			if !s.fastClient(u) {
+				t.Fatalf("user %d clicks at once but is no fast client", u)
+			}
+			fast++
+			continue
+		}
+		people = append(people, d)
+	}
+	if fast < 1800 || fast > 2200 {
+		t.Fatalf("%d fast clients of 10,000, want about 2,000", fast)
+	}
+	slices.Sort(people)
+	if med := people[len(people)/2]; med < 750*time.Millisecond || med > 850*time.Millisecond {
+		t.Fatalf("median reaction %v, want about 800ms", med)
+	}
+	if p10 := people[len(people)/10]; p10 > 500*time.Millisecond || p10 < 300*time.Millisecond {
+		t.Fatalf("10th percentile %v, want about 420ms (σ 0.5)", p10)
+	}
+	if none := (&shard{cfg: Config{Seed: 7}}).reaction(1); none != 0 {
+		t.Fatalf("no Reaction set: %v, want 0", none)
+	}
+}

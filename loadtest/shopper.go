@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -533,6 +534,16 @@ func (s *shard) admittedBuy(ctx context.Context, sh *shopper, w *wait, m *roomMs
 		case <-t.C:
 		}
 	}
+	// A person reads the page before the click; a fast client does not.
+	if d := s.reaction(sh.userID); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return true
+		case <-t.C:
+		}
+	}
 	res, o := s.buy(ctx, sh, m)
 	switch res {
 	case buyBought:
@@ -806,6 +817,26 @@ func itemFromURL(u string) int64 {
 		fmt.Sscanf(u[i+len("/items/"):], "%d", &id)
 	}
 	return id
+}
+
+// reaction is the shopper's time from the moment its token buys to the
+// click (Config.Reaction, Config.FastShare): 0 for a fast client, else a
+// log-normal draw around the median, both fixed by the seed and the user.
+func (s *shard) reaction(userID int64) time.Duration {
+	if s.cfg.Reaction <= 0 {
+		return 0
+	}
+	rng := s.draw(userID, 0x7f4a7c15d1b54a32)
+	if rng.Float64() < s.cfg.FastShare {
+		return 0
+	}
+	return time.Duration(float64(s.cfg.Reaction) * math.Exp(0.5*rng.NormFloat64()))
+}
+
+// fastClient reports whether the shopper is a fast client (Reaction set
+// and the shopper drawn among FastShare).
+func (s *shard) fastClient(userID int64) bool {
+	return s.cfg.Reaction > 0 && s.draw(userID, 0x7f4a7c15d1b54a32).Float64() < s.cfg.FastShare
 }
 
 // draw is a shopper's own random stream for one purpose (salt): fixed by

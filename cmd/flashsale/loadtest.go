@@ -31,6 +31,8 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	stockShards := fs.Int("stock-shards", 0, "stockShards of the created sale: each item's stock split over this many Redis hash slots (0: one)")
 	allocation := fs.String("allocation", "", "allocation of the created sale: queue (a unit held for each shopper at their turn) or race (default)")
 	claimWindow := fs.Duration("claim-window", 0, "claim window of the created sale in queue order, whole seconds (0: the default, 2m)")
+	reaction := fs.Duration("reaction", 0, "a person's median time from the token buying to the click (log-normal, about 2x either way; 0: at once)")
+	fastShare := fs.Float64("fast-share", 0, "fraction of shoppers who are fast clients and click the instant their token buys (with --reaction)")
 	rate := fs.Int("rate", -1, "admission rate per second of the created sale")
 	startsIn := fs.Duration("starts-in", 0, "the created sale opens this long after the start")
 	transport := fs.String("transport", "", "ws or polling")
@@ -87,6 +89,7 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	setInt(&cfg.Quantity, *quantity)
 	cfg.StockShards = *stockShards
 	cfg.Allocation, cfg.ClaimWindow = *allocation, *claimWindow
+	cfg.Reaction, cfg.FastShare = *reaction, *fastShare
 	setInt(&cfg.Items, *items)
 	setInt(&cfg.AdmissionRate, *rate)
 	setInt(&cfg.Hostile.PurchaseFlood, *flood)
