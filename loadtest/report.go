@@ -55,7 +55,9 @@ type Report struct {
 	Timeline Timeline       `json:"timeline"`
 	Redis    *RedisReport   `json:"redis,omitempty"`
 	Persist  *PersistReport `json:"persist,omitempty"` // order rows in PostgreSQL over time (DatabaseURL runs)
-	CPU      *CPUReport     `json:"cpu,omitempty"`     // CPU-seconds by role, over the drop and the run (Linux /proc)
+	// Fairness: who bought, by the draw's order (runs with Redis).
+	Fairness *FairnessReport `json:"fairness,omitempty"`
+	CPU      *CPUReport      `json:"cpu,omitempty"` // CPU-seconds by role, over the drop and the run (Linux /proc)
 
 	Timeseries []Slot   `json:"timeseries"` // one per 100 ms from StartedAt
 	Errors     []string `json:"errors,omitempty"`

@@ -237,6 +237,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			sm.LedgerError = err.Error()
 		}
 	}
+	if cfg.Redis.URL != "" || len(cfg.Redis.Cluster) > 0 || len(cfg.Redis.Sentinels) > 0 {
+		rep.Fairness = fairness(cctx, cfg, ctl, bases[0], info.ID, int64(rep.Quantity), rep.Ledger, sh.fastClient)
+	}
 	settle(rep.Ledger, db)
 	applyFinal(p.Orders, rep.Ledger)
 	rep.Summary = sm

@@ -162,6 +162,42 @@ func PreQueue(ctx context.Context, rdb redis.UniversalClient, saleID int64) (use
 	return users, n >= 0, nil
 }
 
+// Places returns the place in the sale's queue of every user holding a
+// ticket (userId → place, 0-based): the drawn place for the n pre-queue
+// tickets (Permute with the sale's seed), the ticket itself after them.
+// Before the draw it fails. A user who went to the back of the queue has
+// the place of their last ticket.
+func Places(ctx context.Context, rdb redis.UniversalClient, saleID int64, seed []byte) (map[int64]int64, error) {
+	n, err := rdb.HGet(ctx, lua.QueueKey(saleID, keyState), fieldN).Int64()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("waitroom.Places: sale %d: not drawn", saleID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("waitroom.Places: %w", err)
+	}
+	ids, err := rdb.LRange(ctx, lua.QueueKey(saleID, keyOrder), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("waitroom.Places: %w", err)
+	}
+	var p *Permuter
+	if n > 0 {
+		p = NewPermuter(seed, uint64(n))
+	}
+	out := make(map[int64]int64, len(ids))
+	for t, s := range ids {
+		u, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || u == 0 {
+			continue // a ticket nobody could name after a Redis loss
+		}
+		place := int64(t)
+		if place < n {
+			place = int64(p.Place(uint64(t)))
+		}
+		out[u] = place
+	}
+	return out, nil
+}
+
 // VerifyDraw recomputes the sale's draw from its seed and the pre-queue
 // stored in Redis and checks it against what the room did: the commitment
 // matches the seed, every recorded admission carries the place the draw

@@ -150,6 +150,13 @@ func TestSmokeAgainstStack(t *testing.T) {
 			if r.Stopped != "done" {
 				t.Errorf("stopped = %q, want done", r.Stopped)
 			}
+			// In queue order the drawn order decides: every unit goes to
+			// the first 10 places (every smoke shopper buys at once).
+			if f := r.Fairness; f == nil || f.Error != "" || f.Units != o.Reserved || f.Shoppers < r.Shoppers {
+				t.Errorf("fairness report %+v, want every 202 ranked by the draw", f)
+			} else if tc.allocation == "queue" && f.OutOfRank != 0 {
+				t.Errorf("queue order: %d of %d units bought outside the first %d places", f.OutOfRank, f.Units, o.Quantity)
+			}
 			if sm := r.Summary; sm == nil || sm.Acknowledged != o.Reserved || len(r.Ledger) != int(o.Reserved) || len(r.Timeline.ReservationsMs) != int(o.Reserved) {
 				t.Errorf("summary %+v, %d ledger entries, timeline %+v: want every 202 in each", sm, len(r.Ledger), r.Timeline)
 			}
