@@ -525,24 +525,12 @@ func (s *shard) admittedBuy(ctx context.Context, sh *shopper, w *wait, m *roomMs
 	w.lastAdm = m
 	// A first-wave admission (made before the opening) buys from its
 	// not-before: the shopper waits for it, as the page does.
-	if d := time.Until(time.UnixMilli(m.NotBeforeMs)); m.NotBeforeMs > 0 && d > 0 {
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return true
-		case <-t.C:
-		}
+	if d := time.Until(time.UnixMilli(m.NotBeforeMs)); m.NotBeforeMs > 0 && d > 0 && !sleepCtx(ctx, d) {
+		return true
 	}
 	// A person reads the page before the click; a fast client does not.
-	if d := s.reaction(sh.userID); d > 0 {
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return true
-		case <-t.C:
-		}
+	if d := s.reaction(sh.userID); d > 0 && !sleepCtx(ctx, d) {
+		return true
 	}
 	res, o := s.buy(ctx, sh, m)
 	switch res {
