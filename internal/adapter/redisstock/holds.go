@@ -128,17 +128,14 @@ func (s *Store) Lapse(ctx context.Context, saleID int64, now time.Time, limit in
 	if limit <= 0 {
 		limit = 1000
 	}
-	shards, tags := 1, []string{lua.Tag(saleID)}
+	tags := s.tags(saleID)
 	l := s.layout(saleID)
-	if l != nil {
-		shards, tags = l.shards, l.tags
-	}
-	max := "+inf"
+	max, nowArg := "+inf", endOfTime.UnixMilli()
 	if now.Before(endOfTime) {
-		max = strconv.FormatInt(now.UnixMilli(), 10)
+		max, nowArg = strconv.FormatInt(now.UnixMilli(), 10), now.UnixMilli()
 	}
 	var out []Lapsed
-	for h := range shards {
+	for h := range tags {
 		key := func(kind string) string { return lua.ShardKey(tags[h], kind) }
 		users, err := s.rdb.ZRangeByScore(ctx, key(lua.KindHolds), &redis.ZRangeBy{Min: "-inf", Max: max, Count: limit}).Result()
 		if err != nil {
@@ -149,10 +146,6 @@ func (s *Store) Lapse(ctx context.Context, saleID int64, now time.Time, limit in
 			user, err := strconv.ParseInt(u, 10, 64)
 			if err != nil {
 				continue
-			}
-			nowArg := now.UnixMilli()
-			if !now.Before(endOfTime) {
-				nowArg = endOfTime.UnixMilli()
 			}
 			res, err := s.lapse.Run(ctx, s.rdb, keys, user, nowArg).Slice()
 			if err != nil {
@@ -194,15 +187,8 @@ func EndOfTime() time.Time { return endOfTime }
 
 // HoldCount is the number of holds of a sale not yet claimed or lapsed.
 func (s *Store) HoldCount(ctx context.Context, saleID int64) (int64, error) {
-	keys := []string{lua.HoldsKey(saleID)}
-	if l := s.layout(saleID); l != nil {
-		keys = keys[:0]
-		for sh := range l.shards {
-			keys = append(keys, l.key(sh, lua.KindHolds))
-		}
-	}
 	var n int64
-	for _, k := range keys {
+	for _, k := range s.kindKeys(saleID, lua.KindHolds) {
 		c, err := s.rdb.ZCard(ctx, k).Result()
 		if err != nil {
 			return 0, fmt.Errorf("redisstock.HoldCount: %w", err)

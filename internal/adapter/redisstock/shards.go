@@ -95,6 +95,25 @@ func (s *Store) ShardRemaining(ctx context.Context, saleID int64, shard int) (ma
 	return out, nil
 }
 
+// tags are the hash tags of the sale's stock shards (its own tag alone for
+// a sale with one shard).
+func (s *Store) tags(saleID int64) []string {
+	if l := s.layout(saleID); l != nil {
+		return l.tags
+	}
+	return []string{lua.Tag(saleID)}
+}
+
+// kindKeys is the key of one kind on every shard of the sale.
+func (s *Store) kindKeys(saleID int64, kind string) []string {
+	tags := s.tags(saleID)
+	keys := make([]string, len(tags))
+	for i, t := range tags {
+		keys[i] = lua.ShardKey(t, kind)
+	}
+	return keys
+}
+
 // layout is nil for a sale with one shard.
 func (s *Store) layout(saleID int64) *layout {
 	if v, ok := s.layouts.Load(saleID); ok {

@@ -416,15 +416,8 @@ func parseBuyer(v string) (Buyer, bool) {
 // BuyerCount is the number of users holding a reservation in the sale
 // (over every shard, counting the claims in flight).
 func (s *Store) BuyerCount(ctx context.Context, saleID int64) (int64, error) {
-	keys := []string{lua.BuyersKey(saleID)}
-	if l := s.layout(saleID); l != nil {
-		keys = keys[:0]
-		for sh := range l.shards {
-			keys = append(keys, l.key(sh, lua.KindBuyers))
-		}
-	}
 	var total int64
-	for _, k := range keys {
+	for _, k := range s.kindKeys(saleID, lua.KindBuyers) {
 		n, err := s.rdb.HLen(ctx, k).Result()
 		if err != nil {
 			return 0, fmt.Errorf("redisstock.BuyerCount: %w", err)
@@ -612,10 +605,8 @@ const stockAddMarkerTTL = 7 * 24 * time.Hour
 // the additions still pending.
 func (s *Store) AddStock(ctx context.Context, saleID, addID, itemID, units int64) error {
 	script := redis.NewScript(lua.StockAdd)
-	shards, tags := 1, []string{lua.Tag(saleID)}
-	if l := s.layout(saleID); l != nil {
-		shards, tags = l.shards, l.tags
-	}
+	tags := s.tags(saleID)
+	shards := len(tags)
 	for sh := range shards {
 		n := split(units, shards, sh)
 		if n == 0 {
