@@ -47,8 +47,9 @@ type Sale struct {
 	// reservations spread over a cluster's masters (0 means 1; see
 	// internal/adapter/redisstock). It is fixed when the sale is created.
 	StockShards int
-	// Allocation decides who buys (AllocationRace or AllocationQueue; ""
-	// is race, the rule of sales made before the setting). ClaimWindow is
+	// Allocation decides who buys (AllocationRace or AllocationQueue).
+	// A sale created without one is queue (sales.Create); "" read back
+	// is race, the rule of sales made before the setting. ClaimWindow is
 	// how long a unit stays held for a shopper in queue order (0: the
 	// default). Both are fixed when the sale is created.
 	Allocation  string

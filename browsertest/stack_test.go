@@ -31,7 +31,7 @@ func (s *stack) createSale(name string, startsAt time.Time, rate int, quantities
 	}
 	r := s.Do("POST", "/api/admin/sales", s.Token(1, true), map[string]any{
 		"name": name, "startsAt": startsAt.UTC().Format(time.RFC3339Nano),
-		"admissionRatePerSecond": rate, "items": items,
+		"admissionRatePerSecond": rate, "items": items, "allocation": "race",
 	})
 	s.Want(r, 201, "")
 	saleID = int64(r.Body["id"].(float64))

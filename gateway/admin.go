@@ -145,7 +145,7 @@ type createSaleRequest struct {
 	EndsAt                 *string             `json:"endsAt"`
 	AdmissionRatePerSecond *int                `json:"admissionRatePerSecond"`
 	StockShards            *int                `json:"stockShards"` // absent: 1
-	Allocation             *string             `json:"allocation"`  // absent: race
+	Allocation             *string             `json:"allocation"`  // absent: queue
 	ClaimWindowSeconds     *int                `json:"claimWindowSeconds"`
 	Items                  []createItemRequest `json:"items"`
 }

@@ -630,7 +630,8 @@ func TestGuardClasses(t *testing.T) {
 }
 
 // A sale's allocation and claim window are taken at creation and shown;
-// absent, race order with the default window.
+// race order named, with the default window. (The default allocation,
+// queue, is the store's: sales.TestCreateGetUpdateFigures.)
 func TestAdminCreateAllocation(t *testing.T) {
 	e := newEnv(t)
 	op := []string{"Authorization", bearer(e.token(1, true))}
@@ -648,7 +649,7 @@ func TestAdminCreateAllocation(t *testing.T) {
 	if s := e.admin.sales[got.ID]; !s.QueueOrder() || s.ClaimWindow != 30*time.Second {
 		t.Errorf("stored %q %v, want queue order and 30s", s.Allocation, s.ClaimWindow)
 	}
-	r = e.do("POST", "/api/admin/sales", `{"name":"n","startsAt":"2026-12-01T18:00:00Z","admissionRatePerSecond":5,
+	r = e.do("POST", "/api/admin/sales", `{"name":"n","startsAt":"2026-12-01T18:00:00Z","admissionRatePerSecond":5,"allocation":"race",
 		"items":[{"productId":501,"quantity":10,"priceCents":1}]}`, op...)
 	r.json(t, &got)
 	if r.status != 201 || got.Allocation != "race" || got.ClaimWindowSeconds != 120 {

@@ -55,7 +55,8 @@ func (s *Store) Create(ctx context.Context, in flashsale.Sale) (flashsale.Sale, 
 	}
 	out := in
 	if out.Allocation == "" {
-		out.Allocation = flashsale.AllocationRace
+		// New sales are allocated in queue order unless race is named.
+		out.Allocation = flashsale.AllocationQueue
 	}
 	out.ClaimWindow = out.Window()
 	out.ShuffleSeed = seed

@@ -42,18 +42,18 @@ func TestCreateGetUpdateFigures(t *testing.T) {
 	if got.Name != in.Name || !got.StartsAt.Equal(starts) || got.ShuffleCommitment != out.ShuffleCommitment || len(got.Items) != 2 {
 		t.Fatalf("Get = %+v, want what was created", got)
 	}
-	// Without an allocation: race order, the default window.
-	if got.Allocation != flashsale.AllocationRace || got.ClaimWindow != flashsale.DefaultClaimWindow {
-		t.Fatalf("allocation %q, window %v; want race, %v", got.Allocation, got.ClaimWindow, flashsale.DefaultClaimWindow)
+	// Without an allocation: queue order, the default window.
+	if got.Allocation != flashsale.AllocationQueue || got.ClaimWindow != flashsale.DefaultClaimWindow {
+		t.Fatalf("allocation %q, window %v; want queue, %v", got.Allocation, got.ClaimWindow, flashsale.DefaultClaimWindow)
 	}
-	queued := in
-	queued.Allocation, queued.ClaimWindow = flashsale.AllocationQueue, 45*time.Second
-	q, err := s.Create(ctx, queued)
+	raced := in
+	raced.Allocation, raced.ClaimWindow = flashsale.AllocationRace, 45*time.Second
+	q, err := s.Create(ctx, raced)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Get(ctx, q.ID); err != nil || !got.QueueOrder() || got.ClaimWindow != 45*time.Second {
-		t.Fatalf("Get = %q %v, %v; want queue order with a 45 s window", got.Allocation, got.ClaimWindow, err)
+	if got, err := s.Get(ctx, q.ID); err != nil || got.Allocation != flashsale.AllocationRace || got.ClaimWindow != 45*time.Second {
+		t.Fatalf("Get = %q %v, %v; want race order with a 45 s window", got.Allocation, got.ClaimWindow, err)
 	}
 	rem, err := st.Remaining(ctx, out.ID)
 	if err != nil || rem[out.Items[0].ID] != 10 || rem[out.Items[1].ID] != 3 {

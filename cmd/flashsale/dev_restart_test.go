@@ -122,7 +122,7 @@ func TestDevRestartKeepsAcknowledgedOrders(t *testing.T) {
 	dev := startDev(t, env, args)
 	ready(dev)
 	req, _ := http.NewRequest("POST", api+"/api/admin/sales", strings.NewReader(fmt.Sprintf(
-		`{"name": "restart", "startsAt": %q, "admissionRatePerSecond": 100, "items": [{"productId": 1, "quantity": 3, "priceCents": 500}]}`,
+		`{"name": "restart", "startsAt": %q, "admissionRatePerSecond": 100, "allocation": "race", "items": [{"productId": 1, "quantity": 3, "priceCents": 500}]}`,
 		time.Now().Add(-time.Second).UTC().Format(time.RFC3339))))
 	req.Header.Set("Authorization", "Bearer "+mint(1, true))
 	req.Header.Set("Content-Type", "application/json")

@@ -29,7 +29,7 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	quantity := fs.Int("quantity", -1, "units of the created sale")
 	items := fs.Int("items", -1, "items of the created sale")
 	stockShards := fs.Int("stock-shards", 0, "stockShards of the created sale: each item's stock split over this many Redis hash slots (0: one)")
-	allocation := fs.String("allocation", "", "allocation of the created sale: queue (a unit held for each shopper at their turn) or race (default)")
+	allocation := fs.String("allocation", "", "allocation of the created sale: queue (a unit held for each shopper at their turn; the default) or race")
 	claimWindow := fs.Duration("claim-window", 0, "claim window of the created sale in queue order, whole seconds (0: the default, 2m)")
 	reaction := fs.Duration("reaction", 0, "a person's median time from the token buying to the click (log-normal, about 2x either way; 0: at once)")
 	fastShare := fs.Float64("fast-share", 0, "fraction of shoppers who are fast clients and click the instant their token buys (with --reaction)")

@@ -75,7 +75,7 @@ func TestMigrateAndVerifyDraw(t *testing.T) {
 		t.Fatalf("migrate (again, on a current schema): exit %d, %s %s", code, out, errOut)
 	}
 	ctx := context.Background()
-	future, err := s.App.CreateSale(ctx, flashsale.Sale{Name: "later", StartsAt: time.Now().Add(time.Hour), AdmissionRatePerSecond: 10,
+	future, err := s.App.CreateSale(ctx, flashsale.Sale{Name: "later", StartsAt: time.Now().Add(time.Hour), AdmissionRatePerSecond: 10, Allocation: flashsale.AllocationRace,
 		Items: []flashsale.Item{{ProductID: 1, Quantity: 5, PriceCents: 100}}})
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +84,7 @@ func TestMigrateAndVerifyDraw(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "secret until then") || strings.Contains(out, future.SeedHex()) {
 		t.Fatalf("verify-draw before opening must not reveal the seed: exit %d, %s %s", code, out, errOut)
 	}
-	open, err := s.App.CreateSale(ctx, flashsale.Sale{Name: "now", StartsAt: time.Now().Add(-time.Second), AdmissionRatePerSecond: 1000,
+	open, err := s.App.CreateSale(ctx, flashsale.Sale{Name: "now", StartsAt: time.Now().Add(-time.Second), AdmissionRatePerSecond: 1000, Allocation: flashsale.AllocationRace,
 		Items: []flashsale.Item{{ProductID: 1, Quantity: 5, PriceCents: 100}}})
 	if err != nil {
 		t.Fatal(err)

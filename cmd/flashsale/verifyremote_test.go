@@ -26,7 +26,7 @@ func TestVerifyDrawURL(t *testing.T) {
 	s := apptest.Start(t)
 	ctx := context.Background()
 	opens := time.Now().Add(2 * time.Second)
-	sale, err := s.App.CreateSale(ctx, flashsale.Sale{Name: "drawn", StartsAt: opens, AdmissionRatePerSecond: 1000,
+	sale, err := s.App.CreateSale(ctx, flashsale.Sale{Name: "drawn", StartsAt: opens, AdmissionRatePerSecond: 1000, Allocation: flashsale.AllocationRace,
 		Items: []flashsale.Item{{ProductID: 1, Quantity: 100, PriceCents: 100}}})
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +155,7 @@ func TestVerifyDrawURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := s.Do("GET", path, "", nil).Raw
-	other, err := s.App.CreateSale(ctx, flashsale.Sale{Name: "other", StartsAt: time.Now(), AdmissionRatePerSecond: 1,
+	other, err := s.App.CreateSale(ctx, flashsale.Sale{Name: "other", StartsAt: time.Now(), AdmissionRatePerSecond: 1, Allocation: flashsale.AllocationRace,
 		Items: []flashsale.Item{{ProductID: 1, Quantity: 1, PriceCents: 100}}})
 	if err != nil {
 		t.Fatal(err)

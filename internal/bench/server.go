@@ -179,6 +179,7 @@ func serveGateway(ctx context.Context, o ServerOptions, addr string, info Server
 		Name:                   "bench",
 		StartsAt:               time.Now().Add(-time.Second).Truncate(time.Second),
 		AdmissionRatePerSecond: 10000,
+		Allocation:             flashsale.AllocationRace,
 		Items: []flashsale.Item{
 			{ProductID: 1, Quantity: 1, PriceCents: 1999},
 			{ProductID: 2, Quantity: InStockQuantity, PriceCents: 999},

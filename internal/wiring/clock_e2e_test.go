@@ -65,7 +65,7 @@ func TestClockOneForTheFleet(t *testing.T) {
 	}
 
 	opening := time.Now().Add(4 * time.Second).Truncate(time.Second)
-	sale, err := fast.App.CreateSale(context.Background(), flashsale.Sale{Name: "one clock", StartsAt: opening, AdmissionRatePerSecond: 1000,
+	sale, err := fast.App.CreateSale(context.Background(), flashsale.Sale{Name: "one clock", StartsAt: opening, AdmissionRatePerSecond: 1000, Allocation: flashsale.AllocationRace,
 		Items: []flashsale.Item{{ProductID: 1, Quantity: 100, PriceCents: 100}}})
 	if err != nil {
 		t.Fatal(err)

@@ -123,7 +123,7 @@ func (s *stack) createSaleWith(rate int, quantities ...int) (int64, []int64) {
 	}
 	r := s.Do("POST", "/api/admin/sales", s.Token(1, true), map[string]any{
 		"name": "controls", "startsAt": time.Now().Add(-time.Second).UTC().Format(time.RFC3339),
-		"admissionRatePerSecond": rate, "items": items,
+		"admissionRatePerSecond": rate, "items": items, "allocation": "race",
 	})
 	s.Want(r, 201, "")
 	var ids []int64
@@ -562,7 +562,7 @@ func TestOpenAPIControls(t *testing.T) {
 	op := s.Token(1, true)
 	created := c.call(false, "POST", "/api/admin/sales", op, map[string]any{
 		"name": "openapi controls", "startsAt": time.Now().Add(-time.Second).UTC().Format(time.RFC3339),
-		"admissionRatePerSecond": 10000,
+		"admissionRatePerSecond": 10000, "allocation": "race",
 		"items": []map[string]any{
 			{"productId": 501, "quantity": 1, "priceCents": 1999, "name": "Trail runner", "currency": "EUR", "imageUrl": "/assets/sneaker.svg"},
 			{"productId": 502, "quantity": 5, "priceCents": 2999},

@@ -33,7 +33,7 @@ func (s *stack) createSale(quantities ...int) (saleID int64, itemIDs []int64) {
 	}
 	r := s.Do("POST", "/api/admin/sales", s.Token(1, true), map[string]any{
 		"name": "e2e", "startsAt": time.Now().Add(-time.Second).UTC().Format(time.RFC3339),
-		"admissionRatePerSecond": 10000, "items": items,
+		"admissionRatePerSecond": 10000, "items": items, "allocation": "race",
 	})
 	s.Want(r, 201, "")
 	saleID = int64(r.Body["id"].(float64))

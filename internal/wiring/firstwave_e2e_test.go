@@ -21,7 +21,7 @@ func TestFirstWaveEndToEnd(t *testing.T) {
 	op := s.Token(1, true)
 	opens := time.Now().Add(9 * time.Second)
 	created := c.call(false, "POST", "/api/admin/sales", op, map[string]any{
-		"name": "first wave", "startsAt": opens.UTC().Format(time.RFC3339Nano), "admissionRatePerSecond": 1,
+		"name": "first wave", "startsAt": opens.UTC().Format(time.RFC3339Nano), "admissionRatePerSecond": 1, "allocation": "race",
 		"items": []map[string]any{{"productId": 501, "quantity": 3, "priceCents": 1999}},
 	})
 	c.s.Want(created, 201, "")

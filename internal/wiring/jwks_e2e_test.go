@@ -57,7 +57,7 @@ func TestJWKSThroughHTTP(t *testing.T) {
 
 	r := s.Do("POST", "/api/admin/sales", sign("1", "flashsale", true), map[string]any{
 		"name": "jwks", "startsAt": time.Now().Add(-time.Second).UTC().Format(time.RFC3339),
-		"admissionRatePerSecond": 100, "items": []map[string]any{{"productId": 1, "quantity": 1, "priceCents": 100}},
+		"admissionRatePerSecond": 100, "allocation": "race", "items": []map[string]any{{"productId": 1, "quantity": 1, "priceCents": 100}},
 	})
 	s.Want(r, 201, "")
 	saleID := int64(r.Body["id"].(float64))

@@ -287,7 +287,7 @@ func TestOpenAPIEndToEnd(t *testing.T) {
 	// The operator creates a sale: item A has one unit, item B five.
 	created := c.call(false, "POST", "/api/admin/sales", op, map[string]any{
 		"name": "openapi", "startsAt": time.Now().Add(-time.Second).UTC().Format(time.RFC3339),
-		"admissionRatePerSecond": 10000,
+		"admissionRatePerSecond": 10000, "allocation": "race",
 		"items": []map[string]any{
 			{"productId": 501, "quantity": 1, "priceCents": 1999},
 			{"productId": 502, "quantity": 5, "priceCents": 2999},
@@ -326,14 +326,14 @@ func TestOpenAPIEndToEnd(t *testing.T) {
 		return c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d/draw", saleID), "", nil).Status == 200
 	})
 	c.s.Want(c.call(false, "GET", "/api/flash-sales/sales/987654/draw", "", nil), 404, "NOT_FOUND")
-	later, err := s.App.CreateSale(context.Background(), flashsale.Sale{Name: "later", StartsAt: time.Now().Add(time.Hour), AdmissionRatePerSecond: 1,
+	later, err := s.App.CreateSale(context.Background(), flashsale.Sale{Name: "later", StartsAt: time.Now().Add(time.Hour), AdmissionRatePerSecond: 1, Allocation: flashsale.AllocationRace,
 		Items: []flashsale.Item{{ProductID: 1, Quantity: 1, PriceCents: 100}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.s.Want(c.call(false, "GET", fmt.Sprintf("/api/flash-sales/sales/%d/draw", later.ID), "", nil), 409, "NOT_DRAWN")
 	// A record with members: two shoppers join a sale before it opens.
-	soon, err := s.App.CreateSale(context.Background(), flashsale.Sale{Name: "soon", StartsAt: time.Now().Add(time.Second), AdmissionRatePerSecond: 100,
+	soon, err := s.App.CreateSale(context.Background(), flashsale.Sale{Name: "soon", StartsAt: time.Now().Add(time.Second), AdmissionRatePerSecond: 100, Allocation: flashsale.AllocationRace,
 		Items: []flashsale.Item{{ProductID: 1, Quantity: 5, PriceCents: 100}}})
 	if err != nil {
 		t.Fatal(err)

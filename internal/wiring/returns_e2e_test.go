@@ -63,7 +63,7 @@ func testReturnedUnits(t *testing.T, returned int, giveUp bool) {
 	s := startStack(t, func(c *wiring.Config) { c.WSMaxConnsPerAddr = 2 * crowd; c.DrawLead = 2 * time.Second })
 	opening := time.Now().Add(5 * time.Second).Truncate(time.Second)
 	r := s.Do("POST", "/api/admin/sales", s.Token(1, true), map[string]any{
-		"name": "returns", "startsAt": opening.UTC().Format(time.RFC3339), "admissionRatePerSecond": 1000,
+		"name": "returns", "startsAt": opening.UTC().Format(time.RFC3339), "admissionRatePerSecond": 1000, "allocation": "race",
 		"items": []map[string]any{{"productId": 1, "quantity": units, "priceCents": 1999, "name": "Sneaker", "currency": "EUR"}},
 	})
 	s.Want(r, 201, "")

@@ -44,7 +44,7 @@ func preQueuedSales(t *testing.T, s *stack, sales, pre int) ([]flashsale.Sale, m
 	var out []flashsale.Sale
 	secrets := map[int64]string{}
 	for i := range sales {
-		sale, err := s.App.CreateSale(ctx, flashsale.Sale{Name: "drawn " + strconv.Itoa(i), StartsAt: opens, AdmissionRatePerSecond: 1000,
+		sale, err := s.App.CreateSale(ctx, flashsale.Sale{Name: "drawn " + strconv.Itoa(i), StartsAt: opens, AdmissionRatePerSecond: 1000, Allocation: flashsale.AllocationRace,
 			Items: []flashsale.Item{{ProductID: 1, Quantity: 100, PriceCents: 100}}})
 		if err != nil {
 			t.Fatal(err)

@@ -63,6 +63,7 @@ func TestCPUAgainstStack(t *testing.T) {
 	}
 	cfg.BaseURL, cfg.AdminURL, cfg.JWTSecret = st.app.PublicURL, st.app.AdminURL, secret
 	cfg.Redis.URL, cfg.DatabaseURL = st.redisURL, st.databaseURL
+	cfg.Allocation = "race" // the window is opening to last reservation
 	cfg.SourceAddrs = 8
 	cfg.Duration = 45 * time.Second
 	cfg.ServerPIDs = serverPIDs(t)

@@ -80,8 +80,8 @@ var mustHold = []string{
 // and paid, every invariant holds.
 func TestSmokeAgainstStack(t *testing.T) {
 	for _, tc := range []struct{ name, transport, allocation string }{
-		{loadtest.TransportWS, loadtest.TransportWS, ""},
-		{loadtest.TransportPolling, loadtest.TransportPolling, ""},
+		{loadtest.TransportWS, loadtest.TransportWS, "race"},
+		{loadtest.TransportPolling, loadtest.TransportPolling, "race"},
 		{"ws-queue-order", loadtest.TransportWS, "queue"},
 	} {
 		transport := tc.transport
