@@ -13,11 +13,12 @@ import (
 
 // adminSale is GET /api/admin/sales/{id} (CONTRACT section 3).
 type adminSale struct {
-	ID       int64                   `json:"id"`
-	StartsAt time.Time               `json:"startsAt"`
-	State    string                  `json:"state"`
-	Items    []ItemFigures           `json:"items"`
-	Queue    *flashsale.QueueFigures `json:"queue,omitempty"`
+	ID         int64                   `json:"id"`
+	StartsAt   time.Time               `json:"startsAt"`
+	State      string                  `json:"state"`
+	Allocation string                  `json:"allocation"`
+	Items      []ItemFigures           `json:"items"`
+	Queue      *flashsale.QueueFigures `json:"queue,omitempty"`
 }
 
 // ItemFigures are one item's persisted figures from the admin API.

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flashsale/flashsale/auth"
@@ -432,4 +433,27 @@ func tallyString(t Tally) string {
 		parts = append(parts, fmt.Sprintf("%s × %d", k, t.ByRoute[k]))
 	}
 	return joinMax(parts, 10)
+}
+
+// allocationMs is the latest instant, relative to opens, at which the
+// server gave a shopper the unit of an acknowledged order: the time in
+// the order's id (UUIDv7, taken when the hold or reservation was made).
+// nil when no acknowledged order has such an id.
+func allocationMs(ledger []LedgerEntry, opens time.Time) *int64 {
+	var last *int64
+	for _, e := range ledger {
+		if !e.Acknowledged {
+			continue
+		}
+		id, err := uuid.Parse(e.OrderID)
+		if err != nil || id.Version() != 7 {
+			continue
+		}
+		sec, nsec := id.Time().UnixTime()
+		ms := time.Unix(sec, nsec).UnixMilli() - opens.UnixMilli()
+		if last == nil || ms > *last {
+			last = &ms
+		}
+	}
+	return last
 }

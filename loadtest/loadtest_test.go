@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // TestMain lets the test binary act as a forked worker (Processes > 1).
@@ -641,5 +643,41 @@ func TestReactionTimes(t *testing.T) {
 	}
 	if none := (&shard{cfg: Config{Seed: 7}}).reaction(1); none != 0 {
 		t.Fatalf("no Reaction set: %v, want 0", none)
+	}
+}
+
+// The last unit given is read from the acknowledged orders' ids (UUIDv7,
+// the server's clock when it held or reserved the unit): orders learnt of
+// but never acknowledged and ids of another version do not count.
+func TestAllocationMsFromOrderIDs(t *testing.T) {
+	opens := time.Date(2026, 12, 4, 18, 0, 0, 0, time.UTC)
+	idAt := func(at time.Time) string {
+		id, err := uuid.NewV7()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The first 48 bits of a UUIDv7 are its Unix milliseconds.
+		ms := at.UnixMilli()
+		for i := 5; i >= 0; i-- {
+			id[i] = byte(ms)
+			ms >>= 8
+		}
+		return id.String()
+	}
+	if got := allocationMs(nil, opens); got != nil {
+		t.Fatalf("no orders: %d, want none", *got)
+	}
+	ledger := []LedgerEntry{
+		{OrderID: idAt(opens.Add(-2100 * time.Millisecond)), Acknowledged: true},
+		{OrderID: idAt(opens.Add(-1500 * time.Millisecond)), Acknowledged: true},
+		{OrderID: idAt(opens.Add(9 * time.Second))},     // not acknowledged
+		{OrderID: uuid.NewString(), Acknowledged: true}, // v4: no time
+	}
+	if got := allocationMs(ledger, opens); got == nil || *got != -1500 {
+		t.Fatalf("allocationMs = %v, want -1500", got)
+	}
+	ledger = append(ledger, LedgerEntry{OrderID: idAt(opens.Add(820 * time.Millisecond)), Acknowledged: true})
+	if got := allocationMs(ledger, opens); got == nil || *got != 820 {
+		t.Fatalf("allocationMs = %v, want 820", got)
 	}
 }

@@ -35,7 +35,19 @@ type Report struct {
 	// purchase, order_payable, pay, poll, order_get, hostile_*).
 	Steps map[string]StepReport `json:"steps"`
 
+	// Allocation is the sale's ("queue" or "race"), as the admin API
+	// answered.
+	Allocation string `json:"allocation,omitempty"`
+
 	// Times relative to the opening, in ms; -1 when it never happened.
+	// AllocationMs is when the last unit of an acknowledged order was
+	// given to its shopper, in server time: the hold (queue order) or the
+	// reservation (race order), read from the order ids (UUIDv7, made by
+	// the server at that instant). In queue order it is the allocation
+	// time and LastReservationMs the sell time; the first wave's holds
+	// are given at the draw, before the opening (negative). Absent when
+	// no acknowledged order was seen.
+	AllocationMs       *int64  `json:"allocationMs,omitempty"`
 	SellOutMs          int64   `json:"sellOutMs"`          // first SOLD_OUT a shopper saw
 	FirstReservationMs int64   `json:"firstReservationMs"` // first 202
 	LastReservationMs  int64   `json:"lastReservationMs"`  // last 202

@@ -64,7 +64,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep := &Report{
 		Scenario: cfg.Scenario, Transport: cfg.Transport, SaleID: info.ID, Shoppers: cfg.Shoppers,
 		Items: len(info.Items), Processes: cfg.Processes, SourceAddrs: cfg.SourceAddrs,
-		StartedAt: started, OpensAt: info.OpensAt, Config: cfg,
+		StartedAt: started, OpensAt: info.OpensAt, Config: cfg, Allocation: sale.Allocation,
 	}
 	for _, it := range info.Items {
 		rep.Quantity += it.Quantity
@@ -228,6 +228,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cctx, ccancel := context.WithTimeout(parent, max(cfg.QuietTimeout, 5*time.Second))
 	defer ccancel()
 	rep.Ledger = buildLedger(p.Orders, info.OpensAt.UnixMilli())
+	rep.AllocationMs = allocationMs(rep.Ledger, info.OpensAt)
 	readBackAPI(cctx, cfg, ctl, bases, rec, rep.Ledger)
 	sm := &Summary{}
 	var db map[string]string

@@ -248,6 +248,7 @@ run_scenario() { # scenario
 		jq -r '"shoppers \(.shoppers) over \(.config.baseUrls | length + 1) gateways, \(.processes) load processes, quantity \(.orders.quantity)",
 			"reserved \(.orders.reserved)  sold \(.orders.sold)  paid \(.orders.paid)  expired \(.orders.expired)  remaining \(.orders.remaining)  stopped \(.stopped)",
 			"first/last reservation \(.firstReservationMs)/\(.lastReservationMs) ms after opening, first sold-out seen \(.sellOutMs) ms, admissions \(.admissionsPerSecond | floor)/s",
+			"allocation \(.allocation // "?"): last unit given (held or reserved, server time, order ids) \(.allocationMs // "?") ms after opening; purchase 503s \([.steps.purchase.outcomes // {} | to_entries[] | select(.key | startswith("503")) | .value] | add // 0)",
 			"PostgreSQL: \(.persist.rows // "?") rows; all reserved orders in at \(.persist.allPersistedMs // "?") ms after opening: \(.persist.lagAfterLastCreatedMs // "?") ms after the last reservation (server time, orders.created_at \(.persist.lastCreatedMs // "?") ms), \(.persist.lagAfterLastReservationMs // "?") ms after the last 202 seen by a client",
 			"PostgreSQL, from the rows: the last order row written \(.persist.lastInsertedMs // "?") ms after opening (orders.inserted_at), \(.persist.insertedAfterLastCreatedMs // "?") ms after the last reservation (orders.created_at)",
 			"redis: \(.redis // "n/a" | tostring)",

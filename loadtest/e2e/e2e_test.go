@@ -157,6 +157,11 @@ func TestSmokeAgainstStack(t *testing.T) {
 			} else if tc.allocation == "queue" && f.OutOfRank != 0 {
 				t.Errorf("queue order: %d of %d units bought outside the first %d places", f.OutOfRank, f.Units, o.Quantity)
 			}
+			// Every unit is given (held in queue order, reserved in race
+			// order) before its buyer's last 202 is seen.
+			if r.Allocation != tc.allocation || r.AllocationMs == nil || *r.AllocationMs > r.LastReservationMs {
+				t.Errorf("allocation %q, last unit given at %v ms, last 202 at %d ms: want %s, given before the last 202", r.Allocation, r.AllocationMs, r.LastReservationMs, tc.allocation)
+			}
 			if sm := r.Summary; sm == nil || sm.Acknowledged != o.Reserved || len(r.Ledger) != int(o.Reserved) || len(r.Timeline.ReservationsMs) != int(o.Reserved) {
 				t.Errorf("summary %+v, %d ledger entries, timeline %+v: want every 202 in each", sm, len(r.Ledger), r.Timeline)
 			}
