@@ -58,8 +58,9 @@ var layout = map[string]imports{
 	// provider payment) in the changes' transactions.
 	"orders": {code: "flashsale events internal/adapter/postgres internal/adapter/redisstock",
 		tests: "sales sales/salestest internal/harness/testenv"},
+	// purchase's tests freeze and kill their own redis-server (localsvc).
 	"purchase": {code: "flashsale internal/adapter/prom internal/adapter/redisstock",
-		tests: "internal/adapter/kafka internal/adapter/redisconn sales sales/salestest internal/harness/testenv"},
+		tests: "internal/adapter/kafka internal/adapter/redisconn sales sales/salestest internal/harness/localsvc internal/harness/testenv"},
 	"sales": {code: "flashsale internal/adapter/redisstock lua", tests: "internal/harness/testenv"},
 	// The waiting room signs the admission tokens it hands out.
 	"waitroom": {code: "flashsale admission internal/adapter/prom lua",

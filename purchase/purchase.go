@@ -76,6 +76,8 @@ const (
 	OutcomePublishUncertain = "publish_uncertain" // left to the writer or the reconciler
 	OutcomeStockMissing     = "stock_missing"     // Redis lost the stock record; answered 503 until the rebuild
 	OutcomeNoHold           = "no_hold"           // queue order: no unit held for the shopper (Claim)
+	OutcomeReserveUncertain = "reserve_uncertain" // Redis did not answer: settled when it does (settle.go)
+	OutcomeUncertainNone    = "uncertain_none"    // settled: the uncertain reservation never ran
 )
 
 // placedQueue is how many acknowledged positions may wait for Run to write
@@ -115,6 +117,9 @@ type Service struct {
 
 	outcomes   map[string]prometheus.Counter
 	publishDur prometheus.Observer
+
+	// settle holds the reservations Redis did not answer (settle.go).
+	settle settleSet
 }
 
 // New returns a Service. reg may be nil.
@@ -151,7 +156,8 @@ func New(cfg Config, st *redisstock.Store, pub Publisher, logger *slog.Logger, r
 	}, []string{"outcome"}))
 	s.outcomes = map[string]prometheus.Counter{}
 	for _, o := range []string{OutcomeReserved, OutcomeSoldOutFlag, OutcomeSoldOut, OutcomeAlreadyPurchased,
-		OutcomeNotFound, OutcomeRedisError, OutcomePublishFailed, OutcomePublishUncertain, OutcomeStockMissing, OutcomeNoHold} {
+		OutcomeNotFound, OutcomeRedisError, OutcomePublishFailed, OutcomePublishUncertain, OutcomeStockMissing, OutcomeNoHold,
+		OutcomeReserveUncertain, OutcomeUncertainNone} {
 		s.outcomes[o] = reservations.WithLabelValues(o)
 	}
 	s.publishDur, errs[1] = prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -217,10 +223,12 @@ func (s *Service) clearSoldOut(itemIDs []int64) {
 //   - UNAVAILABLE: Redis has no stock record for the item (Redis lost its
 //     data; the Reconciler rebuilds it), nothing reserved, and the sold-out
 //     flag is left alone;
-//   - UNAVAILABLE: Redis or Kafka failed. The reservation was given back,
-//     except when the publish outcome is unknown: then the error's OrderID
-//     names the order, which either reaches the database or is returned by
-//     the Reconciler (and becomes REJECTED) after its bound.
+//   - UNAVAILABLE: Redis or Kafka failed. When Kafka refused the order
+//     the reservation was given back. When the outcome is unknown the
+//     error's OrderID names the order: a publish not acknowledged reaches
+//     the database or is returned by the Reconciler (and becomes REJECTED)
+//     after its bound; a reservation Redis did not answer is settled when
+//     Redis answers again (settle.go).
 //
 // Once the reservation is taken, a caller giving up (ctx cancelled) does not
 // interrupt it: the publish runs to its own bound.
@@ -254,6 +262,9 @@ func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashs
 				s.setSoldOut(sale.ID, item.ID)
 				s.outcomes[OutcomeSoldOut].Inc()
 			case flashsale.CodeAlreadyPurchased:
+				if id, ok, serr := s.settleRetry(ctx, sale, userID, err); ok {
+					return id, serr
+				}
 				s.outcomes[OutcomeAlreadyPurchased].Inc()
 			case flashsale.CodeUnavailable:
 				// The user's purchase on a sharded sale is still looking
@@ -270,12 +281,10 @@ func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashs
 			}
 			return "", err
 		}
-		// The script may have run before the connection failed: give back
-		// whatever it may have taken (a no-op when it did not run; when
-		// Redis is down, the Reconciler does it later).
-		s.outcomes[OutcomeRedisError].Inc()
-		s.release(work, sale.ID, userID, item.ID, orderID)
-		return "", fmt.Errorf("purchase.Reserve: %w: %w", errUnavailable, err)
+		// The script may have run, or may still run: settled once Redis
+		// answers again (settle.go).
+		return "", fmt.Errorf("purchase.Reserve: %w", s.uncertainReserve(&unsettled{
+			sale: sale, item: item, userID: userID, orderID: orderID, at: now}, err))
 	}
 
 	err = s.place(work, sale, item, userID, orderID, now)
@@ -329,9 +338,10 @@ func (s *Service) place(work context.Context, sale *flashsale.Sale, item flashsa
 //   - NOT_ADMITTED: no unit is held for the user (never, or its window
 //     ended and it went to the next in line);
 //   - INVALID: the unit held is of another item;
-//   - UNAVAILABLE without an order id: Redis failed (the hold is kept if
-//     the claim did not run) or Kafka refused the order (the claim is
-//     undone: the unit is held again for the rest of the window).
+//   - UNAVAILABLE without an order id: Redis did not answer (the claim is
+//     settled when it does: published if it ran, the hold kept if not) or
+//     Kafka refused the order (the claim is undone: the unit is held
+//     again for the rest of the window).
 func (s *Service) Claim(ctx context.Context, sale *flashsale.Sale, item flashsale.Item, userID int64) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("purchase.Claim: %w", err)
@@ -345,11 +355,15 @@ func (s *Service) Claim(ctx context.Context, sale *flashsale.Sale, item flashsal
 	if err != nil {
 		var fe *flashsale.Error
 		if !errors.As(err, &fe) {
-			s.outcomes[OutcomeRedisError].Inc()
-			return "", fmt.Errorf("purchase.Claim: %w: %w", errUnavailable, err)
+			// The claim may have run, or may still run (settle.go).
+			return "", fmt.Errorf("purchase.Claim: %w", s.uncertainReserve(&unsettled{
+				sale: sale, item: item, userID: userID, at: now, claim: true}, err))
 		}
 		switch fe.Code {
 		case flashsale.CodeAlreadyPurchased:
+			if id, ok, serr := s.settleRetry(ctx, sale, userID, err); ok {
+				return id, serr
+			}
 			s.outcomes[OutcomeAlreadyPurchased].Inc()
 		case flashsale.CodeNotAdmitted:
 			s.outcomes[OutcomeNoHold].Inc()
@@ -358,6 +372,8 @@ func (s *Service) Claim(ctx context.Context, sale *flashsale.Sale, item flashsal
 		}
 		return "", err
 	}
+	// An earlier claim Redis did not answer never ran (this one did).
+	s.settle.take(sale.ID, userID, "")
 	err = s.place(work, sale, item, userID, orderID, now)
 	if err == nil {
 		return orderID, nil
@@ -409,12 +425,14 @@ func uncertain(err error) bool {
 
 // Run clears sold-out flags of items whose stock came back (expiry, cancel,
 // rejection), checking every SoldOutRecheck with one HMGET per sale, and
-// writes the Kafka positions of acknowledged orders into Redis, until ctx
+// writes the Kafka positions of acknowledged orders into Redis, and
+// settles the reservations Redis did not answer (settle.go), until ctx
 // ends. It returns nil on cancellation.
 func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { s.keepPlacements(ctx) })
+	wg.Go(func() { s.settleLoop(ctx) })
 	t := time.NewTicker(s.recheck)
 	defer t.Stop()
 	for {

@@ -137,12 +137,16 @@ func New(rdb redis.UniversalClient) *Store {
 
 // LoadScripts loads the scripts into Redis (at start; go-redis also falls
 // back from EVALSHA to EVAL when Redis answers NOSCRIPT after a restart).
+//
+// Every script a purchase runs is loaded, so that its first EVALSHA runs
+// the script: one cut short by a frozen Redis is then settled by what it
+// did (purchase's uncertain reservations), not lost to a NOSCRIPT answer
+// nobody read.
 func (s *Store) LoadScripts(ctx context.Context) error {
-	if err := s.reserve.Load(ctx, s.rdb).Err(); err != nil {
-		return fmt.Errorf("redisstock.LoadScripts: %w", err)
-	}
-	if err := s.release.Load(ctx, s.rdb).Err(); err != nil {
-		return fmt.Errorf("redisstock.LoadScripts: %w", err)
+	for _, sc := range []*redis.Script{s.reserve, s.release, s.claim, s.unclaim, s.lapse} {
+		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+			return fmt.Errorf("redisstock.LoadScripts: %w", err)
+		}
 	}
 	return nil
 }

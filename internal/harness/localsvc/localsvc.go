@@ -142,6 +142,14 @@ func (r *Redis) Stop() error {
 	return nil
 }
 
+// Signal sends sig to redis-server (SIGSTOP and SIGCONT: a frozen Redis).
+func (r *Redis) Signal(sig os.Signal) error {
+	if r.cmd.Process == nil {
+		return os.ErrProcessDone
+	}
+	return r.cmd.Process.Signal(sig)
+}
+
 // Kill stops redis-server at once, without saving (tests of Redis loss).
 func (r *Redis) Kill() {
 	if r.cmd.Process != nil {
