@@ -222,7 +222,10 @@ func TestGatewayLostAgainstStack(t *testing.T) {
 	lc := loadtest.Config{
 		BaseURL: st.app.PublicURL, BaseURLs: []string{second.PublicURL}, AdminURL: st.app.AdminURL, JWTSecret: secret,
 		DatabaseURL: st.databaseURL, UserBase: 2_000_000,
-		Shoppers: 60, Quantity: 40, Items: 2, AdmissionRate: 40, StartsIn: 3 * time.Second,
+		// Race order: admissions at the rate leave shoppers waiting (in
+		// queue order the first wave would hold all 40 units at once).
+		Allocation: "race",
+		Shoppers:   60, Quantity: 40, Items: 2, AdmissionRate: 40, StartsIn: 3 * time.Second,
 		PayFraction: 1, SourceAddrs: 4, Duration: 60 * time.Second, QuietTimeout: 10 * time.Second,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
