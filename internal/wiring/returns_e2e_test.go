@@ -36,34 +36,54 @@ type returnShopper struct {
 }
 
 // TestReturnedUnitsReachTheQueue: a sale of 100 units sells out to a
-// crowd of 300 in the room (200 admitted: the capacity factor is 2); then
-// buyers cancel. Every returned unit is sold again to a shopper who had
-// none, and every shopper the room told SOLD_OUT is told the sale is back.
-// When the admitted shoppers who lost have given up (they stay on the
-// page but buy no more), the units reach the shoppers who were still
-// waiting: an admitted place stops counting against the capacity cap
-// once the shopper was told SOLD_OUT.
+// crowd of 300 in the room; then buyers cancel. Every returned unit is
+// sold again to a shopper who had none.
+//
+// In race order (200 admitted: the capacity factor is 2) every shopper the
+// room told SOLD_OUT is told the sale is back. When the admitted shoppers
+// who lost have given up (they stay on the page but buy no more), the
+// units reach the shoppers who were still waiting: an admitted place stops
+// counting against the capacity cap once the shopper was told SOLD_OUT.
+//
+// In queue order the first 100 places hold the units and buy; everyone
+// else is told SOLD_OUT. Each returned unit is held at once for the next
+// place in line, whose shopper, told SOLD_OUT before, is admitted and
+// buys; the places behind them stay told SOLD_OUT (no unit is free for
+// them at any moment).
 func TestReturnedUnitsReachTheQueue(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		returned int
-		giveUp   bool
+		name       string
+		allocation string
+		returned   int
+		giveUp     bool
 	}{
-		{"all back, losers buy again", 100, false},
-		{"30 back, admitted losers gave up", 30, true},
+		{"all back, losers buy again", "race", 100, false},
+		{"30 back, admitted losers gave up", "race", 30, true},
+		{"queue order, all back to the next in line", "queue", 100, false},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testReturnedUnits(t, tc.returned, tc.giveUp) })
+		t.Run(tc.name, func(t *testing.T) { testReturnedUnits(t, tc.allocation, tc.returned, tc.giveUp) })
 	}
 }
 
-func testReturnedUnits(t *testing.T, returned int, giveUp bool) {
+func testReturnedUnits(t *testing.T, allocation string, returned int, giveUp bool) {
+	queue := allocation == "queue"
+	// Admissions after the first wave: at once, or, when the admitted
+	// losers give up, slowly enough that most of the crowd beyond the
+	// first wave still waits when the test sees the sell-out (places told
+	// SOLD_OUT stop counting against the cap, so at 1,000 a second every
+	// place would be admitted by then on a slow machine, and nobody left
+	// to buy the returned units).
+	rate := 1000
+	if giveUp {
+		rate = 5
+	}
 	const units, crowd = 100, 300
 	// The crowd joins the pre-queue; the draw admits the first wave (2 ×
 	// the stock) at once, with tokens that buy from the opening.
 	s := startStack(t, func(c *wiring.Config) { c.WSMaxConnsPerAddr = 2 * crowd; c.DrawLead = 2 * time.Second })
 	opening := time.Now().Add(5 * time.Second).Truncate(time.Second)
 	r := s.Do("POST", "/api/admin/sales", s.Token(1, true), map[string]any{
-		"name": "returns", "startsAt": opening.UTC().Format(time.RFC3339), "admissionRatePerSecond": 1000, "allocation": "race",
+		"name": "returns", "startsAt": opening.UTC().Format(time.RFC3339), "admissionRatePerSecond": rate, "allocation": allocation,
 		"items": []map[string]any{{"productId": 1, "quantity": units, "priceCents": 1999, "name": "Sneaker", "currency": "EUR"}},
 	})
 	s.Want(r, 201, "")
@@ -144,7 +164,9 @@ func testReturnedUnits(t *testing.T, returned int, giveUp bool) {
 					sh.mu.Unlock()
 				}
 				sh.mu.Lock()
-				buy := sh.token != "" && sh.state != "SOLD_OUT" && !sh.itemOut && len(sh.bought) == 0 && !sh.cancelled && !sh.gaveUp
+				// A holder (queue order) buys its unit even when the item
+				// is sold out for everyone else, as the page lets it.
+				buy := sh.token != "" && sh.state != "SOLD_OUT" && (!sh.itemOut || queue) && len(sh.bought) == 0 && !sh.cancelled && !sh.gaveUp
 				token, notBefore := sh.token, sh.notBefore
 				sh.mu.Unlock()
 				if !buy {
@@ -183,13 +205,16 @@ func testReturnedUnits(t *testing.T, returned int, giveUp bool) {
 		}
 		return n
 	}
+	// A holder stays ADMITTED through the sell-out (queue order).
 	waitFor(t, "the sell-out, told to every shopper", func() bool {
 		return count(func(sh *returnShopper) bool { return len(sh.bought) == 1 }) == units &&
-			count(func(sh *returnShopper) bool { return sh.state == "SOLD_OUT" }) == crowd
+			count(func(sh *returnShopper) bool { return sh.state == "SOLD_OUT" || (queue && len(sh.bought) == 1) }) == crowd
 	})
 
-	if n := count(func(sh *returnShopper) bool { return sh.token != "" }); n < 2*units {
+	if n := count(func(sh *returnShopper) bool { return sh.token != "" }); !queue && n < 2*units {
 		t.Fatalf("%d shoppers admitted at the sell-out, want at least the first wave, %d", n, 2*units)
+	} else if queue && n != units {
+		t.Fatalf("%d shoppers admitted at the sell-out, want one per unit, %d", n, units)
 	}
 	if giveUp {
 		for _, sh := range shoppers {
@@ -240,6 +265,19 @@ func testReturnedUnits(t *testing.T, returned int, giveUp bool) {
 		it = g.Body["items"].([]any)[0].(map[string]any)
 		return it["sold"] == float64(units) && it["remaining"] == float64(0)
 	})
+	if queue {
+		// Each returned unit went to a shopper told SOLD_OUT before, now
+		// admitted with it; everyone else without a unit is still told
+		// SOLD_OUT.
+		late := count(func(sh *returnShopper) bool { return len(sh.bought) == 1 && !sh.cancelled && sh.soldOut > 0 })
+		if late != returned {
+			t.Errorf("%d returned units bought by shoppers told SOLD_OUT before, want %d", late, returned)
+		}
+		waitFor(t, "every shopper without a unit told SOLD_OUT", func() bool {
+			return count(func(sh *returnShopper) bool { return len(sh.bought) == 0 && sh.state != "SOLD_OUT" }) == 0
+		})
+		return
+	}
 	// Every shopper who had no unit was told SOLD_OUT, then told the sale
 	// was back (a WAITING or ADMITTED state after it), then, those who
 	// did not buy, SOLD_OUT again.
