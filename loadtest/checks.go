@@ -55,6 +55,8 @@ func (r *Report) checkPostgres(ctx context.Context, url string, saleID int64) {
 	add := func(c InvariantResult) { r.Invariants = append(r.Invariants, c) }
 	fail := func(err error) {
 		add(InvariantResult{Name: "one order per user (PostgreSQL)", Detail: err.Error()})
+		add(InvariantResult{Name: "no reservation before the opening (PostgreSQL)", Detail: err.Error()})
+		add(InvariantResult{Name: "every order told to its shopper (PostgreSQL)", Detail: err.Error()})
 		add(InvariantResult{Name: "orders ≤ stock (PostgreSQL)", Detail: err.Error()})
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -88,6 +90,10 @@ func (r *Report) checkPostgres(ctx context.Context, url string, saleID int64) {
 		return
 	}
 	add(InvariantResult{Name: "one order per user (PostgreSQL)", OK: len(dups) == 0, Detail: joinMax(dups, 10)})
+	if err := r.checkOrderRows(ctx, conn, saleID); err != nil {
+		add(InvariantResult{Name: "no reservation before the opening (PostgreSQL)", Detail: err.Error()})
+		add(InvariantResult{Name: "every order told to its shopper (PostgreSQL)", Detail: err.Error()})
+	}
 
 	rows, err = conn.Query(ctx, `SELECT i.id, i.quantity, i.sold,
 		count(o.id) FILTER (WHERE o.status IN ('PENDING','PAID'))
@@ -129,4 +135,51 @@ func (r *Report) checkPostgres(ctx context.Context, url string, saleID int64) {
 		bad = append(bad, fmt.Sprintf("sale %d has no items in PostgreSQL", saleID))
 	}
 	add(InvariantResult{Name: "orders ≤ stock (PostgreSQL)", OK: len(bad) == 0, Detail: joinMax(bad, 10)})
+}
+
+// checkOrderRows adds two invariants of the sale's order rows: none was
+// reserved before the opening (created_at, the server's clock, against
+// the sale's starts_at), and every order the database holds that was ever
+// live (not REJECTED) is one its shopper was told of (the run's ledger: a
+// 202, a 409 or a 503 naming it, or the sale's order lookup). An order
+// nobody was told of is one a shopper left after a "nothing reserved"
+// answer although its reservation ran.
+func (r *Report) checkOrderRows(ctx context.Context, conn *pgx.Conn, saleID int64) error {
+	rows, err := conn.Query(ctx, `SELECT o.id::text, o.user_id, o.status, o.created_at < s.starts_at,
+		(extract(epoch FROM o.created_at - s.starts_at) * 1000)::bigint
+		FROM orders o JOIN sales s ON s.id = o.sale_id WHERE o.sale_id = $1`, saleID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	told := make(map[string]bool, len(r.Ledger))
+	for _, e := range r.Ledger {
+		told[e.OrderID] = true
+	}
+	var early, untold []string
+	for rows.Next() {
+		var id, status string
+		var user, relMs int64
+		var before bool
+		if err := rows.Scan(&id, &user, &status, &before, &relMs); err != nil {
+			return err
+		}
+		if before {
+			early = append(early, fmt.Sprintf("order %s of user %d reserved %d ms before the opening", id, user, -relMs))
+		}
+		if status != "REJECTED" && !told[id] {
+			untold = append(untold, fmt.Sprintf("order %s of user %d (%s) never told to its shopper", id, user, status))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	sort.Strings(early)
+	sort.Strings(untold)
+	r.Invariants = append(r.Invariants,
+		InvariantResult{Name: "no reservation before the opening (PostgreSQL)", OK: len(early) == 0,
+			Detail: fmt.Sprintf("%d early: %s", len(early), joinMax(early, 10))},
+		InvariantResult{Name: "every order told to its shopper (PostgreSQL)", OK: len(untold) == 0,
+			Detail: fmt.Sprintf("%d untold: %s", len(untold), joinMax(untold, 10))})
+	return nil
 }

@@ -78,9 +78,11 @@ func TestRealServices(t *testing.T) {
 		('00000000-0000-0000-0000-000000000001', 7, 1001, 10, 'PAID', 100, now(), now()),
 		('00000000-0000-0000-0000-000000000002', 7, 1001, 11, 'PENDING', 100, now(), now()),
 		('00000000-0000-0000-0000-000000000003', 7, 1001, 11, 'EXPIRED', 100, now(), now())`)
-	r := &Report{}
+	told := []LedgerEntry{{OrderID: "00000000-0000-0000-0000-000000000001"},
+		{OrderID: "00000000-0000-0000-0000-000000000002"}, {OrderID: "00000000-0000-0000-0000-000000000003"}}
+	r := &Report{Ledger: told}
 	r.checkPostgres(ctx, pg.URL, 7)
-	if err := r.Err(); err != nil || len(r.Invariants) != 2 {
+	if err := r.Err(); err != nil || len(r.Invariants) != 4 {
 		t.Fatalf("healthy database: %v (%+v)", err, r.Invariants)
 	}
 	// The persistence report: rows counted while polled, then the latest
@@ -113,12 +115,13 @@ func TestRealServices(t *testing.T) {
 		t.Errorf("persist report = %+v, want last inserted 4000 ms, 1000 ms after the last created (3000 ms)", pr)
 	}
 
-	// Break both: a second live order of user 11 (without the index that
-	// forbids it), which also puts 3 live orders on 2 units.
+	// Break all four: a second live order of user 11 (without the index
+	// that forbids it), which also puts 3 live orders on 2 units, made an
+	// hour before the opening, and never told to the shopper.
 	exec(`DROP INDEX orders_one_live_per_user`)
 	exec(`INSERT INTO orders (id, sale_id, item_id, user_id, status, price_cents, created_at, expires_at) VALUES
-		('00000000-0000-0000-0000-000000000004', 7, 1001, 11, 'PENDING', 100, now(), now())`)
-	r = &Report{}
+		('00000000-0000-0000-0000-000000000004', 7, 1001, 11, 'PENDING', 100, now() - interval '1 hour', now())`)
+	r = &Report{Ledger: told}
 	r.checkPostgres(ctx, pg.URL, 7)
 	for _, c := range r.Invariants {
 		if c.OK {

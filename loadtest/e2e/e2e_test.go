@@ -70,6 +70,8 @@ var mustHold = []string{
 	"payments persisted",
 	"one order per user (PostgreSQL)",
 	"orders ≤ stock (PostgreSQL)",
+	"no reservation before the opening (PostgreSQL)",
+	"every order told to its shopper (PostgreSQL)",
 	"acknowledged orders kept",
 	"no stranded stock",
 	"no 5xx but 503 with Retry-After",
