@@ -128,6 +128,16 @@ var HoldUnclaim string
 //go:embed hold_lapse.lua
 var HoldLapse string
 
+// HoldExtend extends a shard's holds by the time the sale was paused,
+// once per pause (hold_extend.lua).
+//
+//	KEYS: holds, buyers, pending, marker (KindHoldPause) of one shard
+//	ARGV: pausedAtMs, resumedAtMs, windowMs
+//	returns the number of holds extended.
+//
+//go:embed hold_extend.lua
+var HoldExtend string
+
 // Result codes of the hold scripts beside the Reserve ones.
 const (
 	ResultNoHold    = 6 // HoldClaim: the user holds no unit
@@ -239,6 +249,9 @@ const (
 	// (ms): the shard's buyers whose reservation is a hold made for them at
 	// their turn of a sale allocated in queue order, not yet bought.
 	KindHolds = "holds"
+	// KindHoldPause is a STRING: the start (ms) of the last pause whose
+	// time was added to the shard's holds (HoldExtend).
+	KindHoldPause = "holdpause"
 )
 
 // Slots is the number of Redis Cluster hash slots.
