@@ -51,6 +51,7 @@ type Holds interface {
 	Lapse(ctx context.Context, saleID int64, now time.Time, limit int64) (int, error)
 	// LapseAll ends every hold of the sale (it ended).
 	LapseAll(ctx context.Context, saleID int64) (int, error)
+	PauseHolds // holdpause.go
 }
 
 // maxHoldsPerTick bounds the holds one tick grants (the rest wait for the
@@ -92,6 +93,9 @@ func (r *Room) allocate(ctx context.Context, sr *saleRoom, sale *flashsale.Sale,
 	if sale.Ended(now) {
 		_, err := r.cfg.Holds.LapseAll(ctx, sale.ID)
 		return err
+	}
+	if err := r.pauseHolds(ctx, sale, now); err != nil {
+		return err // nothing lapses before the pause's extension
 	}
 	if sale.Paused || st.N < 0 {
 		return nil

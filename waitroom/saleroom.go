@@ -60,6 +60,9 @@ type saleRoom struct {
 	// alloc is what they keep between ticks.
 	allocMu sync.Mutex
 	alloc   *allocState
+	// holdsGen is the holds generation (fieldHoldsGen) as this gateway
+	// last applied it to its connections (reissueHolds).
+	holdsGen int64
 
 	restoreMu sync.Mutex // one restore of the sale at a time on this gateway
 	// The queue's restore epoch as last seen (see restoreScript).

@@ -28,3 +28,11 @@ func (h roomHolds) LapseAll(ctx context.Context, saleID int64) (int, error) {
 	l, err := h.st.Lapse(ctx, saleID, redisstock.EndOfTime(), 0)
 	return len(l), err
 }
+
+func (h roomHolds) ExtendHolds(ctx context.Context, saleID int64, pausedAt, resumedAt time.Time, window time.Duration) (int, error) {
+	return h.st.ExtendHolds(ctx, saleID, pausedAt, resumedAt, window)
+}
+
+func (h roomHolds) HoldEnds(ctx context.Context, saleID int64) (map[int64]time.Time, error) {
+	return h.st.HoldEnds(ctx, saleID)
+}

@@ -1,0 +1,131 @@
+package wiring_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/wiring/apptest"
+)
+
+// queueSale creates a sale allocated in queue order (named explicitly)
+// of one item and returns its id and the item's.
+func (s *stack) queueSale(opens time.Time, units, windowSeconds int) (int64, int64) {
+	s.T.Helper()
+	r := s.Do("POST", "/api/admin/sales", s.Token(1, true), map[string]any{
+		"name": "holds", "startsAt": opens.UTC().Format(time.RFC3339Nano), "admissionRatePerSecond": 1,
+		"allocation": "queue", "claimWindowSeconds": windowSeconds,
+		"items": []map[string]any{{"productId": 501, "quantity": units, "priceCents": 1999}},
+	})
+	s.Want(r, 201, "")
+	return int64(r.Body["id"].(float64)), int64(r.Body["items"].([]any)[0].(map[string]any)["id"].(float64))
+}
+
+// pollHold is a shopper's polling status: its token ("" when not
+// admitted) and holdUntilMs.
+func (s *stack) pollHold(saleID, user int64) (string, int64, apptest.Resp) {
+	s.T.Helper()
+	a := s.Do("GET", fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID), s.Token(user, false), nil)
+	s.Want(a, 200, "")
+	tok, _ := a.Body["admissionToken"].(string)
+	until, _ := a.Body["holdUntilMs"].(float64)
+	return tok, int64(until), a
+}
+
+// TestQueueOrderPauseExtendsHolds: in queue order a pause stops the hold
+// clocks. Two units are held for ranks 0 (WebSocket) and 1 (polling) from
+// the opening for 10 s (every shopper is on a WebSocket); the operator pauses the sale 2 s in and resumes
+// it after both windows would have ended. At the resume nothing lapses:
+// both holds end later by the pause's length, rank 0 gets a fresh
+// admitted message (token, holdUntilMs) and buys with it after its first
+// window's end, rank 1's poll shows the new end, and rank 1's unused
+// hold lapses at that end, not before, and goes to rank 2.
+func TestQueueOrderPauseExtendsHolds(t *testing.T) {
+	s := startStack(t)
+	const window = 10
+	opens := time.Now().Add(3 * time.Second)
+	saleID, item := s.queueSale(opens, 2, window)
+	ws := map[int64]*wsShopper{}
+	for u := int64(600); u < 604; u++ {
+		ws[u] = joinWS(t, s, saleID, u)
+		ws[u].waitFor("the pre-queue", isState("PREQUEUE"))
+	}
+	rank := drawRanks(t, s.Stack, saleID, 4)
+	byRank := map[int]int64{}
+	for u, r := range rank {
+		byRank[r] = u
+	}
+	// Rank 0 is watched on its WebSocket, rank 1 by polling.
+	buyer, poller, next := byRank[0], byRank[1], byRank[2]
+	w := ws[buyer]
+	first := w.waitFor("the admitted message", isType("admitted"))
+	w.mu.Lock()
+	until0 := int64(w.msgs[first]["holdUntilMs"].(float64))
+	tok0 := w.msgs[first]["admissionToken"].(string)
+	w.mu.Unlock()
+	if want := opens.Add(window * time.Second).UnixMilli(); until0 < want-1000 || until0 > want+1000 {
+		t.Fatalf("holdUntilMs %d, want the opening plus the window, %d", until0, want)
+	}
+	var pollUntil0 int64
+	waitFor(t, "the second hold", func() bool {
+		var tok string
+		tok, pollUntil0, _ = s.pollHold(saleID, poller)
+		return tok != ""
+	})
+
+	waitUntil(opens.Add(2 * time.Second))
+	pausedAt := time.Now()
+	s.Want(s.control(saleID, "pause", nil), 200, "")
+	// Both windows end during the pause.
+	waitUntil(time.UnixMilli(until0).Add(2 * time.Second))
+	r := s.purchase(buyer, item, tok0)
+	if r.Status == 202 {
+		t.Fatalf("bought while paused: %s", r.Raw)
+	}
+	s.Want(s.control(saleID, "resume", nil), 200, "")
+	paused := time.Since(pausedAt)
+
+	// A fresh admitted message with the window moved by the pause.
+	again := w.waitFor("a second admitted message", func(m map[string]any) bool {
+		u, _ := m["holdUntilMs"].(float64)
+		return m["type"] == "admitted" && int64(u) > until0
+	})
+	w.mu.Lock()
+	m := w.msgs[again]
+	w.mu.Unlock()
+	until1 := int64(m["holdUntilMs"].(float64))
+	if moved := time.Duration(until1-until0) * time.Millisecond; moved < paused-1500*time.Millisecond || moved > paused+500*time.Millisecond {
+		t.Fatalf("holdUntilMs moved by %v, want about the pause's %v", moved, paused)
+	}
+	if m["expiresAtMs"] != m["holdUntilMs"] {
+		t.Fatalf("admitted message %v: the token must expire at holdUntilMs", m)
+	}
+	// The polling holder sees the same move, and nobody new holds a unit.
+	tok1, pollUntil1, a := s.pollHold(saleID, poller)
+	if tok1 == "" || pollUntil1-pollUntil0 != until1-until0 {
+		t.Fatalf("polling holder after the resume: %s; want holdUntilMs %d", a.Raw, pollUntil0+until1-until0)
+	}
+	if tok, _, a := s.pollHold(saleID, next); tok != "" {
+		t.Fatalf("rank 2 admitted at the resume: %s", a.Raw)
+	}
+	// Rank 0 buys after its first window's end, with the new token.
+	if time.Now().UnixMilli() <= until0 {
+		t.Fatal("resumed before the first window's end: the test proves nothing")
+	}
+	s.Want(s.purchase(buyer, item, m["admissionToken"].(string)), 202, "")
+
+	// Rank 1's hold lapses at its extended end, not before.
+	waitFor(t, "rank 1's unit held for rank 2", func() bool {
+		tok, _, _ := s.pollHold(saleID, next)
+		if tok == "" {
+			if tok, _, _ := s.pollHold(saleID, poller); tok == "" && time.Now().UnixMilli() < pollUntil1 {
+				t.Fatalf("rank 1 lost its hold before its extended end")
+			}
+		}
+		return tok != ""
+	})
+	if now := time.Now().UnixMilli(); now < pollUntil1 {
+		t.Fatalf("rank 2 held a unit at %d, before rank 1's extended end %d", now, pollUntil1)
+	}
+	s.Want(s.purchase(poller, item, tok1), 403, "NOT_ADMITTED")
+}
