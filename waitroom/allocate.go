@@ -111,6 +111,9 @@ func (r *Room) allocate(ctx context.Context, sr *saleRoom, sale *flashsale.Sale,
 			return fmt.Errorf("waitroom.allocate: %w", err)
 		}
 	}
+	if again, err := r.reholdLost(ctx, sale, rem, now); again || err != nil {
+		return err // holds lost with Redis first (holdrestore.go)
+	}
 	free := int64(0)
 	for _, it := range sale.Items {
 		free += max(rem[it.ID], 0)

@@ -119,6 +119,8 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 		if err := r.allocate(ctx, sr, sale, rep.st, rem, now); err != nil {
 			r.log.Warn("allocate held units", "sale", id, "err", err)
 		}
+	} else if rep.leader && sale.QueueOrder() {
+		r.markHoldsLost(ctx, sale)
 	}
 	sr.mu.Lock()
 	defer sr.mu.Unlock()

@@ -1,10 +1,16 @@
 package wiring_test
 
 import (
+	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/harness/localsvc"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
+	"github.com/flashsale/flashsale/internal/wiring"
 	"github.com/flashsale/flashsale/internal/wiring/apptest"
 )
 
@@ -128,4 +134,97 @@ func TestQueueOrderPauseExtendsHolds(t *testing.T) {
 		t.Fatalf("rank 2 held a unit at %d, before rank 1's extended end %d", now, pollUntil1)
 	}
 	s.Want(s.purchase(poller, item, tok1), 403, "NOT_ADMITTED")
+}
+
+// TestQueueOrderHoldsAfterRedisLoss: in queue order, three units are held
+// for ranks 0-2 (all on WebSockets) for 40 s; rank 0 buys. Then
+// redis-server is killed and started empty: the holds are gone with the
+// stock. Once the stock is rebuilt from the orders, the leader holds a
+// unit again for ranks 1 and 2 before anyone else, until their first
+// windows' end: both buy with the tokens they had; rank 0, who bought
+// before the loss, gets no second unit; ranks 3 and 4 get none; the sale
+// sells exactly its three units.
+func TestQueueOrderHoldsAfterRedisLoss(t *testing.T) {
+	srv := testenv.NewRedisServer(t)
+	// The server started after the loss stops after the stack has closed.
+	var again *localsvc.Redis
+	t.Cleanup(func() {
+		if again != nil {
+			_ = again.Stop()
+		}
+	})
+	s := startStack(t, func(c *wiring.Config) { c.RedisURL, c.RedisCluster = srv.URL, nil })
+	const window, units = 40, 3
+	opens := time.Now().Add(2 * time.Second)
+	saleID, item := s.queueSale(opens, units, window)
+	ws := map[int64]*wsShopper{}
+	for u := int64(700); u < 705; u++ {
+		ws[u] = joinWS(t, s, saleID, u)
+		ws[u].waitFor("the pre-queue", isState("PREQUEUE"))
+	}
+	rank := drawRanks(t, s.Stack, saleID, 5)
+	byRank := map[int]int64{}
+	for u, r := range rank {
+		byRank[r] = u
+	}
+	tokens := map[int64]string{}
+	for r := range units {
+		w := ws[byRank[r]]
+		i := w.waitFor("the admitted message", isType("admitted"))
+		w.mu.Lock()
+		tokens[byRank[r]] = w.msgs[i]["admissionToken"].(string)
+		w.mu.Unlock()
+	}
+	waitUntil(opens)
+	var bought apptest.Resp
+	waitFor(t, "rank 0's purchase", func() bool {
+		bought = s.purchase(byRank[0], item, tokens[byRank[0]])
+		return bought.Status != 403 // a moment before this gateway's opening
+	})
+	s.Want(bought, 202, "")
+	s.waitPayable(byRank[0], bought.Body["orderId"].(string))
+
+	// kill -9 and an empty redis-server on the same port.
+	srv.Kill()
+	port, err := strconv.Atoi(srv.Addr[strings.LastIndexByte(srv.Addr, ':')+1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err = localsvc.StartRedis(context.Background(), localsvc.RedisOptions{Dir: t.TempDir(), Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := time.Now()
+
+	// Ranks 1 and 2 buy with the tokens they had, once the stock is back
+	// (503 until then; NOT_ADMITTED for at most the tick that rebuilds
+	// the holds).
+	for r := 1; r < units; r++ {
+		u := byRank[r]
+		var got apptest.Resp
+		waitFor(t, fmt.Sprintf("rank %d's purchase after the loss", r), func() bool {
+			got = s.purchase(u, item, tokens[u])
+			return got.Status != 503 && !(got.Status == 403 && got.Body["error"] == "NOT_ADMITTED")
+		})
+		s.Want(got, 202, "")
+	}
+	if time.Since(opens) > window*time.Second {
+		t.Fatal("bought after the first windows' end: the test proves nothing")
+	}
+	t.Logf("holds rebuilt and bought %v after the loss", time.Since(lost))
+	// Rank 0 bought before the loss: no second unit.
+	s.Want(s.purchase(byRank[0], item, tokens[byRank[0]]), 409, "ALREADY_PURCHASED")
+	for r := units; r < 5; r++ {
+		u := byRank[r]
+		if tok, _, a := s.pollHold(saleID, u); tok != "" {
+			t.Fatalf("rank %d admitted with every unit sold: %s", r, a.Raw)
+		}
+		if got := s.purchase(u, item, "none"); got.Status == 202 {
+			t.Fatalf("rank %d bought: %s", r, got.Raw)
+		}
+	}
+	waitFor(t, "the figures", func() bool {
+		f := s.figures(saleID)
+		return itemFigure(t, f, item, "sold") == units && itemFigure(t, f, item, "remaining") == 0
+	})
 }
