@@ -23,12 +23,19 @@ import (
 //	                  holds the queue: created fresh, or restored), epoch
 //	                  (changed by a restore that found Redis behind:
 //	                  every gateway that sees it change brings its own
-//	                  connections in too)
+//	                  connections in too); in queue order pausedat,
+//	                  resumedat (a pause not yet added to the holds) and
+//	                  holdslost (holds to rebuild after a loss), and
+//	                  holdsgen (bumped whenever holders' admission
+//	                  records change: holdpause.go, holdrestore.go)
 //	wr:{sN}:tickets   HASH userId → ticket (0-based, in join order)
 //	wr:{sN}:order     LIST userId, index = ticket (so LRANGE 0 n-1 is the
 //	                  pre-queue in ticket order); "0" marks a ticket whose
 //	                  holder a restore could not learn (nobody is there)
 //	wr:{sN}:admitted  HASH userId → "place|admittedAtMs", written once
+//	                  (in queue order the leader moves a holder's time
+//	                  by a pause, or closes it when its hold cannot be
+//	                  rebuilt after a loss)
 //	wr:{sN}:buckets   HASH "a<bucket>" → admissions in that time bucket,
 //	                  "r<bucket>" → the sale's reservation counters
 //	                  (lua.ReservedKey, summed over its stock shards)
