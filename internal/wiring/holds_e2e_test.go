@@ -3,8 +3,11 @@ package wiring_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -227,4 +230,107 @@ func TestQueueOrderHoldsAfterRedisLoss(t *testing.T) {
 		f := s.figures(saleID)
 		return itemFigure(t, f, item, "sold") == units && itemFigure(t, f, item, "remaining") == 0
 	})
+}
+
+// TestQueueOrderPauseLeaderChange: the gateway that leads a queue sale
+// sees the pause and dies during it; another gateway takes the lead and
+// sees the resume. The holds are extended by the whole pause, once: the
+// holder buys after its first window's end, through the new leader, and
+// the other holder's hold lapses at its extended end.
+func TestQueueOrderPauseLeaderChange(t *testing.T) {
+	// Gateway a alone first, so that it leads the sale; b joins later.
+	var shared wiring.Config
+	a, kill := killableStack(t, func(c *wiring.Config) { shared = *c })
+	const window = 10
+	opens := time.Now().Add(3 * time.Second)
+	saleID, item := a.queueSale(opens, 2, window)
+	queue := fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID)
+	for u := int64(800); u < 803; u++ {
+		a.Want(a.Do("POST", queue, a.Token(u, false), nil), 200, "")
+	}
+	rank := drawRanks(t, a.Stack, saleID, 3)
+	byRank := map[int]int64{}
+	for u, r := range rank {
+		byRank[r] = u
+	}
+	var until0, other0 int64
+	waitFor(t, "both holds", func() bool {
+		t0, u0, _ := a.pollHold(saleID, byRank[0])
+		t1, u1, _ := a.pollHold(saleID, byRank[1])
+		until0, other0 = u0, u1
+		return t0 != "" && t1 != ""
+	})
+	b := startStack(t, func(c *wiring.Config) {
+		c.RedisURL, c.RedisCluster, c.DatabaseURL, c.KafkaBrokers = shared.RedisURL, shared.RedisCluster, shared.DatabaseURL, shared.KafkaBrokers
+	})
+	b.waitSale(saleID)
+
+	waitUntil(opens.Add(time.Second))
+	pausedAt := time.Now()
+	b.Want(b.control(saleID, "pause", nil), 200, "")
+	// a (the leader) records the pause, then dies.
+	waitUntil(pausedAt.Add(3 * time.Second))
+	kill()
+	waitUntil(time.UnixMilli(until0).Add(2 * time.Second))
+	b.Want(b.control(saleID, "resume", nil), 200, "")
+	paused := time.Since(pausedAt)
+
+	var tok string
+	var until1 int64
+	waitFor(t, "the hold extended by the new leader", func() bool {
+		tok, until1, _ = b.pollHold(saleID, byRank[0])
+		return tok != "" && until1 > until0
+	})
+	if moved := time.Duration(until1-until0) * time.Millisecond; moved < paused-1500*time.Millisecond || moved > paused+500*time.Millisecond {
+		t.Fatalf("holdUntilMs moved by %v, want about the pause's %v", moved, paused)
+	}
+	_, other1, _ := b.pollHold(saleID, byRank[1])
+	if other1-other0 != until1-until0 {
+		t.Fatalf("the other hold moved by %d ms, want %d", other1-other0, until1-until0)
+	}
+	b.Want(b.purchase(byRank[0], item, tok), 202, "")
+	waitFor(t, "rank 1's unit held for rank 2", func() bool {
+		tok, _, _ := b.pollHold(saleID, byRank[2])
+		return tok != ""
+	})
+	if now := time.Now().UnixMilli(); now < other1 {
+		t.Fatalf("rank 2 held a unit at %d, before rank 1's extended end %d", now, other1)
+	}
+}
+
+// killableStack is startStack with a way to close the stack before the
+// test ends (once: the test's cleanup closes it otherwise).
+func killableStack(t *testing.T, mutate ...func(*wiring.Config)) (*stack, func()) {
+	t.Helper()
+	cfg := wiring.Defaults()
+	cfg.HTTPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
+	rc := testenv.RedisConfig(t)
+	cfg.RedisURL, cfg.RedisCluster = rc.URL, rc.Cluster
+	cfg.DatabaseURL = testenv.DatabaseURL(t)
+	cfg.KafkaBrokers = testenv.NewKafka(t).Brokers
+	cfg.JWTSecret = apptest.Secret
+	cfg.ExpiryInterval = 200 * time.Millisecond
+	cfg.DrawLead, cfg.OpeningHold, cfg.MaxPendingConnsPerAddr = 0, -1, -1
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	a, err := wiring.Start(context.Background(), cfg, wiring.AllRoles, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	var once sync.Once
+	kill := func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := a.Close(ctx); err != nil {
+				t.Errorf("close: %v", err)
+			}
+		})
+	}
+	t.Cleanup(kill)
+	if err := a.SetDefense(context.Background(), "test", []byte(apptest.Permissive)); err != nil {
+		t.Fatalf("settings: %v", err)
+	}
+	return &stack{&apptest.Stack{T: t, App: a, Config: cfg, Client: &http.Client{Timeout: 10 * time.Second}}}, kill
 }
