@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/flashsale/flashsale/internal/harness/localsvc"
 	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/internal/wiring"
@@ -148,17 +150,10 @@ func TestQueueOrderPauseExtendsHolds(t *testing.T) {
 // before the loss, gets no second unit; ranks 3 and 4 get none; the sale
 // sells exactly its three units.
 func TestQueueOrderHoldsAfterRedisLoss(t *testing.T) {
-	srv := testenv.NewRedisServer(t)
-	// The server started after the loss stops after the stack has closed.
-	var again *localsvc.Redis
-	t.Cleanup(func() {
-		if again != nil {
-			_ = again.Stop()
-		}
-	})
-	s := startStack(t, func(c *wiring.Config) { c.RedisURL, c.RedisCluster = srv.URL, nil })
+	rr := ownRedis(t)
+	s := startStack(t, func(c *wiring.Config) { c.RedisURL, c.RedisCluster = rr.srv.URL, nil })
 	const window, units = 40, 3
-	opens := time.Now().Add(2 * time.Second)
+	opens := time.Now().Add(3 * time.Second)
 	saleID, item := s.queueSale(opens, units, window)
 	ws := map[int64]*wsShopper{}
 	for u := int64(700); u < 705; u++ {
@@ -187,16 +182,7 @@ func TestQueueOrderHoldsAfterRedisLoss(t *testing.T) {
 	s.Want(bought, 202, "")
 	s.waitPayable(byRank[0], bought.Body["orderId"].(string))
 
-	// kill -9 and an empty redis-server on the same port.
-	srv.Kill()
-	port, err := strconv.Atoi(srv.Addr[strings.LastIndexByte(srv.Addr, ':')+1:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, err = localsvc.StartRedis(context.Background(), localsvc.RedisOptions{Dir: t.TempDir(), Port: port})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rr.restartEmpty()
 	lost := time.Now()
 
 	// Ranks 1 and 2 buy with the tokens they had, once the stock is back
@@ -333,4 +319,114 @@ func killableStack(t *testing.T, mutate ...func(*wiring.Config)) (*stack, func()
 		t.Fatalf("settings: %v", err)
 	}
 	return &stack{&apptest.Stack{T: t, App: a, Config: cfg, Client: &http.Client{Timeout: 10 * time.Second}}}, kill
+}
+
+// restartable is a redis-server of one test, which it may kill and start
+// again empty on the same port.
+type restartable struct {
+	t   *testing.T
+	srv *localsvc.Redis
+}
+
+// ownRedis starts a redis-server for the test. Register it before the
+// stack that uses it: the server running at the end stops after the
+// stack has closed.
+func ownRedis(t *testing.T) *restartable {
+	t.Helper()
+	r := &restartable{t: t, srv: testenv.NewRedisServer(t)}
+	first := r.srv
+	t.Cleanup(func() {
+		if r.srv != first {
+			_ = r.srv.Stop()
+		}
+	})
+	return r
+}
+
+// restartEmpty kills redis-server (kill -9: nothing saved) and starts an
+// empty one on the same port.
+func (r *restartable) restartEmpty() {
+	r.t.Helper()
+	r.srv.Kill()
+	port, err := strconv.Atoi(r.srv.Addr[strings.LastIndexByte(r.srv.Addr, ':')+1:])
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	srv, err := localsvc.StartRedis(context.Background(), localsvc.RedisOptions{Dir: r.t.TempDir(), Port: port})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.srv = srv
+}
+
+// TestQueueOrderHoldsShortAfterRedisLoss: two units held for ranks 0 and
+// 1 (on WebSockets), and a live order in the database that Redis never
+// counted (a stand-in for more admitted shoppers than the rebuilt stock);
+// redis-server restarts empty. The stock is rebuilt with one unit: rank 0
+// is held again first and buys; rank 1 cannot be, and is told (its
+// admission ends, it goes back in line: WAITING or SOLD_OUT), and its
+// purchase is refused.
+func TestQueueOrderHoldsShortAfterRedisLoss(t *testing.T) {
+	rr := ownRedis(t)
+	s := startStack(t, func(c *wiring.Config) { c.RedisURL, c.RedisCluster = rr.srv.URL, nil })
+	const window, units = 40, 2
+	opens := time.Now().Add(3 * time.Second)
+	saleID, item := s.queueSale(opens, units, window)
+	ws := map[int64]*wsShopper{}
+	for u := int64(900); u < 903; u++ {
+		ws[u] = joinWS(t, s, saleID, u)
+		ws[u].waitFor("the pre-queue", isState("PREQUEUE"))
+	}
+	rank := drawRanks(t, s.Stack, saleID, 3)
+	byRank := map[int]int64{}
+	for u, r := range rank {
+		byRank[r] = u
+	}
+	tokens := map[int64]string{}
+	admittedAt := map[int64]int{}
+	for r := range units {
+		w := ws[byRank[r]]
+		i := w.waitFor("the admitted message", isType("admitted"))
+		w.mu.Lock()
+		tokens[byRank[r]], admittedAt[byRank[r]] = w.msgs[i]["admissionToken"].(string), i
+		w.mu.Unlock()
+	}
+	pg, err := pgxpool.New(context.Background(), s.Config.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pg.Close)
+	if _, err := pg.Exec(context.Background(), `INSERT INTO orders (id, sale_id, item_id, user_id, status, price_cents, created_at, expires_at)
+		VALUES (gen_random_uuid(), $1, $2, 999, 'PENDING', 1999, now(), now() + interval '1 hour')`, saleID, item); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(opens)
+	rr.restartEmpty()
+
+	first, second := byRank[0], byRank[1]
+	var got apptest.Resp
+	waitFor(t, "rank 0's purchase after the loss", func() bool {
+		got = s.purchase(first, item, tokens[first])
+		return got.Status != 503 && !(got.Status == 403 && got.Body["error"] == "NOT_ADMITTED")
+	})
+	s.Want(got, 202, "")
+	w := ws[second]
+	waitFor(t, "rank 1 told it holds nothing", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, m := range w.msgs[admittedAt[second]+1:] {
+			if m["type"] == "status" && (m["state"] == "WAITING" || m["state"] == "SOLD_OUT") {
+				return true
+			}
+		}
+		return false
+	})
+	s.Want(s.purchase(second, item, tokens[second]), 403, "NOT_ADMITTED")
+	if tok, _, a := s.pollHold(saleID, byRank[2]); tok != "" {
+		t.Fatalf("rank 2 admitted with no unit left: %s", a.Raw)
+	}
+	f := s.figures(saleID)
+	if sold, rem := itemFigure(t, f, item, "sold"), itemFigure(t, f, item, "remaining"); sold != units || rem != 0 {
+		t.Fatalf("sold %d, remaining %d; want %d and 0", sold, rem, units)
+	}
 }
