@@ -144,8 +144,11 @@ func (r *Room) reholdLost(ctx context.Context, sale *flashsale.Sale, rem map[int
 // one left, else of the first item with one. It returns the item held
 // (0 when the user bought before, or holds a unit already: nothing more
 // to give) or short when no unit is left; an error leaves the user for
-// the next tick.
+// the next tick. Hold is asked at least once, even when the stock read
+// says no unit is left: it looks at the user's buyer record before the
+// stock, so a user who bought or holds is never taken for one short.
 func (r *Room) rehold(ctx context.Context, sale *flashsale.Sale, u, prefer int64, left map[int64]int64, until time.Time) (item int64, short bool, err error) {
+	asked := false
 	for {
 		item = 0
 		if left[prefer] > 0 {
@@ -158,9 +161,17 @@ func (r *Room) rehold(ctx context.Context, sale *flashsale.Sale, u, prefer int64
 				}
 			}
 		}
-		if item == 0 {
+		switch {
+		case item == 0 && asked:
+			return 0, true, nil
+		case item == 0 && prefer != 0:
+			item = prefer
+		case item == 0 && len(sale.Items) > 0:
+			item = sale.Items[0].ID
+		case item == 0:
 			return 0, true, nil
 		}
+		asked = true
 		id, err := uuid.NewV7()
 		if err != nil {
 			return 0, false, fmt.Errorf("waitroom.rehold: %w", err)
@@ -175,7 +186,7 @@ func (r *Room) rehold(ctx context.Context, sale *flashsale.Sale, u, prefer int64
 			continue
 		case flashsale.CodeAlreadyPurchased:
 			// Bought before the loss (the rebuilt buyer record), or held
-			// again by an earlier pass cut short.
+			// already (a pass cut short, or holds never lost).
 			held, _, ok, err := r.cfg.Holds.Held(ctx, sale.ID, u)
 			if err != nil {
 				return 0, false, fmt.Errorf("waitroom.rehold: %w", err)
