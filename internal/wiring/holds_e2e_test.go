@@ -13,10 +13,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flashsale/flashsale/internal/adapter/redisconn"
 	"github.com/flashsale/flashsale/internal/harness/localsvc"
 	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/internal/wiring"
 	"github.com/flashsale/flashsale/internal/wiring/apptest"
+	"github.com/flashsale/flashsale/lua"
 )
 
 // queueSale creates a sale allocated in queue order (named explicitly)
@@ -362,7 +364,8 @@ func (r *restartable) restartEmpty() {
 // TestQueueOrderHoldsShortAfterRedisLoss: two units held for ranks 0 and
 // 1 (on WebSockets), and a live order in the database that Redis never
 // counted (a stand-in for more admitted shoppers than the rebuilt stock);
-// redis-server restarts empty. The stock is rebuilt with one unit: rank 0
+// redis-server restarts empty. (Before the loss, a rebuild pass with
+// every unit held leaves both holds and admissions as they are.) The stock is rebuilt with one unit: rank 0
 // is held again first and buys; rank 1 cannot be, and is told (its
 // admission ends, it goes back in line: WAITING or SOLD_OUT), and its
 // purchase is refused.
@@ -390,6 +393,31 @@ func TestQueueOrderHoldsShortAfterRedisLoss(t *testing.T) {
 		w.mu.Lock()
 		tokens[byRank[r]], admittedAt[byRank[r]] = w.msgs[i]["admissionToken"].(string), i
 		w.mu.Unlock()
+	}
+	// A rebuild pass while the holds are all there (every unit held)
+	// takes nobody's unit or admission away.
+	rdb, err := redisconn.New(redisconn.Config{URL: s.Config.RedisURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	state := lua.QueueKey(saleID, "state")
+	untils := map[int64]int64{}
+	for r := range units {
+		_, untils[byRank[r]], _ = s.pollHold(saleID, byRank[r])
+	}
+	if err := rdb.HSet(context.Background(), state, "holdslost", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the rebuild pass", func() bool {
+		n, err := rdb.HExists(context.Background(), state, "holdslost").Result()
+		return err == nil && !n
+	})
+	for r := range units {
+		u := byRank[r]
+		if tok, until, a := s.pollHold(saleID, u); tok == "" || until != untils[u] {
+			t.Fatalf("rank %d after a rebuild pass with its hold there: %s", r, a.Raw)
+		}
 	}
 	pg, err := pgxpool.New(context.Background(), s.Config.DatabaseURL)
 	if err != nil {
