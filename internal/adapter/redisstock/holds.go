@@ -31,9 +31,11 @@ import (
 // Whichever removes the holds member first wins; the other finds no hold.
 // Holds never exceed the stock, since each one took a unit.
 //
-// After a Redis data loss the holds lapse: the rebuild restores the stock
-// from the database, where a hold never was, so its unit is back in stock
-// for the next in line.
+// A Redis data loss takes the holds with it: the rebuild restores the
+// stock from the database, where a hold never was, so its unit is back in
+// stock; the waiting room's leader then holds units again for the
+// admitted shoppers whose windows are open (waitroom/holdrestore.go). A
+// pause extends the holds by its length (ExtendHolds, holdpause.go).
 
 // Hold errors, beside the Reserve ones.
 var (
