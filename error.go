@@ -32,6 +32,9 @@ const (
 	CodeInternal         Code = "INTERNAL"
 	// CodeNotDrawn: a sale's public draw record before its draw.
 	CodeNotDrawn Code = "NOT_DRAWN"
+	// CodeChoiceClosed: a shopper's item choice after their turn came (a
+	// unit is held for them, or about to be): the choice is fixed.
+	CodeChoiceClosed Code = "CHOICE_CLOSED"
 )
 
 // Error is the one domain error type. Message is safe to show a user.

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
 	"github.com/flashsale/flashsale/internal/wiring"
 )
 
@@ -72,4 +75,88 @@ func TestQueueOrderHoldReachesNext(t *testing.T) {
 	if got := evalT[bool](a, fmt.Sprintf(`(() => { const b = document.getElementById(%q); return !!b && !b.disabled; })()`, buy)); got {
 		t.Fatal("A's buy button is still on after the window")
 	}
+}
+
+// TestQueueOrderItemChoice: a sale of two items, S and M (one unit each),
+// allocated in queue order, paused while its shoppers join so that their
+// places are their join order. X (by the API) is first and wants S.
+// Shopper A's page shows the two items as a choice (checked with axe-core);
+// A picks S with a click, and the API reports the choice A's page sent. At
+// the resume S's one unit goes to X: A's page says S is sold out and that
+// A keeps the place. A picks M with the keyboard: A's page then shows M
+// held for A, with a buy button for M only. Shopper B, behind A on a
+// Spanish page, picks S too (checked for English left untranslated).
+func TestQueueOrderItemChoice(t *testing.T) {
+	s := startStack(t)
+	r := s.Do("POST", "/api/admin/sales", s.Token(1, true), map[string]any{
+		"name": "Choice", "startsAt": time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano), "admissionRatePerSecond": 100,
+		"allocation": "queue", "claimWindowSeconds": 60,
+		"items": []map[string]any{
+			{"productId": 601, "quantity": 1, "priceCents": 1999, "name": "Tee S"},
+			{"productId": 602, "quantity": 1, "priceCents": 1999, "name": "Tee M"},
+		},
+	})
+	s.Want(r, 201, "")
+	saleID := int64(r.Body["id"].(float64))
+	items := r.Body["items"].([]any)
+	itemS := int64(items[0].(map[string]any)["id"].(float64))
+	itemM := int64(items[1].(map[string]any)["id"].(float64))
+	s.Want(s.Do("POST", fmt.Sprintf("/api/admin/sales/%d/pause", saleID), s.Token(1, true), nil), 200, "")
+	const x, userA, userB = 7301, 7302, 7303
+	s.join(x, saleID)
+	s.Want(s.Do("GET", fmt.Sprintf("%s?itemId=%d", queuePath(saleID), itemS), s.Token(x, false), nil), 200, "")
+
+	b := newBrowser(t)
+	a := b.tab("A")
+	a.navigate(s.shopperURL(s.App.PublicURL, saleID, userA, ""))
+	a.waitState("PAUSED")
+	a.waitJS("the choice shown", `!document.getElementById('choice').hidden && document.querySelectorAll('#choice input[type=radio]').length === 2`)
+	if got := a.text("#choice legend"); got != "Your item" {
+		t.Fatalf("the choice's legend is %q", got)
+	}
+	a.click(fmt.Sprintf("label[for=choice-%d]", itemS))
+	a.waitJS("S picked", `document.getElementById('choice-note').textContent.includes('You picked Tee S')`)
+	chosen := func() float64 {
+		st := s.Do("GET", queuePath(saleID), s.Token(userA, false), nil)
+		s.Want(st, 200, "")
+		f, _ := st.Body["chosenItemId"].(float64)
+		return f
+	}
+	if got := chosen(); got != float64(itemS) {
+		t.Fatalf("A's choice by API = %v; want S (%d)", got, itemS)
+	}
+	axe := loadAxe(t)
+	checkA11y(a, axe, "queue-choice")
+	// The same choice on a Spanish page (shopper B, behind A, wants S too).
+	bb := b.tab("B")
+	bb.language("es")
+	bb.navigate(s.shopperURL(s.App.PublicURL, saleID, userB, ""))
+	bb.waitState("PAUSED")
+	bb.click(fmt.Sprintf("label[for=choice-%d]", itemS))
+	bb.waitJS("S picked on the Spanish page", `document.getElementById('choice-note').textContent.includes('Has elegido Tee S')`)
+	checkPage(bb, axe, "queue-choice")
+
+	// The resume: X, first, holds S; A keeps the place and is told S is
+	// sold out.
+	s.Want(s.Do("POST", fmt.Sprintf("/api/admin/sales/%d/resume", saleID), s.Token(1, true), nil), 200, "")
+	a.waitJS("S sold out for A", `document.getElementById('choice-note').dataset.soldOut === 'true' &&
+		document.getElementById('choice-note').textContent.includes('Tee S is sold out for now. You keep your place')`)
+	a.screenshot("queue-choice-sold-out")
+	if a.text("#buy-"+fmt.Sprint(itemS)) != "" || a.text("#buy-"+fmt.Sprint(itemM)) != "" {
+		t.Fatal("A has a buy button before any unit is held for A")
+	}
+
+	// A picks M with the keyboard (arrow keys move a radio group's choice).
+	a.do("focus S", chromedp.Focus(chromedp.CSS(fmt.Sprintf("#choice-%d", itemS))))
+	a.do("arrow to M", chromedp.KeyEvent(kb.ArrowDown))
+	a.waitState("ADMITTED")
+	a.waitJS("M held for A", fmt.Sprintf(`(() => { const b = document.getElementById('buy-%d'); return !!b && !b.disabled; })() &&
+		/held for you/i.test(document.getElementById('admission-expiry').textContent)`, itemM))
+	if got := a.text(fmt.Sprintf("#buy-%d", itemS)); got != "" {
+		t.Fatalf("A has a buy button for S (%q) while M is held", got)
+	}
+	if !evalT[bool](a, `document.getElementById('choice').hidden`) {
+		t.Fatal("the choice is still shown after the hold")
+	}
+	a.screenshot("queue-choice-held")
 }

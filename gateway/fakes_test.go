@@ -196,6 +196,8 @@ func (q *fakeQueue) Join(_ context.Context, p flashsale.Principal, saleID int64,
 	return map[string]any{"type": "status", "state": "WAITING", "position": 3, "userId": p.UserID, "saleId": saleID}, nil
 }
 
+func (q *fakeQueue) Choose(context.Context, flashsale.Principal, int64, int64) error { return nil }
+
 func (q *fakeQueue) Status(_ context.Context, p flashsale.Principal, saleID int64) (any, error) {
 	return map[string]any{"type": "status", "state": "ADMITTED", "position": 0, "userId": p.UserID, "saleId": saleID}, nil
 }

@@ -97,6 +97,9 @@ type Queue interface {
 	http.Handler
 	Join(ctx context.Context, p flashsale.Principal, saleID int64, ip netip.Addr, pow json.RawMessage) (any, error)
 	Status(ctx context.Context, p flashsale.Principal, saleID int64) (any, error)
+	// Choose records the caller's choice of item for their turn (a sale
+	// allocated in queue order): NOT_FOUND, INVALID, CHOICE_CLOSED.
+	Choose(ctx context.Context, p flashsale.Principal, saleID, itemID int64) error
 	Figures(ctx context.Context, saleID int64) (flashsale.QueueFigures, error)
 }
 

@@ -3,6 +3,10 @@ package gateway
 import (
 	"net"
 	"net/netip"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/flashsale/flashsale"
 )
 
 // parseID parses a positive decimal id as it appears in a path: digits only,
@@ -110,4 +114,23 @@ func validPresetName(s string) bool {
 		}
 	}
 	return true
+}
+
+// parseItemQuery reads the polling call's choice, ?itemId=N, from a raw
+// query string: present false without one; one positive id, or INVALID.
+func parseItemQuery(q []byte) (itemID int64, present bool, err error) {
+	if len(q) == 0 {
+		return 0, false, nil
+	}
+	var args fasthttp.Args
+	args.ParseBytes(q)
+	vals := args.PeekMulti("itemId")
+	if len(vals) == 0 {
+		return 0, false, nil
+	}
+	id, ok := parseID(string(vals[0]))
+	if len(vals) > 1 || !ok {
+		return 0, false, flashsale.Invalid("itemId", "one positive integer item id")
+	}
+	return id, true, nil
 }

@@ -48,6 +48,63 @@ func FuzzParseID(f *testing.F) {
 	})
 }
 
+func TestParseItemQuery(t *testing.T) {
+	tests := []struct {
+		name    string
+		q       string
+		id      int64
+		present bool
+		wantErr bool
+	}{
+		{"none", "", 0, false, false},
+		{"other params", "a=1&b=2", 0, false, false},
+		{"item", "itemId=42", 42, true, false},
+		{"among others", "x=1&itemId=42&y=2", 42, true, false},
+		{"zero", "itemId=0", 0, false, true},
+		{"negative", "itemId=-1", 0, false, true},
+		{"empty", "itemId=", 0, false, true},
+		{"not a number", "itemId=abc", 0, false, true},
+		{"twice", "itemId=1&itemId=2", 0, false, true},
+		{"too big", "itemId=9223372036854775808", 0, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id, present, err := parseItemQuery([]byte(tt.q))
+			if (err != nil) != tt.wantErr || id != tt.id || present != tt.present {
+				t.Fatalf("parseItemQuery(%q) = %d, %v, %v; want %d, %v, error %v", tt.q, id, present, err, tt.id, tt.present, tt.wantErr)
+			}
+			if err != nil && flashsale.ErrorCode(err) != flashsale.CodeInvalid {
+				t.Fatalf("code %s, want INVALID", flashsale.ErrorCode(err))
+			}
+		})
+	}
+}
+
+func FuzzParseItemQuery(f *testing.F) {
+	for _, s := range []string{"", "itemId=1", "itemId=1&itemId=1", "itemId=%31", "itemId=01", "a&itemId", "itemId=9223372036854775807"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, q []byte) {
+		id, present, err := parseItemQuery(q)
+		if err != nil {
+			if flashsale.ErrorCode(err) != flashsale.CodeInvalid || present || id != 0 {
+				t.Fatalf("parseItemQuery(%q) = %d, %v, %v", q, id, present, err)
+			}
+			return
+		}
+		if present != (id > 0) {
+			t.Fatalf("parseItemQuery(%q) = %d, present %v", q, id, present)
+		}
+		if present {
+			// What it accepts is one itemId that parses as an id.
+			again, ok := parseID(strconv.FormatInt(id, 10))
+			if !ok || again != id {
+				t.Fatalf("parseItemQuery(%q) = %d, not an id", q, id)
+			}
+		}
+	})
+}
+
 func TestParseUUID(t *testing.T) {
 	tests := []struct {
 		in, want string

@@ -172,8 +172,9 @@ func (s *Server) queueJoin(c *fiber.Ctx) error {
 }
 
 // queueStatus is GET /api/flash-sales/sales/{saleId}/queue without Upgrade.
-// An upgrade that reaches fiber (a reused keep-alive connection) is handed
-// to the WebSocket server.
+// With ?itemId=N (queue order) it first records the caller's choice of
+// item, and a refused choice is the answer. An upgrade that reaches fiber
+// (a reused keep-alive connection) is handed to the WebSocket server.
 func (s *Server) queueStatus(c *fiber.Ctx) error {
 	if hasWebSocketToken([]byte(c.Get(fiber.HeaderUpgrade))) {
 		return s.forwardUpgrade(c)
@@ -186,11 +187,20 @@ func (s *Server) queueStatus(c *fiber.Ctx) error {
 	if !ok {
 		return errBadSaleID
 	}
+	item, choose, err := parseItemQuery(c.Context().QueryArgs().QueryString())
+	if err != nil {
+		return err
+	}
 	if _, ok := s.d.Sales.Sale(saleID); !ok {
 		return errNoSale
 	}
 	ctx, cancel := s.reqCtx()
 	defer cancel()
+	if choose {
+		if err := s.d.Queue.Choose(ctx, p, saleID, item); err != nil {
+			return err
+		}
+	}
 	st, err := s.d.Queue.Status(ctx, p, saleID)
 	if err != nil {
 		return err
@@ -201,16 +211,19 @@ func (s *Server) queueStatus(c *fiber.Ctx) error {
 
 // publicSaleJSON is the public sale page data (CONTRACT section 4).
 type publicSaleJSON struct {
-	ID                int64            `json:"id"`
-	Name              string           `json:"name"`
-	StartsAt          string           `json:"startsAt"`
-	EndsAt            string           `json:"endsAt,omitempty"`
-	ServerTimeMs      int64            `json:"serverTimeMs"`
-	State             string           `json:"state"`
-	ShuffleCommitment string           `json:"shuffleCommitment"`
-	ShuffleSeed       string           `json:"shuffleSeed,omitempty"`
-	Message           *messageJSON     `json:"message,omitempty"`
-	Items             []publicItemJSON `json:"items"`
+	ID                int64  `json:"id"`
+	Name              string `json:"name"`
+	StartsAt          string `json:"startsAt"`
+	EndsAt            string `json:"endsAt,omitempty"`
+	ServerTimeMs      int64  `json:"serverTimeMs"`
+	State             string `json:"state"`
+	ShuffleCommitment string `json:"shuffleCommitment"`
+	ShuffleSeed       string `json:"shuffleSeed,omitempty"`
+	// Allocation is "queue" for a sale allocated in queue order (its
+	// shoppers choose an item while they wait); absent for a race.
+	Allocation string           `json:"allocation,omitempty"`
+	Message    *messageJSON     `json:"message,omitempty"`
+	Items      []publicItemJSON `json:"items"`
 }
 
 type publicItemJSON struct {
@@ -249,6 +262,9 @@ func (s *Server) publicView(sale *flashsale.Sale, now time.Time) publicSaleJSON 
 		ShuffleCommitment: sale.ShuffleCommitment,
 		Message:           saleMessage(sale),
 		Items:             make([]publicItemJSON, len(sale.Items)),
+	}
+	if sale.QueueOrder() {
+		v.Allocation = flashsale.AllocationQueue
 	}
 	if s.seedPublic(sale, now) {
 		v.ShuffleSeed = sale.SeedHex()

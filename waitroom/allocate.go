@@ -1,9 +1,11 @@
 package waitroom
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -83,106 +85,253 @@ func windowStart(sale *flashsale.Sale, now time.Time) time.Time {
 // allocate is the leader's tick of a queue sale: it lapses the holds whose
 // window is over, then holds a unit for each next place in line while
 // units are free, and admits those places. rem is the stock as read this
-// tick (every item has a record).
-func (r *Room) allocate(ctx context.Context, sr *saleRoom, sale *flashsale.Sale, st queueState, rem map[int64]int64, now time.Time) error {
+// tick (every item has a record). allocate returns the stock after its
+// holds and the cursor after its pass, so that this very tick admits the
+// held places and shows the items it sold out (a shopper passed over for
+// one is told at once).
+func (r *Room) allocate(ctx context.Context, sr *saleRoom, sale *flashsale.Sale, st queueState, rem map[int64]int64, now time.Time) (map[int64]int64, int64, error) {
 	if r.cfg.Holds == nil {
-		return errors.New("waitroom.allocate: no Holds configured for a queue sale")
+		return rem, st.Serving, errors.New("waitroom.allocate: no Holds configured for a queue sale")
 	}
 	sr.allocMu.Lock()
 	defer sr.allocMu.Unlock()
 	if sale.Ended(now) {
 		_, err := r.cfg.Holds.LapseAll(ctx, sale.ID)
-		return err
+		return rem, st.Serving, err
 	}
 	if err := r.pauseHolds(ctx, sale, now); err != nil {
-		return err // nothing lapses before the pause's extension
+		return rem, st.Serving, err // nothing lapses before the pause's extension
 	}
 	if sale.Paused || st.N < 0 {
-		return nil
+		return rem, st.Serving, nil
 	}
 	back, err := r.cfg.Holds.Lapse(ctx, sale.ID, now, 1000)
 	if err != nil {
-		return fmt.Errorf("waitroom.allocate: %w", err)
+		return rem, st.Serving, fmt.Errorf("waitroom.allocate: %w", err)
 	}
 	if back > 0 {
 		// Units came back: read the stock again, so they go to the next
 		// in line this very tick.
-		if rem, err = r.stock.Remaining(ctx, sale.ID); err != nil {
-			return fmt.Errorf("waitroom.allocate: %w", err)
+		again, err := r.stock.Remaining(ctx, sale.ID)
+		if err != nil {
+			return rem, st.Serving, fmt.Errorf("waitroom.allocate: %w", err)
 		}
+		rem = again
 	}
 	if again, err := r.reholdLost(ctx, sale, rem, now); again || err != nil {
-		return err // holds lost with Redis first (holdrestore.go)
-	}
-	free := int64(0)
-	for _, it := range sale.Items {
-		free += max(rem[it.ID], 0)
+		return rem, st.Serving, err // holds lost with Redis first (holdrestore.go)
 	}
 	if sr.alloc != nil && sr.alloc.servedTo > st.Serving {
 		st.Serving = sr.alloc.servedTo
 	}
-	k := min(free, st.Seq-st.Serving, maxHoldsPerTick)
-	if k <= 0 {
-		return nil
-	}
-	users, err := r.placeUsers(ctx, sr, sale, st, st.Serving, k)
-	if err != nil {
-		return err
-	}
-	start := windowStart(sale, now)
-	until := start.Add(sale.Window())
 	left := make(map[int64]int64, len(sale.Items))
 	for _, it := range sale.Items {
-		left[it.ID] = rem[it.ID]
+		left[it.ID] = max(rem[it.ID], 0)
 	}
-	var admits []heldAdmit
-	passed := int64(0)
-	for i, u := range users {
-		if u != 0 {
-			at, item, ok := r.holdFor(ctx, sale, u, left, start, until)
-			if !ok {
-				break // no unit, or Redis failed: the place waits for the next tick
-			}
-			if at != 0 {
-				admits = append(admits, heldAdmit{user: u, place: st.Serving + int64(i), atMs: at, item: item})
-			}
+	if freeUnits(left) == 0 {
+		return rem, st.Serving, nil
+	}
+	p := pass{start: windowStart(sale, now), left: left, budget: maxHoldsPerTick, fixUntil: now.Add(fixFor).UnixMilli()}
+	p.until = p.start.Add(sale.Window())
+	// Places passed over for want of their chosen item come first, so a
+	// unit goes to the earliest place that wants it.
+	if err := r.servePassed(ctx, sale, &p); err != nil {
+		return rem, st.Serving, err
+	}
+	to, err := r.serveNew(ctx, sr, sale, st, &p)
+	if err != nil {
+		r.log.Warn("allocate held units", "sale", sale.ID, "err", err)
+	}
+	if to == st.Serving && len(p.admits) == 0 && len(p.fixed) == 0 {
+		return rem, st.Serving, nil
+	}
+	moved, err := admitHeld(ctx, r.rdb, sale.ID, r.id, st.Serving, to, &p)
+	if !moved {
+		return rem, st.Serving, err
+	}
+	if to > st.Serving {
+		sr.alloc.servedTo = to
+	}
+	after := make(map[int64]int64, len(rem))
+	for id, n := range rem {
+		after[id] = n
+		if l, ok := p.left[id]; ok && l < n {
+			after[id] = l
 		}
-		passed++
 	}
-	if passed == 0 {
-		return nil
-	}
-	moved, err := admitHeld(ctx, r.rdb, sale.ID, r.id, st.Serving, st.Serving+passed, admits)
-	if moved {
-		sr.alloc.servedTo = st.Serving + passed
-	}
-	return err
+	return after, to, err
 }
 
-// holdFor holds a unit for user u (of the first item with a unit left),
-// until until. It returns the admission time of the hold (0: the user
-// bought before and has nothing more to be given), its item and ok, or ok
-// false when no unit is left or Redis failed.
-func (r *Room) holdFor(ctx context.Context, sale *flashsale.Sale, u int64, left map[int64]int64, start, until time.Time) (int64, int64, bool) {
+// fixFor is how long a leader's fix of the choices it reads lasts at most
+// (fixChoicesScript): its pass lifts it sooner; a leader cut short in a
+// pass leaves it to run out.
+const fixFor = 5 * time.Second
+
+// maxChoiceRounds bounds the reads of new places one tick makes: each
+// round reads as many places as units are free, and places passed over
+// for their chosen item leave the units for the next round.
+const maxChoiceRounds = 16
+
+// pass is one allocation pass of the leader.
+type pass struct {
+	start, until time.Time
+	left         map[int64]int64 // free units by item, as the pass holds them
+	budget       int64           // places the pass may still look at
+	fixUntil     int64           // ms: end of the fix of the choices read
+	admits       []heldAdmit
+	passes       []heldAdmit // new places passed over (user, place)
+	fixed        []int64     // users whose choice the pass fixed
+}
+
+func freeUnits(left map[int64]int64) int64 {
+	n := int64(0)
+	for _, v := range left {
+		n += max(v, 0)
+	}
+	return n
+}
+
+// servePassed holds units for passed places whose chosen item has units
+// free, in place order.
+func (r *Room) servePassed(ctx context.Context, sale *flashsale.Sale, p *pass) error {
+	type cand struct{ user, place int64 }
+	var cands []cand
+	for _, it := range sale.Items {
+		if p.left[it.ID] <= 0 || p.budget <= 0 {
+			continue
+		}
+		us, ps, err := passedWanting(ctx, r.rdb, sale.ID, it.ID, min(p.left[it.ID], p.budget))
+		if err != nil {
+			return fmt.Errorf("waitroom.allocate: %w", err)
+		}
+		for i := range us {
+			cands = append(cands, cand{us[i], ps[i]})
+		}
+		p.budget -= int64(len(us))
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.place, b.place) })
+	users := make([]int64, len(cands))
+	for i, c := range cands {
+		users[i] = c.user
+	}
+	choices, err := fixChoices(ctx, r.rdb, sale.ID, r.id, p.fixUntil, users)
+	if err != nil {
+		return fmt.Errorf("waitroom.allocate: %w", err)
+	}
+	p.fixed = append(p.fixed, users...)
+	for i, c := range cands {
+		at, item, res := r.holdFor(ctx, sale, c.user, choices[i], p)
+		switch res {
+		case holdStop:
+			return nil
+		case holdDone:
+			// at 0: a unit bought before; the place leaves the lists
+			// with nothing written, so it cannot take a unit's turn.
+			p.admits = append(p.admits, heldAdmit{user: c.user, place: c.place, atMs: at, item: item, passed: true})
+		}
+	}
+	return nil
+}
+
+// serveNew looks at the places from the cursor on while units are free,
+// holds a unit for each whose chosen item (or, with no choice, any item)
+// has one, and passes over those whose chosen item has none. It returns
+// where the cursor goes.
+func (r *Room) serveNew(ctx context.Context, sr *saleRoom, sale *flashsale.Sale, st queueState, p *pass) (int64, error) {
+	pos := st.Serving
+	for range maxChoiceRounds {
+		k := min(freeUnits(p.left), st.Seq-pos, p.budget)
+		if k <= 0 {
+			break
+		}
+		users, err := r.placeUsers(ctx, sr, sale, st, pos, k)
+		if err != nil {
+			return pos, err
+		}
+		var present []int64
+		for _, u := range users {
+			if u != 0 {
+				present = append(present, u)
+			}
+		}
+		var choices []int64
+		if len(present) > 0 {
+			if choices, err = fixChoices(ctx, r.rdb, sale.ID, r.id, p.fixUntil, present); err != nil {
+				return pos, err
+			}
+			p.fixed = append(p.fixed, present...)
+		}
+		j := 0
+		for _, u := range users {
+			if u == 0 {
+				pos++
+				continue
+			}
+			choice := choices[j]
+			j++
+			at, item, res := r.holdFor(ctx, sale, u, choice, p)
+			switch res {
+			case holdStop:
+				return pos, nil // no unit, or Redis failed: the place waits for the next tick
+			case holdDone:
+				if at != 0 {
+					p.admits = append(p.admits, heldAdmit{user: u, place: pos, atMs: at, item: item})
+				}
+			case holdWantsOut:
+				p.passes = append(p.passes, heldAdmit{user: u, place: pos})
+			}
+			pos++
+		}
+		p.budget -= int64(len(users))
+	}
+	return pos, nil
+}
+
+// holdResult is what holdFor did for a place.
+type holdResult int
+
+const (
+	// holdDone: a unit is held (or the user bought before: nothing to
+	// give); the place is served.
+	holdDone holdResult = iota
+	// holdWantsOut: the chosen item has no unit free; the place is
+	// passed over and keeps its turn for that item.
+	holdWantsOut
+	// holdStop: no unit of any item, or Redis failed; the place waits.
+	holdStop
+)
+
+// holdFor holds a unit for user u, until p.until: of the chosen item, or,
+// with no choice (0), of the first item with a unit left. It returns the
+// admission time of the hold (0: the user bought before and has nothing
+// more to be given) and its item with holdDone.
+func (r *Room) holdFor(ctx context.Context, sale *flashsale.Sale, u, choice int64, p *pass) (int64, int64, holdResult) {
 	for {
-		item := firstWithStock(sale, left)
+		item := choice
 		if item == 0 {
-			return 0, 0, false
+			if item = firstWithStock(sale, p.left); item == 0 {
+				return 0, 0, holdStop
+			}
+		} else if p.left[item] <= 0 {
+			return 0, 0, holdWantsOut
 		}
 		id, err := uuid.NewV7()
 		if err != nil {
 			r.log.Warn("hold a unit: order id", "sale", sale.ID, "err", err)
-			return 0, 0, false
+			return 0, 0, holdStop
 		}
-		err = r.cfg.Holds.Hold(ctx, sale.ID, item, u, id.String(), until)
+		err = r.cfg.Holds.Hold(ctx, sale.ID, item, u, id.String(), p.until)
 		switch flashsale.ErrorCode(err) {
 		case "":
-			left[item]--
-			return start.UnixMilli(), item, true
+			p.left[item]--
+			return p.start.UnixMilli(), item, holdDone
 		case flashsale.CodeSoldOut:
 			// The stock read this tick was older than the hold: try
-			// the next item.
-			left[item] = 0
+			// again without the item.
+			p.left[item] = 0
 			continue
 		case flashsale.CodeAlreadyPurchased:
 			// A hold taken by a leader cut short before it admitted the
@@ -191,15 +340,15 @@ func (r *Room) holdFor(ctx context.Context, sale *flashsale.Sale, u int64, left 
 			heldItem, end, held, err := r.cfg.Holds.Held(ctx, sale.ID, u)
 			if err != nil {
 				r.log.Warn("read a hold", "sale", sale.ID, "user", u, "err", err)
-				return 0, 0, false
+				return 0, 0, holdStop
 			}
 			if !held {
-				return 0, 0, true
+				return 0, 0, holdDone
 			}
-			return end.Add(-sale.Window()).UnixMilli(), heldItem, true
+			return end.Add(-sale.Window()).UnixMilli(), heldItem, holdDone
 		}
 		r.log.Warn("hold a unit", "sale", sale.ID, "user", u, "err", err)
-		return 0, 0, false
+		return 0, 0, holdStop
 	}
 }
 
@@ -255,40 +404,82 @@ func (r *Room) placeUsers(ctx context.Context, sr *saleRoom, sale *flashsale.Sal
 	return out, nil
 }
 
-// heldAdmit is the admission record the leader writes for a held place.
+// heldAdmit is the admission record the leader writes for a held place
+// (passed: the place had been passed over), or a place it passes over.
 type heldAdmit struct {
 	user, place, atMs, item int64
+	passed                  bool
 }
 
-// admitHeldScript admits held places: it moves the cursor from..to and
+// admitHeldScript ends an allocation pass: it moves the cursor from..to,
 // writes the admission records (and held items) of the places that hold a
-// unit, only for the lease's holder and only from the cursor it read (a
-// leader that lost the lease, or a second look at the same places, changes
-// nothing).
+// unit, takes the passed places it admits off the passed lists, lists the
+// new places passed over under their chosen item, and lifts the fix of
+// every choice the pass read; only for the lease's holder and only from
+// the cursor it read (a leader that lost the lease, or a second look at
+// the same places, changes nothing).
 //
-//	KEYS: state, lease, admitted, helditem
-//	ARGV: me, from, to, userId, "place|atMs", itemId, ...
+//	KEYS: state, lease, admitted, helditem, choice, fixed, passed, wants
+//	ARGV: me, from, to, A, P, F, then A × (userId, "place|atMs" or ""
+//	      for a passed place with nothing to give, itemId, passed 0/1),
+//	      P × (userId, place), F × userId (fixed)
 //	returns 1 moved, 0 not (lease or cursor changed)
-var admitHeldScript = redis.NewScript(`
+var admitHeldScript = redis.NewScript(wantsMemberLua + `
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 if tonumber(redis.call('HGET', KEYS[1], 'serving') or '0') ~= tonumber(ARGV[2]) then return 0 end
-for i = 4, #ARGV, 3 do
-  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
-  redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 2])
+local na, np, nf = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local i = 7
+for _ = 1, na do
+  local uid = ARGV[i]
+  if ARGV[i + 1] ~= '' then
+    redis.call('HSET', KEYS[3], uid, ARGV[i + 1])
+    redis.call('HSET', KEYS[4], uid, ARGV[i + 2])
+  end
+  if ARGV[i + 3] == '1' then
+    local place = redis.call('HGET', KEYS[7], uid)
+    local item = redis.call('HGET', KEYS[5], uid)
+    if place and item then redis.call('ZREM', KEYS[8], wants(item, place, uid)) end
+    redis.call('HDEL', KEYS[7], uid)
+  end
+  i = i + 4
+end
+for _ = 1, np do
+  local uid = ARGV[i]
+  local item = redis.call('HGET', KEYS[5], uid)
+  if item then
+    redis.call('HSET', KEYS[7], uid, ARGV[i + 1])
+    redis.call('ZADD', KEYS[8], 0, wants(item, ARGV[i + 1], uid))
+  end
+  i = i + 2
+end
+for _ = 1, nf do
+  redis.call('HDEL', KEYS[6], ARGV[i])
+  i = i + 1
 end
 redis.call('HSET', KEYS[1], 'serving', ARGV[3])
 return 1
 `)
 
-// admitHeld runs admitHeldScript; moved reports whether it moved the
-// cursor.
-func admitHeld(ctx context.Context, rdb redis.UniversalClient, saleID int64, me string, from, to int64, admits []heldAdmit) (moved bool, err error) {
-	args := make([]any, 0, 3+3*len(admits))
-	args = append(args, me, from, to)
-	for _, a := range admits {
-		args = append(args, a.user, strconv.FormatInt(a.place, 10)+"|"+strconv.FormatInt(a.atMs, 10), a.item)
+// admitHeld runs admitHeldScript for pass p; moved reports whether the
+// pass's changes were made.
+func admitHeld(ctx context.Context, rdb redis.UniversalClient, saleID int64, me string, from, to int64, p *pass) (moved bool, err error) {
+	args := make([]any, 0, 6+4*len(p.admits)+2*len(p.passes)+len(p.fixed))
+	args = append(args, me, from, to, len(p.admits), len(p.passes), len(p.fixed))
+	for _, a := range p.admits {
+		rec := ""
+		if a.atMs != 0 {
+			rec = strconv.FormatInt(a.place, 10) + "|" + strconv.FormatInt(a.atMs, 10)
+		}
+		args = append(args, a.user, rec, a.item, boolArg(a.passed))
 	}
-	n, err := admitHeldScript.Run(ctx, rdb, saleKeys(saleID, keyState, keyLease, keyAdmitted, keyHeldItem), args...).Int()
+	for _, a := range p.passes {
+		args = append(args, a.user, a.place)
+	}
+	for _, u := range p.fixed {
+		args = append(args, u)
+	}
+	keys := saleKeys(saleID, keyState, keyLease, keyAdmitted, keyHeldItem, keyChoice, keyFixed, keyPassed, keyWants)
+	n, err := admitHeldScript.Run(ctx, rdb, keys, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("waitroom.admitHeld: %w", err)
 	}

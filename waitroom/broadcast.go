@@ -65,7 +65,7 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 		if beat && c.admittedAt != 0 && !c.bought && now.UnixMilli() < c.admittedAt+ttlMs {
 			present = append(present, heldConn{user: c.user, place: c.place})
 		}
-		v := sr.viewOf(c.place, now)
+		v := c.viewOf(sr, now)
 		if v.state == StateAdmitted && c.admittedAt == 0 {
 			admit = append(admit, c)
 			continue
@@ -82,7 +82,9 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 		if v == c.last {
 			continue
 		}
-		if v.state == StateWaiting {
+		// A shopper whose chosen item sells out (or is back) is told at
+		// once, whatever the pacing: they may choose another.
+		if v.state == StateWaiting && v.chosenOut() == c.last.chosenOut() {
 			if c.last.state != StateWaiting {
 				entering = append(entering, dueStatus{c, v})
 			} else if tick-c.lastTick >= statusSlots {
@@ -164,6 +166,16 @@ func (r *Room) broadcast(ctx context.Context, sr *saleRoom, now time.Time, tick 
 	sr.mu.Lock()
 	defer sr.mu.Unlock()
 	for i, c := range admit {
+		if at[i] == 0 && queue && c.chosen != 0 && c.admittedAt == 0 {
+			// Passed over: the chosen item had no unit free at the turn.
+			// The shopper keeps the place, next for that item.
+			v := sr.passedView(c.chosen)
+			if v != c.last {
+				c.last, c.lastTick = v, tick
+				c.push(v, opens, nil)
+			}
+			continue
+		}
 		if at[i] == 0 || c.admittedAt != 0 {
 			continue
 		}

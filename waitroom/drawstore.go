@@ -177,7 +177,8 @@ func (r *Room) expireQueue(ctx context.Context, saleID int64, endsAt time.Time) 
 	at := endsAt.Add(r.cfg.QueueKeyTTL)
 	pipe := r.rdb.Pipeline()
 	// Every key of the queue (store.go).
-	for _, k := range [...]string{keyState, keyTickets, keyOrder, keyAdmitted, keyBuckets, keyPresence, keyGone, keyHoles, keyLease} {
+	for _, k := range [...]string{keyState, keyTickets, keyOrder, keyAdmitted, keyBuckets, keyPresence, keyGone, keyHoles, keyLease,
+		keyHeldItem, keyChoice, keyFixed, keyPassed, keyWants} {
 		pipe.PExpireAt(ctx, lua.QueueKey(saleID, k), at)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {

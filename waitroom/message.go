@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 
 	"github.com/flashsale/flashsale"
@@ -33,19 +34,36 @@ const (
 	TypeMessage = "message"
 )
 
-// ClientMessage is a message from the shopper's page. The only one is join.
+// Client message types.
+const (
+	// TypeJoin is the first message: the shopper's access token (and a
+	// proof-of-work solution after a challenge).
+	TypeJoin = "join"
+	// TypeChoose is the item a joined shopper wants at their turn, in a
+	// sale allocated in queue order; it may come any number of times
+	// until the turn.
+	TypeChoose = "choose"
+)
+
+// ClientMessage is a message from the shopper's page: a join, then, in a
+// sale allocated in queue order, any number of chooses.
 type ClientMessage struct {
 	Type        string          `json:"type"`
-	AccessToken string          `json:"accessToken"`
+	AccessToken string          `json:"accessToken,omitempty"`
 	PoW         json.RawMessage `json:"pow,omitempty"`
+	// ItemID is the chosen item of a choose (a positive id).
+	ItemID int64 `json:"itemId,omitempty"`
 }
 
-var errNotJoin = &flashsale.Error{Code: flashsale.CodeInvalid, Message: `expected {"type":"join","accessToken":"..."}`}
+var errNotJoin = &flashsale.Error{Code: flashsale.CodeInvalid,
+	Message: `expected {"type":"join","accessToken":"..."} or {"type":"choose","itemId":N}`}
 
 // ParseClientMessage parses one client message. Anything but a JSON object
 // with "type":"join" and a string accessToken (pow, when present, must be a
-// JSON object) is INVALID. An empty accessToken parses; it is refused as
-// UNAUTHENTICATED by the token check.
+// JSON object), or "type":"choose" and a positive integer itemId, is
+// INVALID. An empty accessToken parses; it is refused as UNAUTHENTICATED
+// by the token check. Which type is expected when is the caller's rule
+// (a join first, then chooses).
 func ParseClientMessage(b []byte) (ClientMessage, error) {
 	var m ClientMessage
 	b = bytes.TrimSpace(b)
@@ -55,7 +73,14 @@ func ParseClientMessage(b []byte) (ClientMessage, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return ClientMessage{}, errNotJoin
 	}
-	if m.Type != "join" {
+	switch m.Type {
+	case TypeJoin:
+	case TypeChoose:
+		if m.ItemID <= 0 {
+			return ClientMessage{}, errNotJoin
+		}
+		return ClientMessage{Type: TypeChoose, ItemID: m.ItemID}, nil
+	default:
 		return ClientMessage{}, errNotJoin
 	}
 	if len(m.PoW) > 0 {
@@ -98,6 +123,12 @@ type Status struct {
 	// unit of that item is held for the admitted shopper until then.
 	HoldUntilMs int64 `json:"holdUntilMs,omitempty"`
 	HeldItemID  int64 `json:"heldItemId,omitempty"`
+	// ChosenItemID is the item the shopper chose for their turn (queue
+	// order, before the turn; absent: none chosen). ChosenSoldOut: that
+	// item has no unit free now (it is in SoldOutItems); the shopper
+	// keeps the place and may choose another.
+	ChosenItemID  int64 `json:"chosenItemId,omitempty"`
+	ChosenSoldOut bool  `json:"chosenSoldOut,omitempty"`
 	// SoldOutItems are the sale's items shown sold out now, [] for none
 	// (absent until the room has read the stock): an item a shopper was
 	// answered SOLD_OUT for is back when it is not listed.
@@ -168,6 +199,14 @@ type view struct {
 	// change, so that a change is a new view and reaches the shopper
 	// (nil: not known yet).
 	out *itemsOut
+	// chosen is the item the shopper chose (queue order, before the
+	// turn; 0: none).
+	chosen int64
+}
+
+// chosenOut reports whether the chosen item is shown sold out.
+func (v view) chosenOut() bool {
+	return v.chosen != 0 && v.out != nil && slices.Contains(v.out.ids, v.chosen)
 }
 
 // itemsOut is the set of a sale's items shown sold out, as the status
@@ -205,7 +244,29 @@ func appendStatus(b []byte, v view, serverMs, opensMs int64) []byte {
 		b = append(b, `,"soldOutItems":`...)
 		b = append(b, v.out.json...)
 	}
+	if v.chosen != 0 {
+		b = append(b, `,"chosenItemId":`...)
+		b = strconv.AppendInt(b, v.chosen, 10)
+		if v.chosenOut() {
+			b = append(b, `,"chosenSoldOut":true`...)
+		}
+	}
 	return append(b, '}')
+}
+
+// TypeChoiceRefused answers a choose that changed nothing; the
+// connection stays open.
+const TypeChoiceRefused = "choiceRefused"
+
+// appendChoiceRefused encodes the refusal of a choose of itemID.
+func appendChoiceRefused(b []byte, itemID int64, err error) []byte {
+	m, _ := json.Marshal(struct {
+		Type    string `json:"type"`
+		Error   string `json:"error"`
+		Message string `json:"message"`
+		ItemID  int64  `json:"itemId"`
+	}{TypeChoiceRefused, string(flashsale.ErrorCode(err)), flashsale.ErrorMessage(err), itemID})
+	return append(b, m...)
 }
 
 // appendDrawSecret adds drawSecret to the status message b ends with.

@@ -3,6 +3,7 @@ package waitroom
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -31,6 +32,14 @@ func TestParseClientMessage(t *testing.T) {
 		{"token not string", `{"type":"join","accessToken":5}`, true, "", ""},
 		{"pow not object", `{"type":"join","accessToken":"a","pow":"x"}`, true, "", ""},
 		{"trailing", `{"type":"join","accessToken":"a"} {}`, true, "", ""},
+		{"choose", `{"type":"choose","itemId":7}`, false, "", ""},
+		{"choose with token", `{"type":"choose","itemId":7,"accessToken":"x"}`, false, "", ""},
+		{"choose no item", `{"type":"choose"}`, true, "", ""},
+		{"choose item 0", `{"type":"choose","itemId":0}`, true, "", ""},
+		{"choose negative", `{"type":"choose","itemId":-3}`, true, "", ""},
+		{"choose fraction", `{"type":"choose","itemId":1.5}`, true, "", ""},
+		{"choose string", `{"type":"choose","itemId":"7"}`, true, "", ""},
+		{"choose too big", `{"type":"choose","itemId":9223372036854775808}`, true, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -44,6 +53,9 @@ func TestParseClientMessage(t *testing.T) {
 				}
 				return
 			}
+			if m.Type == TypeChoose && m.ItemID != 7 {
+				t.Fatalf("got item %d, want 7", m.ItemID)
+			}
 			if m.AccessToken != tt.token || string(m.PoW) != tt.pow {
 				t.Fatalf("got token %q pow %q, want %q %q", m.AccessToken, m.PoW, tt.token, tt.pow)
 			}
@@ -53,7 +65,8 @@ func TestParseClientMessage(t *testing.T) {
 
 func FuzzParseClientMessage(f *testing.F) {
 	for _, s := range []string{`{"type":"join","accessToken":"abc"}`, `{"type":"join","accessToken":"a","pow":{"n":1}}`,
-		`{"type":"x"}`, `[]`, `{"type":"join","pow":[1]}`, "\x00", `{"type":"join","accessToken":"\u00e9"}`} {
+		`{"type":"x"}`, `[]`, `{"type":"join","pow":[1]}`, "\x00", `{"type":"join","accessToken":"\u00e9"}`,
+		`{"type":"choose","itemId":12}`, `{"type":"choose","itemId":-1}`, `{"type":"choose","itemId":1e3}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -64,7 +77,13 @@ func FuzzParseClientMessage(f *testing.F) {
 			}
 			return
 		}
-		if m.Type != "join" {
+		switch m.Type {
+		case TypeJoin:
+		case TypeChoose:
+			if m.ItemID <= 0 || m.AccessToken != "" || m.PoW != nil {
+				t.Fatalf("accepted choose %+v", m)
+			}
+		default:
 			t.Fatalf("accepted type %q", m.Type)
 		}
 		if len(m.PoW) > 0 && m.PoW[0] != '{' {
@@ -79,7 +98,7 @@ func FuzzParseClientMessage(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-parse %q: %v", again, err)
 		}
-		if m2.AccessToken != m.AccessToken || !bytes.Equal(compact(t, m2.PoW), compact(t, m.PoW)) {
+		if m2.Type != m.Type || m2.ItemID != m.ItemID || m2.AccessToken != m.AccessToken || !bytes.Equal(compact(t, m2.PoW), compact(t, m.PoW)) {
 			t.Fatalf("round trip changed %+v into %+v", m, m2)
 		}
 	})
@@ -132,6 +151,38 @@ func TestStatusJSON(t *testing.T) {
 		if got != want {
 			t.Errorf("appendStatus = %s, want %s", got, want)
 		}
+	}
+	// The choice (queue order), and whether it is sold out, as the
+	// polling answer writes them.
+	for _, tc := range []struct {
+		name string
+		v    view
+		poll Status
+	}{
+		{"chosen", view{state: StateWaiting, position: 1, out: newItemsOut([]int64{1002}), chosen: 1001},
+			Status{Type: TypeStatus, State: StateWaiting, ServerTimeMs: 5, OpensAtMs: 4, Position: 1, SoldOutItems: &[]int64{1002}, ChosenItemID: 1001}},
+		{"chosen sold out", view{state: StateSoldOut, out: newItemsOut([]int64{1001, 1002}), chosen: 1001},
+			Status{Type: TypeStatus, State: StateSoldOut, ServerTimeMs: 5, OpensAtMs: 4, SoldOutItems: &[]int64{1001, 1002}, ChosenItemID: 1001, ChosenSoldOut: true}},
+	} {
+		got := string(appendStatus(nil, tc.v, 5, 4))
+		want, err := json.Marshal(tc.poll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Field order differs (soldOutItems last in the struct order of
+		// the polling answer): compare as objects.
+		var g, w map[string]any
+		if err := json.Unmarshal([]byte(got), &g); err != nil {
+			t.Fatalf("%s: appendStatus wrote %s: %v", tc.name, got, err)
+		}
+		_ = json.Unmarshal(want, &w)
+		if gb, wb := fmt.Sprint(g), fmt.Sprint(w); gb != wb {
+			t.Errorf("%s: appendStatus = %s, want %s", tc.name, got, want)
+		}
+	}
+	if got, want := string(appendChoiceRefused(nil, 7, errChoiceClosed)),
+		`{"type":"choiceRefused","error":"CHOICE_CLOSED","message":"your turn has come: the item held for you is fixed","itemId":7}`; got != want {
+		t.Errorf("appendChoiceRefused = %s, want %s", got, want)
 	}
 }
 

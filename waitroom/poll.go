@@ -75,6 +75,7 @@ func (r *Room) pollStatus(ctx context.Context, sr *saleRoom, userID, ticket int6
 		place = -1
 	}
 	v := sr.viewOf(place, now)
+	passed := sr.passedView(0)
 	sale := sr.sale
 	items := sr.items
 	sr.mu.Unlock()
@@ -84,15 +85,39 @@ func (r *Room) pollStatus(ctx context.Context, sr *saleRoom, userID, ticket int6
 		ids := append([]int64{}, v.out.ids...)
 		st.SoldOutItems = &ids
 	}
+	// chosen reports the shopper's choice (queue order, before the turn).
+	chosen := func() error {
+		if !sale.QueueOrder() {
+			return nil
+		}
+		c, err := readChoice(ctx, r.rdb, sr.id, userID)
+		if err != nil {
+			return err
+		}
+		st.ChosenItemID = c
+		st.ChosenSoldOut = view{chosen: c, out: v.out}.chosenOut()
+		return nil
+	}
 	if v.state != StateAdmitted {
+		if err := chosen(); err != nil {
+			return Status{}, err
+		}
 		return st, nil
 	}
 	at, err := admitUsers(ctx, r.rdb, sr.id, now.UnixMilli(), !sale.QueueOrder(), []int64{userID}, []int64{place})
 	if err != nil {
 		return Status{}, err
 	}
-	if at[0] == 0 { // the cursor in Redis is behind our view: not yet
+	if at[0] == 0 {
+		// The cursor in Redis is behind our view: not yet; or, in queue
+		// order, passed over for want of the chosen item: next for it.
 		st.State, st.Position = StateWaiting, 0
+		if sale.QueueOrder() {
+			st.State = passed.state
+		}
+		if err := chosen(); err != nil {
+			return Status{}, err
+		}
 		return st, nil
 	}
 	if now.UnixMilli() >= at[0]+r.ttl(sale).Milliseconds() {

@@ -213,6 +213,21 @@ func (sr *saleRoom) viewOf(place int64, now time.Time) view {
 	return v
 }
 
+// passedView is what a shopper sees whose place the cursor passed
+// without an admission record: in queue order, passed over for want of
+// the chosen item (next for it), or, a moment, a place whose record this
+// gateway has not read yet. Called with sr.mu held.
+func (sr *saleRoom) passedView(chosen int64) view {
+	v := view{state: StateWaiting, out: sr.out, chosen: chosen}
+	switch {
+	case sr.sale != nil && sr.sale.Paused:
+		v.state = StatePaused
+	case sr.soldOut:
+		v.state = StateSoldOut
+	}
+	return v
+}
+
 // untilOpening is how long until the sale's draw (DrawAt) or opening,
 // whichever comes next, when it falls within the next tick; for a sale
 // past its draw that this gateway has not seen drawn yet (the leader

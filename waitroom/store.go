@@ -53,6 +53,15 @@ import (
 //	wr:{sN}:helditem  HASH userId → the item held for the shopper in a
 //	                  sale allocated in queue order (allocate.go), written
 //	                  with the admission record
+//	wr:{sN}:choice    HASH userId → the item the shopper chose for their
+//	                  turn (queue order, choice.go)
+//	wr:{sN}:fixed     HASH userId → ms until which the leader's pass holds
+//	                  the choice fixed (a choose is refused meanwhile)
+//	wr:{sN}:passed    HASH userId → place, of shoppers passed over for want
+//	                  of their chosen item (they keep the place)
+//	wr:{sN}:wants     ZSET (all scores 0) "item:place:userId", item and
+//	                  place zero-padded: the passed shoppers by the item
+//	                  they want, in place order (ZRANGEBYLEX)
 //
 // and one untagged key, activeKey, the SET of sale ids with a queue, so that
 // every gateway ticks (and may lead) sales whose shoppers are elsewhere.

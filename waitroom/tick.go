@@ -116,8 +116,16 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 		}
 	}
 	if rep.leader && sale.QueueOrder() && stockKnown {
-		if err := r.allocate(ctx, sr, sale, rep.st, rem, now); err != nil {
+		var serving int64
+		if rem, serving, err = r.allocate(ctx, sr, sale, rep.st, rem, now); err != nil {
 			r.log.Warn("allocate held units", "sale", id, "err", err)
+		}
+		// The places the pass admitted (their records are written with
+		// the cursor) are admitted by this tick's broadcast.
+		rep.st.Serving = max(rep.st.Serving, serving)
+		soldOut = true
+		for _, it := range sale.Items {
+			soldOut = soldOut && rem[it.ID] <= 0
 		}
 	} else if rep.leader && sale.QueueOrder() {
 		r.markHoldsLost(ctx, sale)

@@ -47,6 +47,7 @@ type conn struct {
 	place      int64  // -1 until known (after the draw)
 	admittedAt int64  // 0 until admitted
 	heldItem   int64  // queue order: the item held for the shopper (0: none, or race)
+	chosen     int64  // queue order: the item the shopper chose, as this connection knows it (0: none)
 	last       view   // last view queued
 	lastTick   uint64 // tick of the last status queued
 	pingWaited bool   // its last ping slot passed without a ping (Config.Competing)
@@ -65,6 +66,7 @@ type conn struct {
 	pendAdm   []byte
 	pendMsg   []byte
 	pendRaw   []byte
+	pendReply []byte // the refusal of a choose
 	// The shopper's member secret (hex), until a status carries it: the
 	// first status after the join does.
 	pendSecret string
@@ -99,6 +101,18 @@ func (c *conn) pushMessage(b []byte) {
 		return
 	}
 	c.pendMsg = b
+	c.schedule()
+}
+
+// pushReply queues the answer to a client message (a newer one replaces
+// an unsent one).
+func (c *conn) pushReply(b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead {
+		return
+	}
+	c.pendReply = b
 	c.schedule()
 }
 
@@ -185,8 +199,8 @@ func (c *conn) flush(buf []byte) []byte {
 		c.mu.Unlock()
 		return buf
 	}
-	v, opens, has, adm, msg, raw := c.pend, c.pendOpens, c.hasPend, c.pendAdm, c.pendMsg, c.pendRaw
-	if !has && adm == nil && msg == nil && raw == nil {
+	v, opens, has, adm, msg, raw, reply := c.pend, c.pendOpens, c.hasPend, c.pendAdm, c.pendMsg, c.pendRaw, c.pendReply
+	if !has && adm == nil && msg == nil && raw == nil && reply == nil {
 		c.mu.Unlock()
 		return buf // already flushed from the other queue
 	}
@@ -194,12 +208,15 @@ func (c *conn) flush(buf []byte) []byte {
 	if has {
 		secret, c.pendSecret = c.pendSecret, ""
 	}
-	c.hasPend, c.pendAdm, c.pendMsg, c.pendRaw, c.writing = false, nil, nil, nil, true
+	c.hasPend, c.pendAdm, c.pendMsg, c.pendRaw, c.pendReply, c.writing = false, nil, nil, nil, nil, true
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), c.r.cfg.WriteTimeout)
 	defer cancel()
 	var err error
-	if has {
+	if reply != nil {
+		err = c.ws.Write(ctx, websocket.MessageText, reply)
+	}
+	if has && err == nil {
 		buf = appendStatus(buf[:0], v, c.r.cfg.Now().UnixMilli(), opens)
 		if secret != "" {
 			buf = appendDrawSecret(buf, secret)
@@ -221,7 +238,7 @@ func (c *conn) flush(buf []byte) []byte {
 		c.dead = true
 	} else if c.pendAdm != nil {
 		c.scheduleHi()
-	} else if c.hasPend || c.pendMsg != nil || c.pendRaw != nil {
+	} else if c.hasPend || c.pendMsg != nil || c.pendRaw != nil || c.pendReply != nil {
 		c.schedule()
 	}
 	c.mu.Unlock()
@@ -452,17 +469,114 @@ func (r *Room) serveConn(ws *websocket.Conn, ip netip.Addr, saleID int64, releas
 		return
 	}
 	go func() {
-		c.watch()
+		c.watch(sr)
 		c.leave(sr)
 		done()
 	}()
 }
 
-// watch reads until the client leaves; any data message is INVALID.
-func (c *conn) watch() {
-	if _, _, err := c.ws.Reader(context.Background()); err == nil {
-		c.fail(flashsale.Errorf(flashsale.CodeInvalid, "already joined; no further messages expected"))
+// watch reads until the client leaves. After the join the only client
+// message is a choose (queue order): it is answered with a status, or a
+// choiceRefused, and the connection stays. Anything else is INVALID and
+// closes it.
+func (c *conn) watch(sr *saleRoom) {
+	lim := chooseLimit{}
+	for {
+		b, err := c.readMessage(context.Background())
+		if err != nil {
+			if errors.Is(err, errTooLarge) || errors.Is(err, errBinary) {
+				c.fail(err)
+			}
+			return
+		}
+		m, err := ParseClientMessage(b)
+		if err == nil && (m.Type != TypeChoose || !c.queueOrder(sr)) {
+			// A race sale expects nothing after the join, as ever.
+			err = errJoined
+		}
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		if !lim.allow(c.r.cfg.Now()) {
+			c.pushReply(appendChoiceRefused(nil, m.ItemID, errChooseRate))
+			continue
+		}
+		c.choose(sr, m.ItemID)
 	}
+}
+
+// errJoined refuses a message after the join: anything but a choose in a
+// sale allocated in queue order (a race sale's answer is as it always was).
+var errJoined = flashsale.Errorf(flashsale.CodeInvalid, "already joined; no further messages expected")
+
+func (c *conn) queueOrder(sr *saleRoom) bool {
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	return sr.sale.QueueOrder()
+}
+
+// chooseLimit spaces a connection's chooses: a burst of chooseBurst, then
+// one per second, so that a client cannot turn its socket into a stream
+// of Redis scripts.
+type chooseLimit struct {
+	tokens float64
+	at     time.Time
+}
+
+const chooseBurst = 5
+
+var errChooseRate = flashsale.Errorf(flashsale.CodeRateLimited, "too many choices; wait a moment")
+
+func (l *chooseLimit) allow(now time.Time) bool {
+	if l.at.IsZero() {
+		l.tokens = chooseBurst
+	} else {
+		l.tokens = min(chooseBurst, l.tokens+now.Sub(l.at).Seconds())
+	}
+	l.at = now
+	if l.tokens < 1 {
+		return false
+	}
+	l.tokens--
+	return true
+}
+
+// choose records the connection's choice (Room.Choose) and answers it: a
+// status carrying the choice at once, or a choiceRefused.
+func (c *conn) choose(sr *saleRoom, itemID int64) {
+	r := c.r
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := r.Choose(ctx, flashsale.Principal{UserID: c.user}, sr.id, itemID)
+	cancel()
+	if err != nil {
+		if flashsale.ErrorCode(err) == flashsale.CodeInternal {
+			r.log.Warn("record a choice", "sale", sr.id, "user", c.user, "err", err)
+			err = flashsale.Errorf(flashsale.CodeUnavailable, "the choice could not be recorded; retry shortly")
+		}
+		c.pushReply(appendChoiceRefused(nil, itemID, err))
+		return
+	}
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	c.chosen = itemID
+	v := c.viewOf(sr, r.cfg.Now())
+	if v.state == StateAdmitted {
+		return // the admitted message is on its way: it names the held item
+	}
+	c.last = v
+	c.push(v, sr.sale.StartsAt.UnixMilli(), nil)
+}
+
+// viewOf is what the connection's shopper sees now: the sale room's view
+// of its place, with its choice while the turn has not come. Called with
+// sr.mu held.
+func (c *conn) viewOf(sr *saleRoom, now time.Time) view {
+	v := sr.viewOf(c.place, now)
+	if v.state != StateAdmitted {
+		v.chosen = c.chosen
+	}
+	return v
 }
 
 // leave takes a joined connection out of its sale room. An admitted
@@ -513,6 +627,9 @@ func (c *conn) handshake(saleID int64) *saleRoom {
 			return nil
 		}
 		m, err := ParseClientMessage(b)
+		if err == nil && m.Type != TypeJoin {
+			err = errNotJoin
+		}
 		if err != nil {
 			c.fail(err)
 			return nil
@@ -601,6 +718,14 @@ func (c *conn) enter(ctx context.Context, sr *saleRoom, ticket int64) error {
 	place := c.place
 	queue := sr.sale.QueueOrder()
 	sr.mu.Unlock()
+	if queue && v.state != StateAdmitted {
+		// A choice made before (another tab, a reconnect) is shown.
+		chosen, err := readChoice(ctx, r.rdb, sr.id, c.user)
+		if err != nil {
+			return err
+		}
+		c.chosen, v.chosen = chosen, chosen
+	}
 	var adm []byte
 	if v.state == StateAdmitted {
 		at, err := admitUsers(ctx, r.rdb, sr.id, now.UnixMilli(), !queue, []int64{c.user}, []int64{place})
@@ -614,7 +739,17 @@ func (c *conn) enter(ctx context.Context, sr *saleRoom, ticket int64) error {
 			}
 		}
 		if at[0] == 0 {
+			// Passed over for want of the chosen item (queue order), or
+			// the cursor in Redis is ahead of the record: waiting.
 			v = view{state: StateWaiting, out: v.out}
+			if queue {
+				if c.chosen, err = readChoice(ctx, r.rdb, sr.id, c.user); err != nil {
+					return err
+				}
+				sr.mu.Lock()
+				v = sr.passedView(c.chosen)
+				sr.mu.Unlock()
+			}
 		} else {
 			var item int64
 			if len(held) == 1 {

@@ -99,6 +99,10 @@ func (q availQueue) Status(ctx context.Context, p flashsale.Principal, saleID in
 	return out, availability(err)
 }
 
+func (q availQueue) Choose(ctx context.Context, p flashsale.Principal, saleID, itemID int64) error {
+	return availability(q.Queue.Choose(ctx, p, saleID, itemID))
+}
+
 func (q availQueue) Figures(ctx context.Context, saleID int64) (flashsale.QueueFigures, error) {
 	out, err := q.Queue.Figures(ctx, saleID)
 	return out, availability(err)

@@ -47,6 +47,13 @@ const page = {
   transport: null, // [name, detail, delayMs]
   message: null, // {text, atMs}
   powHelp: '',
+  // Item choice (queue order): the server's word (chosenItemId), a choice
+  // sent and not yet confirmed, whether the chosen item is sold out now,
+  // and the code of the last refused choice.
+  chosen: '',
+  choicePending: '',
+  chosenSoldOut: false,
+  choiceRefused: '',
 };
 
 // ---------- errors and sign-in ----------
@@ -236,6 +243,7 @@ function renderSale() {
   el.textContent = i18n.dateTime(Date.parse(s.startsAt));
   renderItems();
   renderBanner();
+  renderChoice();
 }
 
 function saleState() {
@@ -456,6 +464,7 @@ function startQueue() {
       onError: onQueueError,
       onTransport,
       onMessage: (m) => onMessage(m),
+      onChoiceRefused,
       onChallenge: () => {
         $('pow-box').hidden = false;
         $('pow-progress').value = 0;
@@ -492,6 +501,7 @@ function onStatus(s, rerender = false) {
   const prev = page.queueState;
   page.queueState = s.state;
   page.lastStatus = s;
+  if (s.type === 'status' && !rerender) onChoiceStatus(s);
   if (Array.isArray(s.soldOutItems)) {
     // The room's list of the items sold out now: an item answered
     // SOLD_OUT before is back when it is not in it.
@@ -553,6 +563,106 @@ function onStatus(s, rerender = false) {
   }
   renderBanner();
   renderActions();
+  renderChoice();
+}
+
+// ---------- item choice (queue order) ----------
+
+// choosing is whether the shopper may choose an item now: a sale allocated
+// in queue order with more than one item (a one-item sale needs no
+// choice), joined, and the turn not come.
+function choosing() {
+  const s = page.sale;
+  if (!s || s.allocation !== 'queue' || !Array.isArray(s.items) || s.items.length < 2) return false;
+  if (!page.queue || page.admission) return false;
+  return ['PREQUEUE', 'WAITING', 'PAUSED', 'SOLD_OUT'].includes(page.queueState);
+}
+
+// onChoiceStatus takes the server's word on the choice from a status.
+function onChoiceStatus(s) {
+  const chosen = Number(s.chosenItemId) > 0 ? String(s.chosenItemId) : '';
+  const wasOut = page.chosenSoldOut && page.chosen === chosen;
+  page.chosen = chosen;
+  page.chosenSoldOut = s.chosenSoldOut === true;
+  if (page.choicePending === chosen) page.choicePending = '';
+  if (page.chosenSoldOut && !wasOut && chosen) announce(t('choice.soldOut', { name: choiceName(chosen) }), true);
+}
+
+function onChoiceRefused(code) {
+  page.choicePending = '';
+  page.choiceRefused = code;
+  renderChoice();
+}
+
+function choiceName(id) {
+  const it = ((page.sale && page.sale.items) || []).find((x) => String(x.id) === id);
+  return it ? itemName(it) : t('items.item', { id });
+}
+
+function pick(id) {
+  if (!page.queue || id === (page.choicePending || page.chosen)) return;
+  page.choicePending = id;
+  page.choiceRefused = '';
+  page.queue.choose(id);
+  renderChoice();
+}
+
+// renderChoice shows the sale's items as radio buttons while the shopper
+// waits, with the current choice and a note: what is chosen, that it is
+// sold out (the place is kept), or why a choice was refused.
+function renderChoice() {
+  const box = $('choice');
+  const show = choosing();
+  box.hidden = !show;
+  if (!show) return;
+  const opts = $('choice-options');
+  const current = page.choicePending || page.chosen;
+  const items = page.sale.items;
+  const ids = new Set(items.map((it) => String(it.id)));
+  for (const el of [...opts.children]) if (!ids.has(el.dataset.item)) el.remove();
+  for (const it of items) {
+    const id = String(it.id);
+    let row = opts.querySelector(`[data-item="${id}"]`);
+    if (!row) {
+      row = document.createElement('div');
+      row.className = 'choice-option';
+      row.dataset.item = id;
+      const input = document.createElement('input');
+      input.type = 'radio';
+      input.name = 'choice';
+      input.id = 'choice-' + id;
+      input.value = id;
+      input.dataset.testid = 'choice-' + id;
+      input.addEventListener('change', () => {
+        if (input.checked) pick(id);
+      });
+      const label = document.createElement('label');
+      label.htmlFor = input.id;
+      row.append(input, label);
+      opts.append(row);
+    }
+    const input = row.querySelector('input');
+    input.checked = current === id;
+    const text = page.soldOut.has(id) ? t('choice.optionSoldOut', { name: itemName(it) }) : itemName(it);
+    const label = row.querySelector('label');
+    if (label.textContent !== text) label.textContent = text;
+  }
+  let note = '';
+  if (page.choiceRefused) {
+    const key = 'choice.refused.' + page.choiceRefused;
+    note = i18n.has(key) ? t(key) : t('choice.refused.other', { code: page.choiceRefused });
+  } else if (page.choicePending) {
+    note = t('choice.sending', { name: choiceName(page.choicePending) });
+  } else if (page.chosen && page.chosenSoldOut) {
+    note = t('choice.soldOut', { name: choiceName(page.chosen) });
+  } else if (page.chosen) {
+    note = t('choice.chosen', { name: choiceName(page.chosen) });
+  } else {
+    note = t('choice.none');
+  }
+  const el = $('choice-note');
+  el.dataset.soldOut = page.chosen && page.chosenSoldOut && !page.choicePending ? 'true' : '';
+  if (el.textContent !== note) el.textContent = note;
 }
 
 function onAdmitted(m) {
@@ -962,6 +1072,7 @@ function relabel() {
   renderSale();
   setQueueState($('queue-state').dataset.state || '');
   if (page.lastStatus) onStatus(page.lastStatus, true);
+  renderChoice();
   if (page.powHelp) $('queue-help').textContent = t(page.powHelp);
   renderTransport();
   renderMessage();

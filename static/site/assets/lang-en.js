@@ -93,6 +93,21 @@ export default {
   'transport.connecting': 'Connecting…',
   'transport.retrying': 'Checking again in {s}…',
   'transport.polling': 'Checking for updates every 1–2 s',
+
+  // Item choice while waiting (a sale allocated in queue order)
+  'choice.legend': 'Your item',
+  'choice.help': 'Pick the item you want. At your turn one is held for you. You can change your pick until then.',
+  'choice.none': 'No item picked: at your turn you get the first one still available.',
+  'choice.chosen': 'You picked {name}. It will be held for you at your turn.',
+  'choice.sending': 'Picking {name}…',
+  'choice.soldOut': '{name} is sold out for now. You keep your place: pick another item, or wait in case one comes back.',
+  'choice.optionSoldOut': '{name} (sold out for now)',
+  'choice.refused.CHOICE_CLOSED': 'Your turn has come: the item held for you is shown below.',
+  'choice.refused.INVALID': 'That item is not part of this sale. Pick another.',
+  'choice.refused.RATE_LIMITED': 'Too many changes at once. Wait a moment and pick again.',
+  'choice.refused.UNAVAILABLE': 'Your pick could not be saved. Try again in a moment.',
+  'choice.refused.other': 'Your pick was not saved ({code}). Try again.',
+
   'items.title': 'Items',
   'items.product': 'Product {id}',
   'items.item': 'Item {id}',

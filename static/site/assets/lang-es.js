@@ -94,6 +94,21 @@ export default {
   'transport.connecting': 'Conectando…',
   'transport.retrying': 'Volviendo a comprobar en {s}…',
   'transport.polling': 'Buscando novedades cada 1–2 s',
+
+  // Elección de artículo en la espera (venta asignada por orden de cola)
+  'choice.legend': 'Tu artículo',
+  'choice.help': 'Elige el artículo que quieres. En tu turno te reservamos uno. Puedes cambiar tu elección hasta entonces.',
+  'choice.none': 'No has elegido artículo: en tu turno recibes el primero que quede disponible.',
+  'choice.chosen': 'Has elegido {name}. Te lo reservamos en tu turno.',
+  'choice.sending': 'Eligiendo {name}…',
+  'choice.soldOut': '{name} está agotado por ahora. Conservas tu sitio: elige otro artículo o espera por si vuelve alguno.',
+  'choice.optionSoldOut': '{name} (agotado por ahora)',
+  'choice.refused.CHOICE_CLOSED': 'Ha llegado tu turno: abajo ves el artículo reservado para ti.',
+  'choice.refused.INVALID': 'Ese artículo no forma parte de esta venta. Elige otro.',
+  'choice.refused.RATE_LIMITED': 'Demasiados cambios seguidos. Espera un momento y vuelve a elegir.',
+  'choice.refused.UNAVAILABLE': 'No se pudo guardar tu elección. Vuelve a intentarlo en un momento.',
+  'choice.refused.other': 'No se guardó tu elección ({code}). Vuelve a intentarlo.',
+
   'items.title': 'Artículos',
   'items.product': 'Producto {id}',
   'items.item': 'Artículo {id}',

@@ -99,6 +99,7 @@ export class QueueClient {
       onPowProgress: h.onPowProgress || noop,
       onPowDone: h.onPowDone || noop,
       onMessage: h.onMessage || noop,
+      onChoiceRefused: h.onChoiceRefused || noop,
     };
     this.backoff = new Backoff({ random: this.random });
     this.transport = '';
@@ -112,6 +113,8 @@ export class QueueClient {
     this.rejoins = 0;
     this.stopped = false;
     this.fatal = false;
+    this.choice = ''; // an item choice not sent yet
+    this.wsJoined = false; // the WebSocket's join was answered
   }
 
   start() {
@@ -142,6 +145,19 @@ export class QueueClient {
     }, ms);
   }
 
+  // choose sends the item wanted at the shopper's turn (queue order): on
+  // the WebSocket at once, when polling with the next status call. The
+  // answer is a status with chosenItemId, or onChoiceRefused.
+  choose(itemId) {
+    this.choice = String(itemId);
+    // Only after the join's first status: before it the server reads a
+    // join (again, after a challenge), and a choose there is INVALID.
+    if (this.transport === 'websocket' && this.ws && this.ws.readyState === 1 && this.wsJoined) {
+      this.ws.send(JSON.stringify({ type: 'choose', itemId: Number(itemId) }));
+      this.choice = '';
+    }
+  }
+
   joinMessage() {
     const msg = { type: 'join', accessToken: this.token };
     if (this.pow) {
@@ -158,6 +174,7 @@ export class QueueClient {
   connect() {
     if (this.stopped) return;
     this.transport = 'websocket';
+    this.wsJoined = false;
     this.h.onTransport('websocket', 'connecting');
     let ws;
     try {
@@ -234,6 +251,9 @@ export class QueueClient {
       case 'message':
         this.h.onMessage(msg);
         break;
+      case 'choiceRefused':
+        this.h.onChoiceRefused(String(msg.error || 'ERROR'), msg.message || '');
+        break;
       case 'error':
         this.onServerError(msg.error, msg.message);
         break;
@@ -243,6 +263,13 @@ export class QueueClient {
   }
 
   onStatus(msg) {
+    if (this.transport === 'websocket') this.wsJoined = true;
+    if (this.choice && this.transport === 'websocket' && this.ws && this.ws.readyState === 1) {
+      // A choice made before the connection was joined.
+      const item = this.choice;
+      this.choice = '';
+      this.ws.send(JSON.stringify({ type: 'choose', itemId: Number(item) }));
+    }
     this.backoff.reset();
     this.challenges = 0;
     this.h.onStatus(msg);
@@ -325,8 +352,18 @@ export class QueueClient {
   }
 
   async poll() {
-    const r = await this.request('GET', this.urls.http, { token: this.token });
+    // A choice goes with the status call (?itemId=N); one refused is
+    // reported and not sent again.
+    const item = this.choice;
+    this.choice = '';
+    const url = item ? this.urls.http + (this.urls.http.includes('?') ? '&' : '?') + 'itemId=' + encodeURIComponent(item) : this.urls.http;
+    const r = await this.request('GET', url, { token: this.token });
     if (this.stopped) return;
+    if (item && !r.ok && (r.status === 400 || r.status === 409)) {
+      this.h.onChoiceRefused(r.error || 'HTTP_' + r.status, r.message || '');
+      this.later(() => this.poll(), this.pollDelay());
+      return;
+    }
     if (r.status === 404 && this.rejoins < 3) {
       // The place may be gone (for example after a long disconnect): join again.
       this.rejoins++;

@@ -184,3 +184,41 @@ test('the operator\'s message reaches the page over WebSocket and polling; PAUSE
   await flush();
   assert.deepEqual(poll.events.filter((e) => e[0] !== 'transport'), [['status', 'PAUSED'], ['message', 'Back soon', 5]]);
 });
+
+test('a choice goes over the WebSocket only after the join is answered; a refusal is reported', () => {
+  const refused = [];
+  const { c, sockets } = client({ handlers: { onChoiceRefused: (code) => refused.push(code) } });
+  c.start();
+  sockets[0].open();
+  c.choose(12); // before the join's first status: kept
+  assert.deepEqual(sockets[0].sent, [{ type: 'join', accessToken: 'T' }]);
+  sockets[0].recv({ type: 'status', state: 'WAITING', position: 5 });
+  assert.deepEqual(sockets[0].sent[1], { type: 'choose', itemId: 12 });
+  c.choose('13');
+  assert.deepEqual(sockets[0].sent[2], { type: 'choose', itemId: 13 });
+  sockets[0].recv({ type: 'choiceRefused', error: 'CHOICE_CLOSED', message: 'x', itemId: 13 });
+  assert.deepEqual(refused, ['CHOICE_CLOSED']);
+  assert.equal(sockets.length, 1, 'a refused choice keeps the connection');
+});
+
+test('polling sends a choice with the next status call, once', async () => {
+  const refused = [];
+  const answers = [{ ok: true, status: 200, body: { state: 'WAITING', position: 2 } }, { ok: true, status: 200, body: { state: 'WAITING', position: 1, chosenItemId: 12 } },
+    { ok: false, status: 409, error: 'CHOICE_CLOSED' }, { ok: true, status: 200, body: { state: 'WAITING', position: 1 } }];
+  const { c, timers, calls } = client({ transport: 'polling', respond: () => answers.shift(), handlers: { onChoiceRefused: (code) => refused.push(code) } });
+  c.start();
+  await flush();
+  c.choose(12);
+  timers.advance(2000);
+  await flush();
+  assert.equal(calls[1].url, '/api/flash-sales/sales/7/queue?itemId=12');
+  c.choose(13);
+  timers.advance(2000);
+  await flush();
+  assert.equal(calls[2].url, '/api/flash-sales/sales/7/queue?itemId=13');
+  assert.deepEqual(refused, ['CHOICE_CLOSED']);
+  timers.advance(2000);
+  await flush();
+  assert.equal(calls[3].url, '/api/flash-sales/sales/7/queue', 'a refused choice is not sent again');
+  c.stop();
+});
