@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -45,6 +46,10 @@ type Holds interface {
 	// until; flashsale errors SOLD_OUT (no unit of the item),
 	// ALREADY_PURCHASED (the user holds or bought one).
 	Hold(ctx context.Context, saleID, itemID, userID int64, orderID string, until time.Time) error
+	// HoldMany takes the holds of reqs, all until until, in order, in one
+	// round trip where it can, and answers each as Hold would; err fails
+	// the whole call (some holds may have been taken all the same).
+	HoldMany(ctx context.Context, saleID int64, reqs []HoldReq, until time.Time) ([]error, error)
 	// Held reports the item and the end of the user's hold, if the user
 	// holds one.
 	Held(ctx context.Context, saleID, userID int64) (itemID int64, until time.Time, ok bool, err error)
@@ -54,6 +59,12 @@ type Holds interface {
 	// LapseAll ends every hold of the sale (it ended).
 	LapseAll(ctx context.Context, saleID int64) (int, error)
 	PauseHolds // holdpause.go
+}
+
+// HoldReq is one hold of Holds.HoldMany.
+type HoldReq struct {
+	ItemID, UserID int64
+	OrderID        string
 }
 
 // maxHoldsPerTick bounds the holds one tick grants (the rest wait for the
@@ -264,6 +275,7 @@ func (r *Room) serveNew(ctx context.Context, sr *saleRoom, sale *flashsale.Sale,
 			}
 			p.fixed = append(p.fixed, present...)
 		}
+		tried := r.holdAhead(ctx, sale, present, choices, p)
 		j := 0
 		for _, u := range users {
 			if u == 0 {
@@ -271,8 +283,14 @@ func (r *Room) serveNew(ctx context.Context, sr *saleRoom, sale *flashsale.Sale,
 				continue
 			}
 			choice := choices[j]
+			var at, item int64
+			var res holdResult
+			if t := tried[j]; t.done {
+				at, item, res = t.at, t.item, holdDone
+			} else {
+				at, item, res = r.holdFor(ctx, sale, u, choice, p)
+			}
 			j++
-			at, item, res := r.holdFor(ctx, sale, u, choice, p)
 			switch res {
 			case holdStop:
 				return pos, nil // no unit, or Redis failed: the place waits for the next tick
@@ -288,6 +306,62 @@ func (r *Room) serveNew(ctx context.Context, sr *saleRoom, sale *flashsale.Sale,
 		p.budget -= int64(len(users))
 	}
 	return pos, nil
+}
+
+// heldAhead is what holdAhead did for a place: done with the admission
+// time and item of its hold, or not (holdFor decides the place).
+type heldAhead struct {
+	done     bool
+	at, item int64
+}
+
+// holdAhead holds, in one HoldMany, a unit for each of users (in place
+// order) whose item is known from p.left: the chosen one when it has a
+// unit free, else, with no choice, the first item with one. It plans
+// until the first place it cannot plan (a sold-out choice, no unit at
+// all), and reports done for each place whose hold was taken; every other
+// place goes to holdFor, one by one, as before, in order. The first wave
+// of a large sale is thousands of holds at the draw: one round trip a
+// tick instead of one a place.
+func (r *Room) holdAhead(ctx context.Context, sale *flashsale.Sale, users, choices []int64, p *pass) []heldAhead {
+	out := make([]heldAhead, len(users))
+	left := maps.Clone(p.left)
+	var reqs []HoldReq
+	for i, u := range users {
+		item := choices[i]
+		if item == 0 {
+			item = firstWithStock(sale, left)
+		}
+		if item == 0 || left[item] <= 0 {
+			break
+		}
+		id, err := uuid.NewV7()
+		if err != nil {
+			break
+		}
+		left[item]--
+		reqs = append(reqs, HoldReq{ItemID: item, UserID: u, OrderID: id.String()})
+	}
+	if len(reqs) < 2 {
+		return out // nothing to gain over holdFor
+	}
+	answers, err := r.cfg.Holds.HoldMany(ctx, sale.ID, reqs, p.until)
+	if err != nil || len(answers) != len(reqs) {
+		// Whatever was taken, holdFor finds as the user's own hold
+		// (ALREADY_PURCHASED), place by place.
+		r.log.Warn("hold units", "sale", sale.ID, "holds", len(reqs), "err", err)
+		return out
+	}
+	for i, a := range answers {
+		if a != nil {
+			// From the first place not held on, holdFor decides, in
+			// order (it finds a hold taken here as the user's own).
+			break
+		}
+		p.left[reqs[i].ItemID]--
+		out[i] = heldAhead{done: true, at: p.start.UnixMilli(), item: reqs[i].ItemID}
+	}
+	return out
 }
 
 // holdResult is what holdFor did for a place.

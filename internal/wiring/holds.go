@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/internal/adapter/redisstock"
+	"github.com/flashsale/flashsale/waitroom"
 )
 
 // roomHolds gives the waiting room the stock's holds (waitroom.Holds) for
@@ -13,6 +14,14 @@ type roomHolds struct{ st *redisstock.Store }
 
 func (h roomHolds) Hold(ctx context.Context, saleID, itemID, userID int64, orderID string, until time.Time) error {
 	return h.st.Hold(ctx, saleID, itemID, userID, orderID, until)
+}
+
+func (h roomHolds) HoldMany(ctx context.Context, saleID int64, reqs []waitroom.HoldReq, until time.Time) ([]error, error) {
+	rs := make([]redisstock.HoldReq, len(reqs))
+	for i, r := range reqs {
+		rs[i] = redisstock.HoldReq{ItemID: r.ItemID, UserID: r.UserID, OrderID: r.OrderID}
+	}
+	return h.st.HoldMany(ctx, saleID, rs, until)
 }
 
 func (h roomHolds) Held(ctx context.Context, saleID, userID int64) (int64, time.Time, bool, error) {

@@ -22,8 +22,8 @@ type HoldReq struct {
 // order's id, ...). On one stock shard the scripts go in one pipeline, in
 // order (the first wave of a large sale is thousands of holds: one round
 // trip instead of one each); a sharded sale's holds, which may borrow
-// across shards, go one by one. err is a failure of the whole call: the
-// holds it reports nil for were taken.
+// across shards, go one by one. err is a failure of the whole call (the
+// answers are then not to be read: some holds may have been taken).
 func (s *Store) HoldMany(ctx context.Context, saleID int64, reqs []HoldReq, until time.Time) ([]error, error) {
 	out := make([]error, len(reqs))
 	if len(reqs) == 0 {
