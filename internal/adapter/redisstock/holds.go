@@ -64,8 +64,19 @@ func (s *Store) Hold(ctx context.Context, saleID, itemID, userID int64, orderID 
 // ALREADY_PURCHASED with the order's id (claimed before); NOT_ADMITTED
 // (no hold, or its window ended); INVALID naming the held item when the
 // hold is of another item.
+//
+// While RunPipeline runs, claims share its pipelines with reservations: at
+// a queue sale's opening every holder buys within a few seconds, and one
+// round trip (and pooled connection) per claim queued them for seconds.
 func (s *Store) Claim(ctx context.Context, saleID, itemID, userID int64, now time.Time) (string, time.Time, error) {
-	res, err := s.claim.Run(ctx, s.rdb, s.holdKeys(saleID, userID), userID, itemID, now.UnixMilli()).Slice()
+	keys := s.holdKeys(saleID, userID)
+	var res []any
+	var err error
+	if taken, r := s.pipelinedArgs(ctx, s.claim, keys, userID, itemID, now.UnixMilli()); taken {
+		res, err = r.res, r.err
+	} else {
+		res, err = s.claim.Run(ctx, s.rdb, keys, userID, itemID, now.UnixMilli()).Slice()
+	}
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("redisstock.Claim: %w", err)
 	}

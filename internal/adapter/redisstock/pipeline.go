@@ -33,7 +33,8 @@ const maxPipeline = 256
 const pipelineTimeout = 2 * time.Second
 
 // reserveCall is one Reserve waiting for a sender: the reserve script of
-// a sale, or the home-shard one of a sharded sale, with its keys.
+// a sale, or the home-shard one of a sharded sale, with its keys; or a
+// holder's Claim, whose script takes args instead.
 type reserveCall struct {
 	ctx            context.Context
 	script         *redis.Script
@@ -41,7 +42,16 @@ type reserveCall struct {
 	itemID, userID int64
 	orderID        string
 	nowMs          int64
+	args           []any          // nil: the reserve arguments above
 	done           chan callReply // buffered 1: the sender never blocks
+}
+
+// argv is the call's script arguments.
+func (c *reserveCall) argv() []any {
+	if c.args != nil {
+		return c.args
+	}
+	return []any{c.itemID, c.userID, c.orderID, c.nowMs}
 }
 
 // callReply is the script's reply to one call, and the WAIT that followed
@@ -138,7 +148,7 @@ func (s *Store) sendBatch(p *pipeline, batch []*reserveCall) {
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, c := range batch {
-		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.itemID, c.userID, c.orderID, c.nowMs)
+		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.argv()...)
 	}
 	// One WAIT covers every script before it on this connection.
 	wait := s.waitCmd(ctx, pipe)
@@ -151,6 +161,11 @@ func (s *Store) sendBatch(p *pipeline, batch []*reserveCall) {
 			// Redis forgot the script (restart, SCRIPT FLUSH): this call
 			// did not run; run it alone, which loads it again (with its
 			// own WAIT).
+			if c.args != nil {
+				res, err := c.script.Run(ctx, s.rdb, c.keys, c.args...).Slice()
+				c.done <- callReply{res: res, err: err}
+				continue
+			}
 			c.done <- s.runScript(ctx, c.script, c.keys, c.itemID, c.userID, c.orderID, c.nowMs)
 			continue
 		}
@@ -185,6 +200,27 @@ func (s *Store) pipelined(ctx context.Context, script *redis.Script, keys []stri
 		taken, r = true, callReply{err: ctx.Err()} // never sent
 	}
 	c.ctx, c.script, c.keys = nil, nil, nil
+	callPool.Put(c)
+	return taken, r
+}
+
+// pipelinedArgs is pipelined for a script of other arguments (a holder's
+// Claim): the same senders, batches and answers.
+func (s *Store) pipelinedArgs(ctx context.Context, script *redis.Script, keys []string, args ...any) (taken bool, r callReply) {
+	p := s.pipe.Load()
+	if p == nil || !p.running.Load() {
+		return false, callReply{}
+	}
+	c := callPool.Get().(*reserveCall)
+	c.ctx, c.script, c.keys, c.args = ctx, script, keys, args
+	select {
+	case p.calls <- c:
+		taken, r = true, <-c.done
+	case <-p.stopped:
+	case <-ctx.Done():
+		taken, r = true, callReply{err: ctx.Err()} // never sent
+	}
+	c.ctx, c.script, c.keys, c.args = nil, nil, nil, nil
 	callPool.Put(c)
 	return taken, r
 }
