@@ -408,9 +408,10 @@ func (s *cpuSampler) report(opensAt time.Time, lastMs int64, from string, shoppe
 	var ws, we *cpuSnapshot
 	if lastMs >= 0 {
 		end := opensAt.Add(time.Duration(lastMs) * time.Millisecond)
+		wsAt := -1
 		for i := range snaps {
 			if ws == nil && !snaps[i].at.Before(opensAt) {
-				ws = &snaps[i]
+				ws, wsAt = &snaps[i], i
 			}
 			if we == nil && !snaps[i].at.Before(end) {
 				we = &snaps[i]
@@ -420,7 +421,13 @@ func (s *cpuSampler) report(opensAt time.Time, lastMs int64, from string, shoppe
 			we = &last
 		}
 		if ws != nil && we == ws {
+			// The last reservation came before the opening's snapshot was
+			// taken (a sampler woken late): the window ends at the next
+			// snapshot, one interval on.
 			we = nil
+			if wsAt+1 < len(snaps) {
+				we = &snaps[wsAt+1]
+			}
 		}
 		if ws != nil && we != nil {
 			r.WindowStartMs, r.WindowEndMs = ws.at.Sub(opensAt).Milliseconds(), we.at.Sub(opensAt).Milliseconds()

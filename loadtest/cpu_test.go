@@ -222,6 +222,11 @@ func TestCPUWindow(t *testing.T) {
 		t.Errorf("missing %v, error %q", r.Missing, r.Error)
 	}
 
+	// A last reservation before the opening's snapshot was taken (at 1
+	// ms; the snapshot came at 3): the window ends one snapshot on.
+	if r := s.report(opens, 1, "orders.created_at", 2000, 500, 100); r.WindowStartMs != 3 || r.WindowEndMs != 103 {
+		t.Errorf("reservation before the first snapshot: window %d…%d ms, want 3…103", r.WindowStartMs, r.WindowEndMs)
+	}
 	// A last reservation after every snapshot of the drop: the window
 	// ends at the last snapshot. None: no window.
 	if r := s.report(opens, 9500, "client 202", 2000, 500, 100); r.WindowEndMs != 9000 {
