@@ -406,7 +406,7 @@ func TestSurvivesBrokerRestart(t *testing.T) {
 				kfake.SeedTopics(4, flashsale.TopicOrders, flashsale.TopicDeadLetter),
 				kfake.GroupMinSessionTimeout(100 * time.Millisecond)}
 			if persisted {
-				opts = append(opts, kfake.DataDir(dir), kfake.SyncWrites())
+				opts = append(opts, kfake.DataDir(dir))
 			}
 			c, err := kfake.NewCluster(opts...)
 			if err != nil {

@@ -33,7 +33,7 @@ func cmdBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlagSet("broker", stderr)
 	fs.StringVar(&cfg.Host, "host", cfg.Host, "listen address, also the one advertised to clients: give one they can reach, not a wildcard (FLASHSALE_KAFKA_HOST)")
 	fs.IntVar(&cfg.Port, "port", cfg.Port, "listen port (FLASHSALE_KAFKA_PORT; 0: any free port)")
-	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, `where topics, records and group offsets are kept, every write synced (FLASHSALE_KAFKA_DATA_DIR; "": memory only, lost at exit)`)
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, `where topics, records and group offsets are kept, every batch written before it is acknowledged (FLASHSALE_KAFKA_DATA_DIR; "": memory only, lost at exit)`)
 	partitions := fs.Int("partitions", int(cfg.Partitions), "partitions of each order topic created on a first start")
 	fs.StringVar(&logFormat, "log-format", logFormat, "json or text (FLASHSALE_LOG_FORMAT)")
 	if err := parseFlags(fs, args); err != nil {

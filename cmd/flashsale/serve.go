@@ -122,7 +122,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.IntVar(&cfg.KafkaPort, "kafka-port", cfg.KafkaPort, "port of the embedded Kafka broker on 127.0.0.1, so other processes (a second gateway) can use it (FLASHSALE_KAFKA_PORT; 0: any)")
 	demo := fs.Bool("demo", false, "create a demo sale opening a minute from now and print URLs and tokens")
 	dataDir := fs.String("data-dir", envOr("FLASHSALE_DATA_DIR", ".flashsale"), "where local Redis, PostgreSQL and the embedded Kafka keep their data (FLASHSALE_DATA_DIR)")
-	fs.StringVar(&cfg.KafkaDataDir, "kafka-data-dir", cfg.KafkaDataDir, "where the embedded Kafka broker keeps its data, every write synced (FLASHSALE_KAFKA_DATA_DIR; default <data-dir>/kafka)")
+	fs.StringVar(&cfg.KafkaDataDir, "kafka-data-dir", cfg.KafkaDataDir, "where the embedded Kafka broker keeps its data, every batch written before it is acknowledged (FLASHSALE_KAFKA_DATA_DIR; default <data-dir>/kafka)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -43,7 +43,7 @@ type Config struct {
 	// port), so other processes can reach it (FLASHSALE_KAFKA_PORT).
 	KafkaPort int
 	// KafkaDataDir keeps the embedded broker's data across restarts,
-	// every write synced (FLASHSALE_KAFKA_DATA_DIR; dev: .flashsale/kafka;
+	// every batch written before it is acknowledged (FLASHSALE_KAFKA_DATA_DIR; dev: .flashsale/kafka;
 	// "": in memory).
 	KafkaDataDir string
 	// KafkaSecurity is the TLS and SASL of every client to configured
