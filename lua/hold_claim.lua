@@ -3,8 +3,10 @@
 -- now, if its claim window has not ended. It runs on the user's home
 -- shard, where the buyer record, pending member and hold are; the unit is
 -- already taken, so a claim never meets SOLD_OUT.
--- KEYS[1] buyers HASH, KEYS[2] pending ZSET, KEYS[3] holds ZSET
--- ARGV[1] userId, ARGV[2] itemId, ARGV[3] nowMs
+-- KEYS[1] buyers HASH, KEYS[2] pending ZSET, KEYS[3] holds ZSET,
+-- KEYS[4] (under a placement lease) owners HASH
+-- ARGV[1] userId, ARGV[2] itemId, ARGV[3] nowMs, ARGV[4] (under a lease)
+-- the lease's slot
 -- returns {0, orderId, untilMs} claimed, {1, orderId} bought before (no hold left),
 -- {6, ''} no hold, {7, orderId} the window ended (the lapse gives the
 -- unit back), {8, heldItemId} the hold is of another item.
@@ -34,4 +36,7 @@ end
 redis.call('HSET', KEYS[1], ARGV[1], order .. '|' .. item .. '|' .. ARGV[3] .. rest)
 redis.call('ZADD', KEYS[2], ARGV[3], order .. '|' .. ARGV[1] .. '|' .. item)
 redis.call('ZREM', KEYS[3], ARGV[1])
+if ARGV[4] then
+  redis.call('HSET', KEYS[4], order, ARGV[4] .. '|' .. ARGV[1] .. '|' .. item .. '|' .. ARGV[3])
+end
 return {0, order, untilMs}

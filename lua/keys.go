@@ -21,8 +21,8 @@ import (
 // Reserve atomically checks the buyer, checks and decrements the stock and
 // records the reservation as pending.
 //
-//	KEYS: stock, buyers, pending, reserved
-//	ARGV: itemId, userId, orderId, nowMs
+//	KEYS: stock, buyers, pending, reserved [, owners]
+//	ARGV: itemId, userId, orderId, nowMs [, lease slot]
 //	returns {0, orderId} reserved, {1, existingOrderId} already purchased,
 //	{2, ""} sold out, {3, ""} unknown item.
 //
@@ -99,8 +99,8 @@ var (
 // HoldClaim is a holder's purchase: the user's hold becomes a reservation
 // bought now, if its claim window has not ended (hold_claim.lua).
 //
-//	KEYS: buyers, pending, holds (the user's home shard)
-//	ARGV: userId, itemId, nowMs
+//	KEYS: buyers, pending, holds [, owners] (the user's home shard)
+//	ARGV: userId, itemId, nowMs [, lease slot]
 //	returns {0, orderId, untilMs} claimed, {1, orderId} bought before,
 //	{6, ""} no hold, {7, orderId} window over, {8, heldItemId} another item.
 //
@@ -137,6 +137,27 @@ var HoldLapse string
 //
 //go:embed hold_extend.lua
 var HoldExtend string
+
+// Lease acquires, renews, lists and frees the gateways' placement leases
+// (lease.lua), on Redis's clock.
+//
+//	KEYS: LeasesKey, LeaseRenewalsKey, LeaseClockKey
+//	ARGV: op (acquire, renew, lapsed, free, tick), slot, token, ttlMs
+//
+//go:embed lease.lua
+var Lease string
+
+// The placement leases' keys, under one tag of their own.
+const (
+	// LeasesKey is a HASH slot → token of the gateways' leases.
+	LeasesKey = "fs:{leases}:tokens"
+	// LeaseRenewalsKey is a ZSET slot scored by its last renewal (ms,
+	// Redis TIME).
+	LeaseRenewalsKey = "fs:{leases}:renewals"
+	// LeaseClockKey is a STRING: the time (ms, Redis TIME) of the last
+	// lease op, kept by every process's tick.
+	LeaseClockKey = "fs:{leases}:clock"
+)
 
 // Result codes of the hold scripts beside the Reserve ones.
 const (
@@ -252,6 +273,11 @@ const (
 	// KindHoldPause is a STRING: the start (ms) of the last pause whose
 	// time was added to the shard's holds (HoldExtend).
 	KindHoldPause = "holdpause"
+	// KindOwners is a HASH orderId → "slot|userId|itemId|reservedAtMs":
+	// the placement lease (lease.lua) of the gateway that made a
+	// reservation still pending, written by the reserve or claim script,
+	// removed by Confirm or by the reclaim of a lapsed lease.
+	KindOwners = "owners"
 )
 
 // Slots is the number of Redis Cluster hash slots.

@@ -54,6 +54,10 @@ type Config struct {
 	PublishTimeout time.Duration
 	// RedisTimeout bounds one reservation script call (default 2s).
 	RedisTimeout time.Duration
+	// Lease is the gateway's placement lease (nil: none): reservations
+	// are recorded under its slot, and one is acknowledged only while
+	// that lease is valid (lease.go).
+	Lease *Leaser
 }
 
 // Defaults of Config.
@@ -78,6 +82,7 @@ const (
 	OutcomeNoHold           = "no_hold"           // queue order: no unit held for the shopper (Claim)
 	OutcomeReserveUncertain = "reserve_uncertain" // Redis did not answer: settled when it does (settle.go)
 	OutcomeUncertainNone    = "uncertain_none"    // settled: the uncertain reservation never ran
+	OutcomeLeaseLost        = "lease_lost"        // published, but the lease it was made under lapsed: 503, left to the reconciler
 )
 
 // placedQueue is how many acknowledged positions may wait for Run to write
@@ -93,6 +98,10 @@ var (
 	// seconds, so the sale is delayed, never sold out.
 	errStockMissing = &flashsale.Error{Code: flashsale.CodeUnavailable, Message: "the shop is recovering; nothing was reserved, try again shortly"}
 	errNoOrderID    = errors.New("no order id")
+	// errLeaseLost: the order was published, but the lease it was made
+	// under is no longer valid here, so the Reconciler may have settled
+	// it; the shopper is told to look the order up (an uncertain outcome).
+	errLeaseLost = &uncertainError{errors.New("the placement lease lapsed before the order was acknowledged")}
 )
 
 // Service reserves stock and publishes orders. It is safe for concurrent use.
@@ -101,6 +110,7 @@ type Service struct {
 	recheck        time.Duration
 	publishTimeout time.Duration
 	redisTimeout   time.Duration
+	lease          *Leaser
 	st             *redisstock.Store
 	pub            Publisher
 	log            *slog.Logger
@@ -141,7 +151,7 @@ func New(cfg Config, st *redisstock.Store, pub Publisher, logger *slog.Logger, r
 	}
 	s := &Service{
 		now: cfg.Now, recheck: cfg.SoldOutRecheck, publishTimeout: cfg.PublishTimeout, redisTimeout: cfg.RedisTimeout,
-		st: st, pub: pub, log: logger.With("component", "purchase"),
+		lease: cfg.Lease, st: st, pub: pub, log: logger.With("component", "purchase"),
 		placed: make(chan redisstock.Placement, placedQueue),
 	}
 	empty := map[int64]int64{}
@@ -157,7 +167,7 @@ func New(cfg Config, st *redisstock.Store, pub Publisher, logger *slog.Logger, r
 	s.outcomes = map[string]prometheus.Counter{}
 	for _, o := range []string{OutcomeReserved, OutcomeSoldOutFlag, OutcomeSoldOut, OutcomeAlreadyPurchased,
 		OutcomeNotFound, OutcomeRedisError, OutcomePublishFailed, OutcomePublishUncertain, OutcomeStockMissing, OutcomeNoHold,
-		OutcomeReserveUncertain, OutcomeUncertainNone} {
+		OutcomeReserveUncertain, OutcomeUncertainNone, OutcomeLeaseLost} {
 		s.outcomes[o] = reservations.WithLabelValues(o)
 	}
 	s.publishDur, errs[1] = prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -249,8 +259,12 @@ func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashs
 	work := context.WithoutCancel(ctx)
 
 	s.st.SetShards(sale.ID, sale.Shards())
+	slot := s.lease.Slot()
+	if sale.Shards() > 1 {
+		slot = 0 // recorded by no script (redisstock.ReserveAs)
+	}
 	rctx, cancel := context.WithTimeout(work, s.redisTimeout)
-	err = s.st.Reserve(rctx, sale.ID, item.ID, userID, orderID, now)
+	err = s.st.ReserveAs(rctx, slot, sale.ID, item.ID, userID, orderID, now)
 	cancel()
 	if err != nil {
 		var fe *flashsale.Error
@@ -284,10 +298,10 @@ func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashs
 		// The script may have run, or may still run: settled once Redis
 		// answers again (settle.go).
 		return "", fmt.Errorf("purchase.Reserve: %w", s.uncertainReserve(&unsettled{
-			sale: sale, item: item, userID: userID, orderID: orderID, at: now}, err))
+			sale: sale, item: item, userID: userID, orderID: orderID, at: now, slot: slot}, err))
 	}
 
-	err = s.place(work, sale, item, userID, orderID, now)
+	err = s.place(work, sale, item, userID, orderID, now, slot)
 	if err == nil {
 		return orderID, nil
 	}
@@ -301,8 +315,10 @@ func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashs
 // Its error is UNAVAILABLE: with the order's id when the outcome is
 // unknown (uncertain(err): the reservation is left to the writer or the
 // Reconciler), without one when the order will never be delivered (the
-// caller gives the reservation back).
-func (s *Service) place(work context.Context, sale *flashsale.Sale, item flashsale.Item, userID int64, orderID string, now time.Time) error {
+// caller gives the reservation back). An order published after the lease
+// it was reserved under (slot) stopped being valid here is unknown too:
+// the Reconciler may have settled it already.
+func (s *Service) place(work context.Context, sale *flashsale.Sale, item flashsale.Item, userID int64, orderID string, now time.Time, slot int) error {
 	msg := flashsale.OrderPlaced{
 		OrderID: orderID, SaleID: sale.ID, ItemID: item.ID, UserID: userID,
 		PriceCents: item.PriceCents, CreatedAtMs: now.UnixMilli(),
@@ -312,9 +328,20 @@ func (s *Service) place(work context.Context, sale *flashsale.Sale, item flashsa
 	err := s.publish(pctx, msg)
 	s.publishDur.Observe(time.Since(start).Seconds())
 	cancel()
+	if err == nil && !s.lease.Holds(slot) {
+		err = errLeaseLost
+	}
 	if err == nil {
 		s.outcomes[OutcomeReserved].Inc()
 		return nil
+	}
+	if errors.Is(err, errLeaseLost) {
+		s.outcomes[OutcomeLeaseLost].Inc()
+		return fmt.Errorf("%w: %w", &flashsale.Error{
+			Code:    flashsale.CodeUnavailable,
+			Message: "your order could not be confirmed yet; look for it in this sale shortly",
+			OrderID: orderID,
+		}, err)
 	}
 	if uncertain(err) {
 		s.outcomes[OutcomePublishUncertain].Inc()
@@ -349,15 +376,16 @@ func (s *Service) Claim(ctx context.Context, sale *flashsale.Sale, item flashsal
 	now := s.now()
 	work := context.WithoutCancel(ctx)
 	s.st.SetShards(sale.ID, sale.Shards())
+	slot := s.lease.Slot()
 	rctx, cancel := context.WithTimeout(work, s.redisTimeout)
-	orderID, until, err := s.st.Claim(rctx, sale.ID, item.ID, userID, now)
+	orderID, until, err := s.st.ClaimAs(rctx, slot, sale.ID, item.ID, userID, now)
 	cancel()
 	if err != nil {
 		var fe *flashsale.Error
 		if !errors.As(err, &fe) {
 			// The claim may have run, or may still run (settle.go).
 			return "", fmt.Errorf("purchase.Claim: %w", s.uncertainReserve(&unsettled{
-				sale: sale, item: item, userID: userID, at: now, claim: true}, err))
+				sale: sale, item: item, userID: userID, at: now, claim: true, slot: slot}, err))
 		}
 		switch fe.Code {
 		case flashsale.CodeAlreadyPurchased:
@@ -374,7 +402,7 @@ func (s *Service) Claim(ctx context.Context, sale *flashsale.Sale, item flashsal
 	}
 	// An earlier claim Redis did not answer never ran (this one did).
 	s.settle.take(sale.ID, userID, "")
-	err = s.place(work, sale, item, userID, orderID, now)
+	err = s.place(work, sale, item, userID, orderID, now, slot)
 	if err == nil {
 		return orderID, nil
 	}
@@ -510,3 +538,11 @@ func (s *Service) recheckSoldOut(ctx context.Context) error {
 	}
 	return nil
 }
+
+// uncertainError is an outcome the Service itself cannot know (see
+// errLeaseLost): the reservation is left as it is.
+type uncertainError struct{ err error }
+
+func (e *uncertainError) Error() string   { return e.err.Error() }
+func (e *uncertainError) Unwrap() error   { return e.err }
+func (e *uncertainError) Uncertain() bool { return true }

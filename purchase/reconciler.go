@@ -63,7 +63,11 @@ type ReconcilerConfig struct {
 	// Batch is the number of pending reservations read per round trip
 	// (default 500).
 	Batch int64
-	Now   func() time.Time // nil: time.Now
+	// LeaseTTL is the gateways' placement lease TTL (Leaser.TTL); 0: no
+	// leases to watch. The reservations in flight under a lease that
+	// lapsed are settled at once (reclaim.go).
+	LeaseTTL time.Duration
+	Now      func() time.Time // nil: time.Now
 }
 
 // Defaults of ReconcilerConfig.
@@ -116,6 +120,7 @@ const RejectLost = "never reached the database"
 type Reconciler struct {
 	after, interval, window time.Duration
 	publish, lossCheck      time.Duration
+	leaseTTL                time.Duration
 	batch                   int64
 	now                     func() time.Time
 	pool                    *pgxpool.Pool
@@ -129,6 +134,10 @@ type Reconciler struct {
 	lostMu      sync.Mutex
 	lost        map[int64]time.Time
 	incarnation string
+
+	// lapses are the lapsed leases being reclaimed (reclaim.go), by
+	// slot; only the watchLeases goroutine touches them.
+	lapses map[int]*lapse
 
 	returned, confirmed, rebuilt, failures, held prometheus.Counter
 	// stale is the number of reservations older than After that the last
@@ -170,7 +179,7 @@ func NewReconciler(cfg ReconcilerConfig, pool *pgxpool.Pool, st *redisstock.Stor
 	}
 	r := &Reconciler{
 		after: cfg.After, interval: cfg.Interval, window: cfg.PaymentWindow, batch: cfg.Batch, now: cfg.Now,
-		publish: cfg.PublishTimeout, lossCheck: cfg.LossCheck,
+		publish: cfg.PublishTimeout, lossCheck: cfg.LossCheck, leaseTTL: cfg.LeaseTTL, lapses: map[int]*lapse{},
 		pool: pool, st: st, sales: sales, orders: cfg.Orders, log: logger.With("component", "reconciler"),
 		lost:      map[int64]time.Time{},
 		returned:  counter("returned_total", "Lost reservations whose unit went back to stock."),
@@ -195,6 +204,9 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { r.watchLoss(ctx) })
+	if r.leaseTTL > 0 {
+		wg.Go(func() { r.watchLeases(ctx) })
+	}
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
 	for {

@@ -59,6 +59,7 @@ type unsettled struct {
 	orderID string // "" for a claim, until Redis names it
 	at      time.Time
 	claim   bool
+	slot    int // the placement lease it was made under (0: none)
 	// answeredAt is when a read of the user's record first succeeded
 	// (zero: not yet).
 	answeredAt time.Time
@@ -212,6 +213,11 @@ func (s *Service) settleOne(ctx context.Context, u *unsettled) {
 		}
 		ran = !held // still held: the claim never ran, the hold stands
 	}
+	if u.slot != 0 && !s.lease.Holds(u.slot) && s.lease.Slot() == 0 {
+		// The lease is not renewed yet since Redis woke: publish once it
+		// is, or the order would be answered 503 for no reason.
+		return
+	}
 	if !s.settle.remove(u) {
 		return
 	}
@@ -228,7 +234,7 @@ func (s *Service) settleOne(ctx context.Context, u *unsettled) {
 // refused publish gives its unit back (a claim's too: the window is not
 // known here, so the unit goes to the next in line).
 func (s *Service) publishSettled(work context.Context, u *unsettled, orderID string) error {
-	err := s.place(work, u.sale, u.item, u.userID, orderID, u.at)
+	err := s.place(work, u.sale, u.item, u.userID, orderID, u.at, u.slot)
 	if err != nil && !uncertain(err) {
 		s.release(work, u.sale.ID, u.userID, u.item.ID, orderID)
 	}

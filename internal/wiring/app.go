@@ -30,6 +30,7 @@ import (
 	"github.com/flashsale/flashsale/internal/adapter/redisclock"
 	"github.com/flashsale/flashsale/internal/adapter/redisconn"
 	"github.com/flashsale/flashsale/internal/adapter/redisstock"
+	"github.com/flashsale/flashsale/purchase"
 	"github.com/flashsale/flashsale/sales"
 )
 
@@ -188,6 +189,9 @@ func Start(ctx context.Context, cfg Config, roles Roles, logger *slog.Logger) (_
 		return nil, err
 	}
 	a.goRun("sales-cache", func() error { return a.cache.Run(runCtx) })
+	// Every process keeps the placement leases' clock going, so that it
+	// stops only when Redis does (redisstock.RunLeaseClock).
+	a.goRun("lease-clock", func() error { return a.stock.RunLeaseClock(runCtx, purchase.DefaultLeaseTTL) })
 
 	var keyOpts []auth.Option
 	for _, f := range cfg.JWTPublicKeys {

@@ -14,7 +14,10 @@ import (
 	"github.com/flashsale/flashsale/internal/wiring/apptest"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	runChild() // a child process runs its part and exits (child_test.go)
+	testenv.Main(m)
+}
 
 // stack is a whole flashsale in-process with this file's helpers.
 type stack struct{ *apptest.Stack }

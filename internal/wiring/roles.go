@@ -38,7 +38,11 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	}
 	wcancel()
 
-	buy := purchase.New(purchase.Config{Now: a.clock.Now}, a.stock, producer, a.log, a.reg)
+	// The placement lease: a gateway that dies or freezes has its
+	// reservations in flight settled once it lapses (purchase/reclaim.go).
+	lease := purchase.NewLeaser(a.stock, purchase.DefaultLeaseTTL, a.log, a.reg)
+	a.goRun("lease", func() error { return lease.Run(runCtx) })
+	buy := purchase.New(purchase.Config{Now: a.clock.Now, Lease: lease}, a.stock, producer, a.log, a.reg)
 	a.goRun("purchase", func() error { return buy.Run(runCtx) })
 	// Concurrent reservations share Redis round trips (internal/adapter/redisstock).
 	a.goRun("reserve-pipeline", func() error { return a.stock.RunPipeline(runCtx, 0) })
@@ -49,7 +53,8 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		return err
 	}
 	a.onClose(func(context.Context) error { orderLog.Close(); return nil })
-	rec := purchase.NewReconciler(purchase.ReconcilerConfig{After: cfg.ReconcileAfter, PaymentWindow: cfg.PaymentWindow, Orders: orderLog, Now: a.clock.Now},
+	rec := purchase.NewReconciler(purchase.ReconcilerConfig{After: cfg.ReconcileAfter, PaymentWindow: cfg.PaymentWindow, Orders: orderLog,
+		LeaseTTL: lease.TTL(), Now: a.clock.Now},
 		a.pool, a.stock, a.cache, a.log, a.reg)
 	a.goRun("reconciler", func() error { return rec.Run(runCtx) })
 

@@ -69,13 +69,24 @@ func (s *Store) Hold(ctx context.Context, saleID, itemID, userID int64, orderID 
 // a queue sale's opening every holder buys within a few seconds, and one
 // round trip (and pooled connection) per claim queued them for seconds.
 func (s *Store) Claim(ctx context.Context, saleID, itemID, userID int64, now time.Time) (string, time.Time, error) {
+	return s.ClaimAs(ctx, 0, saleID, itemID, userID, now)
+}
+
+// ClaimAs is Claim made under the placement lease slot (lease.go; 0:
+// none), recorded beside the reservation.
+func (s *Store) ClaimAs(ctx context.Context, slot int, saleID, itemID, userID int64, now time.Time) (string, time.Time, error) {
 	keys := s.holdKeys(saleID, userID)
+	args := []any{userID, itemID, now.UnixMilli()}
+	if slot > 0 {
+		keys = append(keys, s.shardKey(saleID, userID, lua.KindOwners))
+		args = append(args, slot)
+	}
 	var res []any
 	var err error
-	if taken, r := s.pipelinedArgs(ctx, s.claim, keys, userID, itemID, now.UnixMilli()); taken {
+	if taken, r := s.pipelinedArgs(ctx, s.claim, keys, args...); taken {
 		res, err = r.res, r.err
 	} else {
-		res, err = s.claim.Run(ctx, s.rdb, keys, userID, itemID, now.UnixMilli()).Slice()
+		res, err = s.claim.Run(ctx, s.rdb, keys, args...).Slice()
 	}
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("redisstock.Claim: %w", err)

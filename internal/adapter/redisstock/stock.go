@@ -225,13 +225,31 @@ func (s *Store) Restore(ctx context.Context, saleID int64, remaining map[int64]i
 // error: ALREADY_PURCHASED (with the existing order's id), SOLD_OUT,
 // NOT_FOUND (no stock record for the item).
 func (s *Store) Reserve(ctx context.Context, saleID, itemID, userID int64, orderID string, now time.Time) error {
+	return s.ReserveAs(ctx, 0, saleID, itemID, userID, orderID, now)
+}
+
+// ReserveAs is Reserve made under the placement lease slot (lease.go; 0:
+// none), recorded beside the reservation so that the reservation is
+// settled as soon as the lease lapses. A sale split over shards records
+// no lease: its reservations are settled after the reconcile bound.
+func (s *Store) ReserveAs(ctx context.Context, slot int, saleID, itemID, userID int64, orderID string, now time.Time) error {
 	if l := s.layout(saleID); l != nil {
 		return s.reserveSharded(ctx, l, itemID, userID, orderID, now.UnixMilli(), false)
 	}
 	keys := reserveKeys(saleID)
-	taken, r := s.pipelined(ctx, s.reserve, keys, itemID, userID, orderID, now.UnixMilli())
-	if !taken {
-		r = s.runScript(ctx, s.reserve, keys, itemID, userID, orderID, now.UnixMilli())
+	var r callReply
+	if slot > 0 {
+		keys = append(keys, lua.ShardKey(lua.Tag(saleID), lua.KindOwners))
+		args := []any{itemID, userID, orderID, now.UnixMilli(), slot}
+		taken := false
+		if taken, r = s.pipelinedArgs(ctx, s.reserve, keys, args...); !taken {
+			r = s.runScriptArgs(ctx, s.reserve, keys, args...)
+		}
+	} else {
+		taken := false
+		if taken, r = s.pipelined(ctx, s.reserve, keys, itemID, userID, orderID, now.UnixMilli()); !taken {
+			r = s.runScript(ctx, s.reserve, keys, itemID, userID, orderID, now.UnixMilli())
+		}
 	}
 	if r.err != nil {
 		return fmt.Errorf("redisstock.Reserve: %w", r.err)
@@ -243,17 +261,22 @@ func (s *Store) Reserve(ctx context.Context, saleID, itemID, userID int64, order
 // the WAIT of RequireReplicas on the same connection (WAIT counts the
 // replicas holding that connection's writes).
 func (s *Store) runScript(ctx context.Context, script *redis.Script, keys []string, itemID, userID int64, orderID string, nowMs int64) callReply {
+	return s.runScriptArgs(ctx, script, keys, itemID, userID, orderID, nowMs)
+}
+
+// runScriptArgs is runScript with the script's arguments as given.
+func (s *Store) runScriptArgs(ctx context.Context, script *redis.Script, keys []string, args ...any) callReply {
 	if s.replicas <= 0 {
-		res, err := script.Run(ctx, s.rdb, keys, itemID, userID, orderID, nowMs).Slice()
+		res, err := script.Run(ctx, s.rdb, keys, args...).Slice()
 		return callReply{res: res, err: err}
 	}
 	run := func(load bool) callReply {
 		pipe := s.rdb.Pipeline()
 		var cmd *redis.Cmd
 		if load {
-			cmd = script.Eval(ctx, pipe, keys, itemID, userID, orderID, nowMs)
+			cmd = script.Eval(ctx, pipe, keys, args...)
 		} else {
-			cmd = script.EvalSha(ctx, pipe, keys, itemID, userID, orderID, nowMs)
+			cmd = script.EvalSha(ctx, pipe, keys, args...)
 		}
 		wait := s.waitCmd(ctx, pipe)
 		_, _ = pipe.Exec(ctx) // errors are per command, read below
@@ -482,6 +505,7 @@ func (s *Store) Confirm(ctx context.Context, orders []Pending) error {
 		for _, o := range orders {
 			p.ZRem(ctx, s.shardKey(o.SaleID, o.UserID, lua.KindPending), lua.PendingMember(o.OrderID, o.UserID, o.ItemID))
 			p.HDel(ctx, s.shardKey(o.SaleID, o.UserID, lua.KindPlaced), o.OrderID)
+			p.HDel(ctx, s.shardKey(o.SaleID, o.UserID, lua.KindOwners), o.OrderID)
 		}
 		return nil
 	})
