@@ -150,8 +150,17 @@ type Config struct {
 	// same second.
 	Linger time.Duration `json:"linger,omitempty"`
 	// KeepWaiting keeps shoppers who saw SOLD_OUT in the waiting room until
-	// the run ends, so stock that comes back (expiry) is sold again.
+	// the run ends, so stock that comes back (expiry) is sold again. The
+	// shopper phase then also ends once the sale has been sold out and
+	// quiet for SoldOutQuiet.
 	KeepWaiting bool `json:"keepWaiting,omitempty"`
+	// SoldOutQuiet (with KeepWaiting) ends the shopper phase once every
+	// item has had no unit left and remaining + sold = quantity (nothing
+	// pending, no hold open: no unit on its way back) on every read for
+	// this long (0: 10s, twice the bound in which a lost gateway's units
+	// come back). Units stranded are judged after it; units that a
+	// payment window's expiry gives back later are not waited for.
+	SoldOutQuiet time.Duration `json:"soldOutQuiet,omitempty"`
 	// UntilPaid ends the shopper phase once the admin API shows paid =
 	// quantity for every item (or when Duration runs out).
 	UntilPaid bool `json:"untilPaid,omitempty"`
@@ -254,6 +263,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.QuietTimeout == 0 {
 		c.QuietTimeout = min(15*time.Second, c.Duration/5)
+	}
+	if c.SoldOutQuiet == 0 {
+		c.SoldOutQuiet = 10 * time.Second
 	}
 	if c.Processes == 0 {
 		c.Processes = 1

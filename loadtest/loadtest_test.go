@@ -487,6 +487,27 @@ func TestRunFakeUntilPaid(t *testing.T) {
 	}
 }
 
+// TestRunFakeSoldOutQuiet: shoppers who keep waiting leave once the sale
+// has been sold out with nothing on its way back for SoldOutQuiet (here
+// nobody pays, so paid = quantity never ends it): the phase ends "quiet",
+// before its deadline, and nothing is stranded.
+func TestRunFakeSoldOutQuiet(t *testing.T) {
+	f := newFakeStack(t, false)
+	cfg := fakeConfig(f)
+	cfg.Shoppers, cfg.Quantity, cfg.Items = 20, 4, 1
+	cfg.PayFraction, cfg.KeepWaiting, cfg.SoldOutQuiet = 0, true, 2*time.Second
+	r, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if r.Stopped != "quiet" || r.Orders.Sold != 4 || r.Summary.StrandedUnits != 0 {
+		t.Errorf("stopped %q, sold %d, stranded %d; want quiet, 4, 0", r.Stopped, r.Orders.Sold, r.Summary.StrandedUnits)
+	}
+	if shopDeadline := r.StartedAt.Add(cfg.Duration - cfg.QuietTimeout - 2*time.Second); !r.FinishedAt.Before(shopDeadline) {
+		t.Errorf("run finished at %v, after the shopper deadline %v", r.FinishedAt, shopDeadline)
+	}
+}
+
 // TestForUserSpreadsAddressesOverGateways: every source address reaches
 // every gateway, whatever the counts (with idx%addrs for both, an even
 // address count over two gateways would send each address to one gateway

@@ -28,7 +28,8 @@ type Report struct {
 	FinishedAt  time.Time `json:"finishedAt"`
 	ElapsedMs   int64     `json:"elapsedMs"`
 	// Stopped says why the shopper phase ended: "done" (every shopper
-	// finished), "paid" (paid = quantity), "duration" or "canceled".
+	// finished), "paid" (paid = quantity), "quiet" (sold out and quiet
+	// for SoldOutQuiet, KeepWaiting), "duration" or "canceled".
 	Stopped string `json:"stopped"`
 
 	// Steps: outcome counts and latencies per step (join, admitted_wait,

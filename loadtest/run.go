@@ -158,10 +158,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}()
 	}
 	watchDone := make(chan struct{})
-	if cfg.UntilPaid {
+	if cfg.UntilPaid || cfg.KeepWaiting {
 		go func() {
 			defer close(watchDone)
-			watchPaid(shopCtx, adm, info.ID, func() { setStopped("paid"); shopCancel() })
+			watchEnd(shopCtx, adm, info.ID, cfg, func(why string) { setStopped(why); shopCancel() })
 		}()
 	} else {
 		close(watchDone)
@@ -180,9 +180,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	} else {
 		sh.runShoppers(shopCtx, spec)
 	}
-	if cfg.UntilPaid {
-		// The shoppers are done (or still waiting): paid = quantity or
-		// the deadline ends the phase.
+	if cfg.UntilPaid || cfg.KeepWaiting {
+		// The shoppers are done (or still waiting): paid = quantity, a
+		// quiet sell-out or the deadline ends the phase.
 		<-shopCtx.Done()
 	}
 	wg.Wait()
@@ -335,11 +335,14 @@ func hostilePhase(ctx context.Context, cfg Config, sh *shard, opensAt time.Time,
 	return rr
 }
 
-// watchPaid polls the admin API every second and calls done once paid =
-// quantity for every item.
-func watchPaid(ctx context.Context, adm *admin, saleID int64, done func()) {
+// watchEnd polls the admin API every second and calls done with the
+// reason the shopper phase ends: "paid" once paid = quantity for every
+// item (UntilPaid), "quiet" once every item was sold out with nothing on
+// its way back on every read for SoldOutQuiet (KeepWaiting).
+func watchEnd(ctx context.Context, adm *admin, saleID int64, cfg Config, done func(why string)) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	var quietSince time.Time // zero: not sold out and quiet on the last read
 	for {
 		select {
 		case <-ctx.Done():
@@ -348,16 +351,24 @@ func watchPaid(ctx context.Context, adm *admin, saleID int64, done func()) {
 		}
 		s, err := adm.getSale(ctx, saleID)
 		if err != nil || len(s.Items) == 0 {
+			quietSince = time.Time{}
 			continue
 		}
-		all := true
+		paid, soldOut := true, conserved(s.Items)
 		for _, it := range s.Items {
-			if it.Paid < it.Quantity {
-				all = false
-			}
+			paid = paid && it.Paid >= it.Quantity
+			soldOut = soldOut && it.Remaining == 0
 		}
-		if all {
-			done()
+		switch {
+		case cfg.UntilPaid && paid:
+			done("paid")
+			return
+		case !cfg.KeepWaiting || !soldOut:
+			quietSince = time.Time{}
+		case quietSince.IsZero():
+			quietSince = time.Now()
+		case time.Since(quietSince) >= cfg.SoldOutQuiet:
+			done("quiet")
 			return
 		}
 	}

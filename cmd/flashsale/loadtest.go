@@ -50,7 +50,8 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	dbURL := fs.String("database-url", os.Getenv("FLASHSALE_DATABASE_URL"), "PostgreSQL URL for the invariant checks (optional)")
 	redisURL := fs.String("redis-url", os.Getenv("FLASHSALE_REDIS_URL"), "Redis URL for the command counter (optional)")
 	redisCluster := fs.String("redis-cluster", os.Getenv("FLASHSALE_REDIS_CLUSTER"), "Redis Cluster seeds for the command counter, summed over every master (optional)")
-	keepWaiting := fs.Bool("keep-waiting", false, "shoppers who saw SOLD_OUT stay in the room until the run ends, so stock that comes back sells again (default: the scenario's)")
+	keepWaiting := fs.Bool("keep-waiting", false, "shoppers who saw SOLD_OUT stay in the room until the run ends, or until the sale has been sold out with nothing on its way back for -sold-out-quiet, so stock that comes back sells again (default: the scenario's)")
+	soldOutQuiet := fs.Duration("sold-out-quiet", 0, "with -keep-waiting: how long the sale stays sold out, nothing pending, before the shoppers leave and stranded units are judged (default 10s)")
 	untilPaid := fs.Bool("until-paid", false, "end the shopper phase once paid = quantity (default: the scenario's)")
 	joinSpread := fs.Duration("join-spread", 0, "spread the shoppers' joins over this long (default: 80% of the time before opening)")
 	pollInterval := fs.Duration("poll-interval", 0, "polling transport: time between status reads (default 1s)")
@@ -120,6 +121,9 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		cfg.QuietTimeout = *quiet
 	}
 	cfg.KeepWaiting = cfg.KeepWaiting || *keepWaiting
+	if *soldOutQuiet > 0 {
+		cfg.SoldOutQuiet = *soldOutQuiet
+	}
 	cfg.UntilPaid = cfg.UntilPaid || *untilPaid
 	if *joinSpread > 0 {
 		cfg.JoinSpread = *joinSpread
