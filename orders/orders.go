@@ -285,6 +285,14 @@ func (s *Service) bySale(ctx context.Context, userID, saleID int64) (flashsale.O
 	if err != nil {
 		return flashsale.Order{}, errNoLive // not one of ours
 	}
+	// A unit held for the shopper at their turn (queue order) is not an
+	// order until they buy it: a shopper whose purchase answer was lost
+	// and who finds no order buys again, and is served from the hold.
+	if _, _, held, err := s.stock.Held(ctx, saleID, userID); err != nil {
+		return flashsale.Order{}, fmt.Errorf("%w: %w", errUnavailable, err)
+	} else if held {
+		return flashsale.Order{}, errNoLive
+	}
 	if !dbDown {
 		o, ok, err := s.dbOrder(ctx, userID, id)
 		switch {

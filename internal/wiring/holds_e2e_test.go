@@ -458,3 +458,27 @@ func TestQueueOrderHoldsShortAfterRedisLoss(t *testing.T) {
 		t.Fatalf("sold %d, remaining %d; want %d and 0", sold, rem, units)
 	}
 }
+
+// TestQueueOrderHoldIsNoOrder: a unit held for a shopper at their turn is
+// not an order. A shopper whose purchase answer was lost looks for their
+// order in the sale: while they only hold the unit, there is none (404),
+// so they buy again and get it; after the purchase the lookup finds it.
+// (Before, the lookup answered the hold as a PENDING order that never
+// became payable, and the shopper stopped buying until the hold lapsed.)
+func TestQueueOrderHoldIsNoOrder(t *testing.T) {
+	s := startStack(t)
+	saleID, item := s.queueSale(time.Now().Add(2*time.Second), 1, 60)
+	token := s.admit(700, saleID)
+	if _, until, _ := s.pollHold(saleID, 700); until == 0 {
+		t.Fatal("admitted without a hold")
+	}
+	path := fmt.Sprintf("/api/flash-sales/sales/%d/order", saleID)
+	s.Want(s.Do("GET", path, s.Token(700, false), nil), 404, "NOT_FOUND")
+	r := s.purchase(700, item, token)
+	s.Want(r, 202, "")
+	got := s.Do("GET", path, s.Token(700, false), nil)
+	s.Want(got, 200, "")
+	if got.Body["orderId"] != r.Body["orderId"] {
+		t.Errorf("the sale's order after the purchase: %v; want %v", got.Body, r.Body["orderId"])
+	}
+}
