@@ -121,7 +121,7 @@ func (l *Leaser) Run(ctx context.Context) error {
 
 // renew is one step of Run: take a lease when none is held, else renew it.
 func (l *Leaser) renew(ctx context.Context) {
-	rctx, cancel := context.WithTimeout(ctx, l.ttl/3)
+	rctx, cancel := context.WithTimeout(ctx, l.ttl/2)
 	defer cancel()
 	start := time.Now()
 	valid := start.Add(l.ttl - l.ttl*leaseMargin/100)
