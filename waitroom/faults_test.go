@@ -569,3 +569,44 @@ func TestRestoredHolesDoNotHoldCapacity(t *testing.T) {
 	c5.untilAdmitted()
 	c6.untilAdmitted()
 }
+
+// gauge is the value of the gateway's unlabelled gauge name (-1: none).
+func (g *gateway) gauge(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := g.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
+}
+
+// TestLeadingSalesGauge: of two gateways serving one sale, the one that
+// holds the leader lease says so on flashsale_waitroom_leading_sales and
+// the other says 0; when the leader dies the other takes the lease and
+// its gauge follows.
+func TestLeadingSalesGauge(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 83, e.clock.Now().Add(-time.Millisecond), 10, 100))
+	cfg := Config{AdmissionTTL: time.Minute, LeaseTTL: 200 * time.Millisecond}
+	a := e.newKillable(cfg, nil)
+	a.joinUsers(t, sale.ID, 3)
+	eventually(t, "gateway a leads", 5*time.Second, func() bool { return a.leads(sale.ID) })
+	b := e.newGateway(cfg, nil)
+	b.waitTicks(t, 3)
+	const name = "flashsale_waitroom_leading_sales"
+	eventually(t, "a's gauge at 1", 5*time.Second, func() bool { return a.gauge(t, name) == 1 })
+	if got := b.gauge(t, name); got != 0 {
+		t.Fatalf("follower's %s = %v, want 0", name, got)
+	}
+
+	a.kill()
+	eventually(t, "gateway b leads", 5*time.Second, func() bool { return b.leads(sale.ID) })
+	if got := b.gauge(t, name); got != 1 {
+		t.Fatalf("new leader's %s = %v, want 1", name, got)
+	}
+}

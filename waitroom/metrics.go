@@ -20,6 +20,7 @@ type metrics struct {
 	saves     *prometheus.CounterVec
 	tags      prometheus.Counter
 	published *prometheus.CounterVec
+	leading   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -50,9 +51,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashsale_waitroom_draw_records_total",
 			Help: "Public draw records this gateway built and stored as a sale's leader, by outcome (ok, error)."},
 			[]string{"outcome"}),
+		leading: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flashsale_waitroom_leading_sales",
+			Help: "Sales whose queue this gateway leads (it holds the leader lease): with one sale running, 1 on its leader and 0 on every other gateway."}),
 	}
 	// Several rooms on one registry share the collectors.
-	var errs [11]error
+	var errs [12]error
 	m.joined, errs[0] = prom.Register(reg, m.joined)
 	m.waiting, errs[1] = prom.Register(reg, m.waiting)
 	m.admitted, errs[2] = prom.Register(reg, m.admitted)
@@ -64,5 +67,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.saves, errs[8] = prom.Register(reg, m.saves)
 	m.tags, errs[9] = prom.Register(reg, m.tags)
 	m.published, errs[10] = prom.Register(reg, m.published)
+	m.leading, errs[11] = prom.Register(reg, m.leading)
 	return m, errors.Join(errs[:]...)
 }

@@ -153,12 +153,20 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 		sr.samples[sr.nsample%rateSamples] = struct{ ms, serving int64 }{now.UnixMilli(), sr.st.Serving}
 		sr.nsample++
 	}
+	// The leading gauge moves only where leadAt crosses -1, so it counts
+	// the sales whose lease this gateway holds.
 	if leader {
 		if sr.leadAt >= 0 && st.Serving > sr.leadAt {
 			r.m.admitted.Add(float64(st.Serving - sr.leadAt))
 		}
+		if sr.leadAt < 0 {
+			r.m.leading.Inc()
+		}
 		sr.leadAt = max(sr.leadAt, st.Serving)
 	} else {
+		if sr.leadAt >= 0 {
+			r.m.leading.Dec()
+		}
 		sr.leadAt = -1
 	}
 	return sr, nil
@@ -264,6 +272,10 @@ func (r *Room) retire(ctx context.Context, sr *saleRoom, now time.Time) {
 	var endsAt time.Time
 	if sr.sale != nil {
 		endsAt = sr.sale.EndsAt
+	}
+	if ended && idle && sr.leadAt >= 0 {
+		r.m.leading.Dec()
+		sr.leadAt = -1
 	}
 	sr.mu.Unlock()
 	if !ended || !idle {
