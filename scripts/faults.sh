@@ -19,23 +19,44 @@
 #                    forwarder stands in for the address flip of a managed
 #                    Redis)
 #   postgres         PostgreSQL stopped (-m immediate) for PG_DOWN
+#   redis-freeze     redis-server stopped (SIGSTOP) for 8 s, then SIGCONT
+#   leader-freeze    the waiting room's leader gateway (the one whose
+#                    flashsale_waitroom_leading_sales is 1) stopped
+#                    (SIGSTOP) for 10 s, then SIGCONT
+#   writer-freeze    two writers run; one is stopped (SIGSTOP) for 20 s,
+#                    then SIGCONT
+#   gateways         kill -9 of every gateway, restarted 3 s later
+#   broker-down      kill -9 of the Kafka broker, restarted 30 s later on
+#                    its data directory
+#   postgres-twice   PostgreSQL restarted at once (-m immediate) twice,
+#                    15 s apart
+#   redis-twice      kill -9 of redis-server, restarted empty, twice, 10 s
+#                    apart
+#   draw-kill        kill -9 of the leader gateway at the draw
+#                    (FLASHSALE_DRAW_LEAD before the opening), not restarted
+#   clock-skew       the last gateway runs with FLASHSALE_CLOCK_SKEW=2s (its
+#                    own clock 2 s fast); nothing is injected
 #
 # Each fault gets a fresh stack under out/faults/<fault>/: redis-server,
 # PostgreSQL, `flashsale broker`, `flashsale writer`, two `flashsale expiry`,
 # GATEWAYS `flashsale gateway` processes; `flashsale loadtest --scenario drop`
 # runs over every gateway, and the fault is injected FAULT_AT after the
-# sale's opening. out/faults/summary.json gets one object per fault; the
-# suite exits non-zero when any fault broke an invariant.
+# sale's opening (draw-kill: at the draw). out/faults/summary.json gets one
+# object per fault; the suite exits non-zero when any fault broke an
+# invariant.
 #
 # Knobs (defaults in brackets): SHOPPERS [10000] QUANTITY [2000] ITEMS [4]
 #   RATE [1000] GATEWAYS [2] PROCESSES [1] SOURCE_ADDRS [40] STARTS_IN [20s]
 #   FAULT_AT [1] (seconds after opening) DURATION [150s] QUIET_TIMEOUT [90s]
-#   FLASHSALE_RECONCILE_AFTER [15s] PG_DOWN [20] REPLICA_LAG [0.5]
-#   PORT_BASE [21000] BUILD [1] LOADTEST_ARGS [extra loadtest flags]
+#   FLASHSALE_RECONCILE_AFTER [15s] FLASHSALE_DRAW_LEAD [3s] PG_DOWN [20]
+#   REPLICA_LAG [0.5] PORT_BASE [21000] BUILD [1]
+#   LOADTEST_ARGS [extra loadtest flags]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ALL=(none gateway writer expiry broker redis redis-failover postgres)
+ALL=(none gateway writer expiry broker redis redis-failover postgres
+	redis-freeze leader-freeze writer-freeze gateways broker-down postgres-twice
+	redis-twice draw-kill clock-skew)
 FAULTS=("$@")
 [ ${#FAULTS[@]} -gt 0 ] || FAULTS=("${ALL[@]}")
 BIN=./bin/flashsale
@@ -47,7 +68,7 @@ REPLICA_LAG=${REPLICA_LAG:-0.5}
 B=${PORT_BASE:-21000}
 REDIS_PORT=$((B + 379)) REPLICA_PORT=$((B + 380)) REDIS_VIP=$((B + 381))
 PG_PORT=$((B + 432)) KAFKA_PORT=$((B + 92))
-WRITER_ADMIN=$((B + 190)) EXPIRY_ADMIN=$((B + 191))
+WRITER_ADMIN=$((B + 190)) EXPIRY_ADMIN=$((B + 191)) WRITER2_ADMIN=$((B + 193))
 mkdir -p "$OUT"
 
 for f in "${FAULTS[@]}"; do
@@ -78,6 +99,8 @@ pg() { # pg_ctl or initdb, as postgres when root
 
 stop_all() {
 	local r
+	# A frozen process (a freeze fault cut short) must run to stop.
+	for r in "${!PID[@]}"; do kill -CONT "${PID[$r]}" 2>/dev/null || true; done
 	for r in "${!PID[@]}"; do kill -TERM "${PID[$r]}" 2>/dev/null || true; done
 	for r in "${!PID[@]}"; do
 		for _ in $(seq 1 200); do kill -0 "${PID[$r]}" 2>/dev/null || break; sleep 0.1; done
@@ -102,6 +125,11 @@ restart() { # ROLE LOGFILE
 	eval "start $1 $2 ${CMD[$1]}"
 }
 killnine() { kill -KILL "${PID[$1]}" 2>/dev/null || true; wait "${PID[$1]}" 2>/dev/null || true; unset "PID[$1]"; }
+freeze() { # ROLE SECONDS: SIGSTOP, then SIGCONT
+	kill -STOP "${PID[$1]}"
+	sleep "$2"
+	kill -CONT "${PID[$1]}"
+}
 
 wait_url() { # URL SECONDS
 	local i
@@ -122,6 +150,44 @@ wait_port() { # PORT SECONDS
 	return 1
 }
 now_ms() { date +%s%3N; }
+
+# duration_ms DURATION: a Go duration of whole ms or s ("3s", "500ms",
+# "0") in ms.
+duration_ms() {
+	case $1 in
+	0) echo 0 ;;
+	*ms) echo "${1%ms}" ;;
+	*s) echo $((${1%s} * 1000)) ;;
+	*) echo "duration_ms: want a duration like 3s or 500ms, not $1" >&2; return 1 ;;
+	esac
+}
+DRAW_LEAD_MS=$(duration_ms "${FLASHSALE_DRAW_LEAD:-3s}")
+
+# leader_gateway: the role of the gateway that leads the sale's waiting
+# room, from each gateway's flashsale_waitroom_leading_sales.
+leader_gateway() {
+	local i g v
+	for i in $(seq 1 40); do
+		for g in $(seq 1 "$GATEWAYS"); do
+			[ -n "${PID[gateway$g]:-}" ] || continue
+			v=$(curl -fsS -m 1 "http://127.0.0.1:$((B + 180 + g))/metrics" 2>/dev/null |
+				awk '$1 == "flashsale_waitroom_leading_sales" { print $2 }')
+			if [ -n "$v" ] && [ "${v%%.*}" -gt 0 ]; then
+				echo "gateway$g"
+				return 0
+			fi
+		done
+		sleep 0.05
+	done
+	echo "no gateway leads the sale" >&2
+	return 1
+}
+
+# pg_restart: PostgreSQL stopped at once (-m immediate) and started again.
+pg_restart() {
+	pg pg_ctl -D "$PGDATA_DIR" -m immediate -w stop >/dev/null 2>&1 || true
+	pg pg_ctl -D "$PGDATA_DIR" -o "$PG_OPTS" -l "$PGDATA_DIR/server.log" -w -t 60 start >/dev/null
+}
 
 start_stack() { # fault
 	local f=$1 dir="$OUT/$1" g
@@ -175,16 +241,22 @@ start_stack() { # fault
 	export FLASHSALE_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
 
 	start writer "$dir/writer.log" $BIN writer --admin-addr "127.0.0.1:$WRITER_ADMIN"
+	if [ "$f" = writer-freeze ]; then
+		start writer2 "$dir/writer2.log" $BIN writer --admin-addr "127.0.0.1:$WRITER2_ADMIN"
+	fi
 	start expiry1 "$dir/expiry1.log" $BIN expiry --admin-addr "127.0.0.1:$EXPIRY_ADMIN"
 	start expiry2 "$dir/expiry2.log" $BIN expiry --admin-addr "127.0.0.1:$((EXPIRY_ADMIN + 1))"
 	URLS=""
 	for g in $(seq 1 "$GATEWAYS"); do
-		start "gateway$g" "$dir/gateway$g.log" $BIN gateway \
+		local skew=0
+		[ "$f" = clock-skew ] && [ "$g" = "$GATEWAYS" ] && skew=2s
+		start "gateway$g" "$dir/gateway$g.log" env FLASHSALE_CLOCK_SKEW=$skew $BIN gateway \
 			--http-addr "127.0.0.1:$((B + 80 + g))" --admin-addr "127.0.0.1:$((B + 180 + g))"
 		URLS="${URLS:+$URLS,}http://127.0.0.1:$((B + 80 + g))"
 	done
 	for g in $(seq 1 "$GATEWAYS"); do wait_url "http://127.0.0.1:$((B + 180 + g))/readyz" 60; done
 	wait_url "http://127.0.0.1:$WRITER_ADMIN/readyz" 60
+	if [ "$f" = writer-freeze ]; then wait_url "http://127.0.0.1:$WRITER2_ADMIN/readyz" 60; fi
 	echo "stack for $f: gateways $URLS, $FLASHSALE_REDIS_URL, $FLASHSALE_DATABASE_URL, kafka $FLASHSALE_KAFKA_BROKERS"
 
 	# Permissive bot defense: the simulated shoppers share a few loopback
@@ -248,6 +320,46 @@ _inject() {
 		pg pg_ctl -D "$PGDATA_DIR" -m immediate -w stop >/dev/null 2>&1 || true
 		sleep "$PG_DOWN"
 		pg pg_ctl -D "$PGDATA_DIR" -o "$PG_OPTS" -l "$PGDATA_DIR/server.log" -w -t 60 start >/dev/null ;;
+	redis-freeze)
+		freeze redis 8 ;;
+	leader-freeze)
+		local leader
+		leader=$(leader_gateway)
+		echo "leader: $leader" >>"$dir/run.txt"
+		freeze "$leader" 10 ;;
+	writer-freeze)
+		freeze writer 20 ;;
+	gateways)
+		local g
+		for g in $(seq 1 "$GATEWAYS"); do killnine "gateway$g"; done
+		sleep 3
+		for g in $(seq 1 "$GATEWAYS"); do restart "gateway$g" "$dir/gateway$g.log"; done ;;
+	broker-down)
+		killnine broker
+		sleep 30; restart broker "$dir/broker.log" ;;
+	postgres-twice)
+		pg_restart
+		sleep 15; pg_restart ;;
+	redis-twice)
+		killnine redis
+		restart redis "$dir/redis.out"
+		sleep 10
+		killnine redis
+		restart redis "$dir/redis.out" ;;
+	draw-kill)
+		# run_fault found the leader just before the draw.
+		echo "leader: $LEADER" >>"$dir/run.txt"
+		killnine "$LEADER" ;;
+	clock-skew) ;;
+	esac
+}
+
+# fault_offset_ms FAULT: when the fault is injected, in ms after the
+# opening.
+fault_offset_ms() {
+	case $1 in
+	draw-kill) echo $((-DRAW_LEAD_MS)) ;;
+	*) echo $((FAULT_AT * 1000)) ;;
 	esac
 }
 
@@ -269,7 +381,16 @@ run_fault() { # fault
 		>>"$dir/run.txt" 2>"$dir/loadtest.log" &
 	local lt=$!
 	open=$(opening_ms) || { echo "no sale appeared" >&2; kill "$lt"; return 1; }
-	local wait_ms=$((open + FAULT_AT * 1000 - $(now_ms)))
+	local at_ms wait_ms
+	at_ms=$(fault_offset_ms "$f")
+	if [ "$f" = draw-kill ]; then
+		# The leader is the one that will draw: found half a second
+		# before, while the pre-queue fills.
+		wait_ms=$((open + at_ms - 500 - $(now_ms)))
+		[ "$wait_ms" -gt 0 ] && sleep "$(awk -v m="$wait_ms" 'BEGIN { printf "%.3f", m / 1000 }')"
+		LEADER=$(leader_gateway) || { kill "$lt"; return 1; }
+	fi
+	wait_ms=$((open + at_ms - $(now_ms)))
 	[ "$wait_ms" -gt 0 ] && sleep "$(awk -v m="$wait_ms" 'BEGIN { printf "%.3f", m / 1000 }')"
 	inject "$f" "$dir"
 	fault_ms=$(cat "$dir/fault_ms")
