@@ -43,11 +43,24 @@
 # runs over every gateway, and the fault is injected FAULT_AT after the
 # sale's opening (draw-kill: at the draw). out/faults/summary.json gets one
 # object per fault; the suite exits non-zero when any fault broke an
-# invariant.
+# invariant or was invalid.
+#
+# Every fault must land mid-sale: a run that reserved no unit after the
+# fault instant (server time, orders.created_at) tested nothing, so its
+# summary says valid: false and the suite fails. The sale is shaped for
+# that. It is allocated in queue order (ALLOCATION), the default shoppers
+# meet: every unit is held for a shopper at the draw, so the units sell as
+# fast as the holders click, and the leader's allocation passes and the
+# holds' rebuild after a Redis loss are on the path of the sale. The holders
+# click at human speed (REACTION, the median of a log-normal time from the
+# token to the click) but for a few scripts that click at the opening
+# (FAST_SHARE), so units sell from the opening until about 3 × REACTION
+# after it, and a fault at FAULT_AT lands before most of them.
 #
 # Knobs (defaults in brackets): SHOPPERS [10000] QUANTITY [2000] ITEMS [4]
 #   RATE [1000] GATEWAYS [2] PROCESSES [1] SOURCE_ADDRS [40] STARTS_IN [20s]
 #   FAULT_AT [1] (seconds after opening) DURATION [150s] QUIET_TIMEOUT [90s]
+#   ALLOCATION [queue] REACTION [4s] FAST_SHARE [0.1]
 #   FLASHSALE_RECONCILE_AFTER [15s] FLASHSALE_DRAW_LEAD [3s] PG_DOWN [20]
 #   REPLICA_LAG [0.5] PORT_BASE [21000] BUILD [1]
 #   LOADTEST_ARGS [extra loadtest flags]
@@ -368,6 +381,8 @@ run_fault() { # fault
 	args+=(--shoppers "${SHOPPERS:-10000}" --quantity "${QUANTITY:-2000}" --items "${ITEMS:-4}")
 	args+=(--rate "${RATE:-1000}" --starts-in "${STARTS_IN:-20s}" --processes "${PROCESSES:-1}")
 	args+=(--source-addrs "${SOURCE_ADDRS:-40}" --duration "${DURATION:-150s}" --quiet-timeout "${QUIET_TIMEOUT:-90s}")
+	# The sale's shape, so that the fault lands mid-sale (the header).
+	args+=(--allocation "${ALLOCATION:-queue}" --reaction "${REACTION:-4s}" --fast-share "${FAST_SHARE:-0.1}")
 	# Shoppers told SOLD_OUT stay connected, as the page does (CONTRACT
 	# section 4), so a unit that a fault held back and that comes back later
 	# must be sold to them: otherwise it is stranded.
@@ -399,6 +414,11 @@ run_fault() { # fault
 	echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg); loadtest exit $rc" | tee -a "$dir/run.txt"
 	summarize "$f" "$dir" "$open" "$fault_ms" "$rc" >"$dir/summary.json"
 	jq -c . "$dir/summary.json"
+	# A fault that came after the last reservation tested nothing.
+	if [ "$(jq -r .valid "$dir/summary.json")" != true ]; then
+		echo "fault $f invalid: no unit was reserved after it" | tee -a "$dir/run.txt"
+		[ "$rc" != 0 ] || rc=1
+	fi
 	return "$rc"
 }
 
@@ -448,6 +468,10 @@ summarize() {
 			secondsToNextReservation: secs($res),
 			recoverySeconds: ([secs($adm), secs($res)] | map(select(. != null)) | if length == 0 then null else max end),
 			secondsToNextOrderRow: (if $nextRow == null then null else $nextRow / 1000 end),
+			# units reserved at or after the fault (orders.created_at):
+			# none means the fault came after the sale and tested nothing
+			reservedAfterFault: ($createdAt | length),
+			valid: (($createdAt | length) > 0),
 			reserved: .orders.reserved, sold: .orders.sold, remaining: .orders.remaining, quantity: .orders.quantity,
 			lastReservationMs: .lastReservationMs,
 			rejectedInDatabase: $rejectedDb,
@@ -473,5 +497,6 @@ done
 jq -s . "${results[@]}" >"$OUT/summary.json"
 echo "summary: $OUT/summary.json"
 jq -r '.[] | [.fault, "oversold=\(.oversold)", "lost=\(.acknowledgedLost)", "rejected=\(.acknowledgedRejected)",
-	"stranded=\(.strandedUnits)", "recovery=\(.recoverySeconds)s", "5xx=\(.http5xx)", "broken=\(.invariantsBroken | join(","))"] | join("  ")' "$OUT/summary.json"
+	"stranded=\(.strandedUnits)", "recovery=\(.recoverySeconds)s", "5xx=\(.http5xx)", "broken=\(.invariantsBroken | join(","))",
+	"reservedAfterFault=\(.reservedAfterFault)", (if .valid then "valid" else "INVALID" end)] | join("  ")' "$OUT/summary.json"
 exit $status
