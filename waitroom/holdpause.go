@@ -173,10 +173,14 @@ func msField(v any) (time.Time, bool) {
 
 // reissueHolds sends a fresh admitted message (token, holdUntilMs,
 // heldItemId) to this gateway's admitted connections of a queue sale
-// whose admission record the leader changed since the gateway last
-// looked (fieldHoldsGen). A record whose window is over by then (a hold
-// that could not be rebuilt) is taken as is: the next broadcast sends its
-// shopper back in line.
+// once the leader changed the holds (fieldHoldsGen: a pause extended
+// them, or they were rebuilt after a Redis loss), to every holder whose
+// window is open, its hold changed or not: a holder whose purchase was
+// refused while the holds were gone (NOT_ADMITTED, as the page and the
+// load tool then wait for their turn again) learns it holds a unit again.
+// A record whose window is over by then (a hold that could not be
+// rebuilt) is taken as is: the next broadcast sends its shopper back in
+// line.
 func (r *Room) reissueHolds(ctx context.Context, sr *saleRoom, now time.Time) {
 	sr.mu.Lock()
 	sale := sr.sale
@@ -232,7 +236,7 @@ func (r *Room) reissueHolds(ctx context.Context, sr *saleRoom, now time.Time) {
 		if v, ok := items[i].(string); ok {
 			item = toInt(v)
 		}
-		if at == 0 || (at == c.admittedAt && item == c.heldItem) {
+		if at == 0 {
 			continue
 		}
 		c.admittedAt, c.heldItem = at, item

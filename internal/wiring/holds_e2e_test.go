@@ -150,7 +150,9 @@ func TestQueueOrderPauseExtendsHolds(t *testing.T) {
 // unit again for ranks 1 and 2 before anyone else, until their first
 // windows' end: both buy with the tokens they had; rank 0, who bought
 // before the loss, gets no second unit; ranks 3 and 4 get none; the sale
-// sells exactly its three units.
+// sells exactly its three units. Rank 1 tries once while the holds are
+// gone and is refused; as the page would, it then waits for its turn,
+// and a fresh admitted message tells it the unit is held again.
 func TestQueueOrderHoldsAfterRedisLoss(t *testing.T) {
 	rr := ownRedis(t)
 	s := startStack(t, func(c *wiring.Config) { c.RedisURL, c.RedisCluster = rr.srv.URL, nil })
@@ -184,8 +186,15 @@ func TestQueueOrderHoldsAfterRedisLoss(t *testing.T) {
 	s.Want(bought, 202, "")
 	s.waitPayable(byRank[0], bought.Body["orderId"].(string))
 
+	before := ws[byRank[1]].count(isType("admitted"))
 	rr.restartEmpty()
 	lost := time.Now()
+	if got := s.purchase(byRank[1], item, tokens[byRank[1]]); got.Status == 202 {
+		t.Fatalf("rank 1 bought before the holds were rebuilt: %s", got.Raw)
+	}
+	waitFor(t, "rank 1 told again that a unit is held", func() bool {
+		return ws[byRank[1]].count(isType("admitted")) > before
+	})
 
 	// Ranks 1 and 2 buy with the tokens they had, once the stock is back
 	// (503 until then; NOT_ADMITTED for at most the tick that rebuilds
