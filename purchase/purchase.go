@@ -335,16 +335,12 @@ func (s *Service) place(work context.Context, sale *flashsale.Sale, item flashsa
 		s.outcomes[OutcomeReserved].Inc()
 		return nil
 	}
-	if errors.Is(err, errLeaseLost) {
-		s.outcomes[OutcomeLeaseLost].Inc()
-		return fmt.Errorf("%w: %w", &flashsale.Error{
-			Code:    flashsale.CodeUnavailable,
-			Message: "your order could not be confirmed yet; look for it in this sale shortly",
-			OrderID: orderID,
-		}, err)
-	}
 	if uncertain(err) {
-		s.outcomes[OutcomePublishUncertain].Inc()
+		outcome := OutcomePublishUncertain
+		if errors.Is(err, errLeaseLost) {
+			outcome = OutcomeLeaseLost
+		}
+		s.outcomes[outcome].Inc()
 		return fmt.Errorf("%w: %w", &flashsale.Error{
 			Code:    flashsale.CodeUnavailable,
 			Message: "your order could not be confirmed yet; look for it in this sale shortly",

@@ -265,14 +265,7 @@ type kafkaView struct {
 
 // caughtUp reports whether the group had consumed every partition to its
 // end: every record acknowledged before the reading is in the database.
-func (v kafkaView) caughtUp() bool {
-	for p, e := range v.end {
-		if v.committed[p] < e {
-			return false
-		}
-	}
-	return true
-}
+func (v kafkaView) caughtUp() bool { return committedPast(v.committed, v.end) }
 
 func (r *Reconciler) readKafka(ctx context.Context) kafkaView {
 	if r.orders == nil {
