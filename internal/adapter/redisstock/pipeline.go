@@ -173,9 +173,12 @@ func (s *Store) sendBatch(p *pipeline, batch []*reserveCall) {
 	}
 }
 
-// reserveKeys are the KEYS of the reserve script for a sale.
+// reserveKeys are the KEYS of the reserve script for a sale, with room for
+// the fifth a hold (holds) or a purchase under a lease (owners) appends.
 func reserveKeys(saleID int64) []string {
-	return []string{lua.StockKey(saleID), lua.BuyersKey(saleID), lua.PendingKey(saleID), lua.ReservedKey(saleID)}
+	k := make([]string, 4, 5)
+	k[0], k[1], k[2], k[3] = lua.StockKey(saleID), lua.BuyersKey(saleID), lua.PendingKey(saleID), lua.ReservedKey(saleID)
+	return k
 }
 
 // pipelined hands a Reserve's script call to the senders when RunPipeline
@@ -192,6 +195,12 @@ func (s *Store) pipelined(ctx context.Context, script *redis.Script, keys []stri
 	c := callPool.Get().(*reserveCall)
 	c.ctx, c.script, c.keys = ctx, script, keys
 	c.itemID, c.userID, c.orderID, c.nowMs = itemID, userID, orderID, nowMs
+	return handOff(ctx, p, c)
+}
+
+// handOff gives c to a sender and waits for its answer (see pipelined),
+// then returns c to the pool.
+func handOff(ctx context.Context, p *pipeline, c *reserveCall) (taken bool, r callReply) {
 	select {
 	case p.calls <- c:
 		taken, r = true, <-c.done
@@ -199,7 +208,7 @@ func (s *Store) pipelined(ctx context.Context, script *redis.Script, keys []stri
 	case <-ctx.Done():
 		taken, r = true, callReply{err: ctx.Err()} // never sent
 	}
-	c.ctx, c.script, c.keys = nil, nil, nil
+	c.ctx, c.script, c.keys, c.args = nil, nil, nil, nil
 	callPool.Put(c)
 	return taken, r
 }
@@ -213,14 +222,5 @@ func (s *Store) pipelinedArgs(ctx context.Context, script *redis.Script, keys []
 	}
 	c := callPool.Get().(*reserveCall)
 	c.ctx, c.script, c.keys, c.args = ctx, script, keys, args
-	select {
-	case p.calls <- c:
-		taken, r = true, <-c.done
-	case <-p.stopped:
-	case <-ctx.Done():
-		taken, r = true, callReply{err: ctx.Err()} // never sent
-	}
-	c.ctx, c.script, c.keys, c.args = nil, nil, nil, nil
-	callPool.Put(c)
-	return taken, r
+	return handOff(ctx, p, c)
 }

@@ -236,17 +236,16 @@ func (s *Store) ReserveAs(ctx context.Context, slot int, saleID, itemID, userID 
 	if l := s.layout(saleID); l != nil {
 		return s.reserveSharded(ctx, l, itemID, userID, orderID, now.UnixMilli(), false)
 	}
-	keys := reserveKeys(saleID)
+	var taken bool
 	var r callReply
 	if slot > 0 {
-		keys = append(keys, lua.ShardKey(lua.Tag(saleID), lua.KindOwners))
+		keys := append(reserveKeys(saleID), lua.ShardKey(lua.Tag(saleID), lua.KindOwners))
 		args := []any{itemID, userID, orderID, now.UnixMilli(), slot}
-		taken := false
 		if taken, r = s.pipelinedArgs(ctx, s.reserve, keys, args...); !taken {
 			r = s.runScriptArgs(ctx, s.reserve, keys, args...)
 		}
 	} else {
-		taken := false
+		keys := reserveKeys(saleID)
 		if taken, r = s.pipelined(ctx, s.reserve, keys, itemID, userID, orderID, now.UnixMilli()); !taken {
 			r = s.runScript(ctx, s.reserve, keys, itemID, userID, orderID, now.UnixMilli())
 		}
