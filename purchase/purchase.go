@@ -83,6 +83,8 @@ const (
 	OutcomeReserveUncertain = "reserve_uncertain" // Redis did not answer: settled when it does (settle.go)
 	OutcomeUncertainNone    = "uncertain_none"    // settled: the uncertain reservation never ran
 	OutcomeLeaseLost        = "lease_lost"        // published, but the lease it was made under lapsed: 503, left to the reconciler
+	OutcomeLateWritten      = "late_written"      // an uncertain publish the broker wrote after the bound (settle.go)
+	OutcomeLateFailed       = "late_failed"       // an uncertain publish the broker refused after the bound: given back (settle.go)
 )
 
 // placedQueue is how many acknowledged positions may wait for Run to write
@@ -167,7 +169,7 @@ func New(cfg Config, st *redisstock.Store, pub Publisher, logger *slog.Logger, r
 	s.outcomes = map[string]prometheus.Counter{}
 	for _, o := range []string{OutcomeReserved, OutcomeSoldOutFlag, OutcomeSoldOut, OutcomeAlreadyPurchased,
 		OutcomeNotFound, OutcomeRedisError, OutcomePublishFailed, OutcomePublishUncertain, OutcomeStockMissing, OutcomeNoHold,
-		OutcomeReserveUncertain, OutcomeUncertainNone, OutcomeLeaseLost} {
+		OutcomeReserveUncertain, OutcomeUncertainNone, OutcomeLeaseLost, OutcomeLateWritten, OutcomeLateFailed} {
 		s.outcomes[o] = reservations.WithLabelValues(o)
 	}
 	s.publishDur, errs[1] = prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -277,6 +279,11 @@ func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashs
 				s.outcomes[OutcomeSoldOut].Inc()
 			case flashsale.CodeAlreadyPurchased:
 				if id, ok, serr := s.settleRetry(ctx, sale, userID, err); ok {
+					if errors.Is(serr, errTryAgain) {
+						// Its order was refused and the unit given
+						// back: this purchase reserves anew.
+						return s.Reserve(ctx, sale, item, userID)
+					}
 					return id, serr
 				}
 				s.outcomes[OutcomeAlreadyPurchased].Inc()
@@ -307,6 +314,8 @@ func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashs
 	}
 	if !uncertain(err) {
 		s.release(work, sale.ID, userID, item.ID, orderID)
+	} else {
+		s.keepLate(&unsettled{sale: sale, item: item, userID: userID, orderID: orderID, at: now, slot: slot}, err)
 	}
 	return "", fmt.Errorf("purchase.Reserve: %w", err)
 }
@@ -386,6 +395,11 @@ func (s *Service) Claim(ctx context.Context, sale *flashsale.Sale, item flashsal
 		switch fe.Code {
 		case flashsale.CodeAlreadyPurchased:
 			if id, ok, serr := s.settleRetry(ctx, sale, userID, err); ok {
+				if errors.Is(serr, errTryAgain) {
+					// Its order was refused and the unit is held for
+					// the user again: this purchase claims it.
+					return s.Claim(ctx, sale, item, userID)
+				}
 				return id, serr
 			}
 			s.outcomes[OutcomeAlreadyPurchased].Inc()
@@ -403,14 +417,22 @@ func (s *Service) Claim(ctx context.Context, sale *flashsale.Sale, item flashsal
 		return orderID, nil
 	}
 	if !uncertain(err) {
-		uctx, cancel := context.WithTimeout(work, s.redisTimeout)
-		if _, uerr := s.st.Unclaim(uctx, sale.ID, userID, orderID, until); uerr != nil {
-			// Left pending: the Reconciler gives the unit back.
-			s.log.Warn("could not hold a unit again after a failed publish", "order", orderID, "sale", sale.ID, "err", uerr)
-		}
-		cancel()
+		s.unclaim(work, sale.ID, userID, orderID, until)
+	} else {
+		s.keepLate(&unsettled{sale: sale, item: item, userID: userID, orderID: orderID, at: now, claim: true, until: until, slot: slot}, err)
 	}
 	return "", fmt.Errorf("purchase.Claim: %w", err)
+}
+
+// unclaim holds the unit of a claim whose order will never be delivered
+// for the user again, until the end of the same window. A failure is
+// logged: the claim stays pending, and the Reconciler gives the unit back.
+func (s *Service) unclaim(ctx context.Context, saleID, userID int64, orderID string, until time.Time) {
+	uctx, cancel := context.WithTimeout(ctx, s.redisTimeout)
+	defer cancel()
+	if _, err := s.st.Unclaim(uctx, saleID, userID, orderID, until); err != nil {
+		s.log.Warn("could not hold a unit again after a failed publish", "order", orderID, "sale", saleID, "err", err)
+	}
 }
 
 // publish sends msg and, when the publisher reports the record's position,

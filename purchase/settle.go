@@ -41,6 +41,25 @@ import (
 // holds unsettled settles it at once and is answered 202 with it. An
 // order is settled once: whoever takes it out of the set settles it. A
 // gateway that dies with orders unsettled leaves them to the Reconciler.
+//
+// Late publishes. A publish whose bound passed while franz-go still held
+// the record (the broker away, or slow) is uncertain too, and the same set
+// keeps it with the record's outcome (kafka.PublishError.Outcome), which
+// franz-go decides once the broker answers, within moments of its return.
+// Settling reads that outcome without waiting:
+//
+//   - written: the writer stores the order, as for a publish in time;
+//   - refused (a definite failure: the record never will be written): the
+//     reservation is given back at once, a claim's unit held for the user
+//     again for the rest of the window, instead of waiting out the
+//     Reconciler's bound while the sale goes on without that unit;
+//   - still uncertain, or unknown after lateKeep: the Reconciler's.
+//
+// A retry that meets the order answers what is known: 202 once written; a
+// new reservation (the claim of the unit held again) once refused; 503
+// with the order's id while nobody knows, never ALREADY_PURCHASED for an
+// order that may end REJECTED. Giving back twice is harmless: the release
+// and the unclaim act only on the buyer record of this very order.
 
 // Settling bounds.
 const (
@@ -49,7 +68,14 @@ const (
 	// maxUnsettled bounds the orders one gateway keeps to settle; beyond
 	// it an uncertain reservation is left to the Reconciler.
 	maxUnsettled = 100_000
+	// lateKeep bounds how long a late publish waits for its outcome here
+	// (then the Reconciler settles it).
+	lateKeep = 10 * time.Minute
 )
+
+// errTryAgain tells a retry that the order it met was refused and its
+// reservation undone: the retry reserves (or claims) anew.
+var errTryAgain = errors.New("the order was refused after its bound; reserve again")
 
 // unsettled is an uncertain reservation (or claim) to settle.
 type unsettled struct {
@@ -60,6 +86,10 @@ type unsettled struct {
 	at      time.Time
 	claim   bool
 	slot    int // the placement lease it was made under (0: none)
+	// late, for a late publish, reads the record's outcome; until is a
+	// claim's window end, for holding the unit again.
+	late  func() (bool, error)
+	until time.Time
 	// answeredAt is when a read of the user's record first succeeded
 	// (zero: not yet).
 	answeredAt time.Time
@@ -77,7 +107,7 @@ func claimKey(saleID, userID int64) string {
 }
 
 func (u *unsettled) key() string {
-	if u.claim {
+	if u.claim && u.late == nil {
 		return claimKey(u.sale.ID, u.userID)
 	}
 	return u.orderID
@@ -183,10 +213,62 @@ func (s *Service) settleAll(ctx context.Context) {
 	}
 }
 
+// keepLate keeps an uncertain publish whose record franz-go still holds
+// (err carries its outcome) to settle when the outcome is known.
+func (s *Service) keepLate(u *unsettled, err error) {
+	var pe interface{ Outcome() (bool, error) }
+	if !errors.As(err, &pe) {
+		return // not a publish that timed out: the Reconciler's
+	}
+	u.late = pe.Outcome
+	if !s.settle.add(u) {
+		s.log.Warn("too many uncertain reservations to settle; left to the reconciler", "sale", u.sale.ID, "user", u.userID, "order", u.orderID)
+	}
+}
+
+// settleLate settles a late publish whose outcome is known (see the
+// section comment). Only settleLoop's goroutine calls it.
+func (s *Service) settleLate(ctx context.Context, u *unsettled) {
+	known, err := u.late()
+	if !known {
+		if s.now().Sub(u.at) > lateKeep {
+			s.settle.remove(u)
+		}
+		return
+	}
+	if !s.settle.remove(u) {
+		return
+	}
+	s.lateOutcome(context.WithoutCancel(ctx), u, err)
+}
+
+// lateOutcome acts on a late publish's known outcome err and reports
+// whether its reservation was undone.
+func (s *Service) lateOutcome(work context.Context, u *unsettled, err error) bool {
+	switch {
+	case err == nil:
+		s.outcomes[OutcomeLateWritten].Inc()
+		return false
+	case uncertain(err):
+		return false // the Reconciler's
+	}
+	s.outcomes[OutcomeLateFailed].Inc()
+	if u.claim {
+		s.unclaim(work, u.sale.ID, u.userID, u.orderID, u.until)
+	} else {
+		s.release(work, u.sale.ID, u.userID, u.item.ID, u.orderID)
+	}
+	return true
+}
+
 // settleOne reads u's record and, on the second read that succeeds at
 // least settleMargin after the first, settles u (unless a retry took it
 // meanwhile). Only settleLoop's goroutine calls it.
 func (s *Service) settleOne(ctx context.Context, u *unsettled) {
+	if u.late != nil {
+		s.settleLate(ctx, u)
+		return
+	}
 	rctx, cancel := context.WithTimeout(ctx, s.redisTimeout)
 	defer cancel()
 	b, found, err := s.st.Buyer(rctx, u.sale.ID, u.userID)
@@ -254,8 +336,37 @@ func (s *Service) settleRetry(ctx context.Context, sale *flashsale.Sale, userID 
 	if u == nil {
 		return "", false, nil
 	}
+	if u.late != nil {
+		return s.retryLate(ctx, u)
+	}
 	if err := s.publishSettled(context.WithoutCancel(ctx), u, fe.OrderID); err != nil {
 		return "", true, err
 	}
 	return fe.OrderID, true, nil
+}
+
+// retryLate answers a retry that met u, a late publish taken out of the
+// set: 202 with its order once written, errTryAgain once refused (its
+// reservation undone), and 503 with its id while the outcome is unknown
+// (u goes back to the set).
+func (s *Service) retryLate(ctx context.Context, u *unsettled) (string, bool, error) {
+	known, err := u.late()
+	switch {
+	case !known:
+		if !s.settle.add(u) {
+			s.log.Warn("too many uncertain reservations to settle; left to the reconciler", "sale", u.sale.ID, "user", u.userID, "order", u.orderID)
+		}
+	case s.lateOutcome(context.WithoutCancel(ctx), u, err):
+		return "", true, errTryAgain
+	case err == nil && s.lease.Holds(u.slot):
+		return u.orderID, true, nil
+	}
+	// Written after the lease it was made under lapsed here, the order may
+	// be the Reconciler's to settle (as in place): unknown.
+	s.outcomes[OutcomePublishUncertain].Inc()
+	return "", true, &flashsale.Error{
+		Code:    flashsale.CodeUnavailable,
+		Message: "your order could not be confirmed yet; look for it in this sale shortly",
+		OrderID: u.orderID,
+	}
 }

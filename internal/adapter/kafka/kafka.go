@@ -33,7 +33,10 @@
 // unit back; a record arriving after that hits the tombstone (ON CONFLICT
 // (id) DO NOTHING in the writer) and is not counted. Releasing an uncertain
 // reservation at once instead would let a late record create an order whose
-// unit Redis has already given away.
+// unit Redis has already given away. The error's Outcome reports the
+// record's fate once franz-go decides it (the broker answered, or came back
+// and the record failed unsent), so the caller may settle it then, long
+// before the reconciler's bound.
 //
 // # Broker restarts
 //
@@ -52,6 +55,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -190,6 +194,24 @@ func NewProducer(cfg ProducerConfig, logger *slog.Logger) (*Producer, error) {
 type PublishError struct {
 	uncertain bool
 	err       error
+	// outcome, on an error returned because the bound passed, reports
+	// the record's fate once franz-go decides it (see Outcome).
+	outcome func() (bool, error)
+}
+
+// Outcome reports, for an uncertain error returned because the bound
+// passed while franz-go still held the record, whether its fate is known
+// now and what it is: nil when the record was written after all, a
+// definite *PublishError when it never will be (its reservation may be
+// given back at once), an uncertain one when nobody can tell. A broker that
+// comes back decides every record it held within moments, long before the
+// Reconciler's bound. known is false for other errors, and until then; it
+// never blocks.
+func (e *PublishError) Outcome() (known bool, err error) {
+	if e.outcome == nil {
+		return false, nil
+	}
+	return e.outcome()
 }
 
 func (e *PublishError) Error() string {
@@ -300,7 +322,29 @@ func (p *Producer) produce(ctx context.Context, topic string, itemID int64, valu
 		return p.result(rec, gen, err)
 	default:
 	}
-	return nil, &PublishError{uncertain: true, err: ErrTimeout}
+	// The promise arrives later (franz-go calls it exactly once): done
+	// keeps it for Outcome, read once.
+	var (
+		mu    sync.Mutex
+		known bool
+		final error
+	)
+	outcome := func() (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !known {
+			select {
+			case err := <-done:
+				known = true
+				if _, rerr := p.result(rec, gen, err); rerr != nil {
+					final = rerr
+				}
+			default:
+			}
+		}
+		return known, final
+	}
+	return nil, &PublishError{uncertain: true, err: ErrTimeout, outcome: outcome}
 }
 
 // result turns a record's outcome into produce's answer. A closing client

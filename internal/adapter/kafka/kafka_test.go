@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/internal/harness/testenv"
@@ -355,5 +357,86 @@ func TestPrepare(t *testing.T) {
 	// retrying for as long as franz-go would.
 	if err := gone.Prepare(short); err == nil {
 		t.Error("Prepare with the broker gone: nil error")
+	}
+}
+
+// TestPublishOutcomeAfterTheBound holds the broker's answer to a produce
+// past the publish bound: Publish returns an uncertain error, and its
+// Outcome reports the record's fate once the broker answers, written or
+// refused, without waiting for anything.
+func TestPublishOutcomeAfterTheBound(t *testing.T) {
+	t.Parallel()
+	for _, refuse := range []bool{false, true} {
+		name := map[bool]string{false: "written", true: "refused"}[refuse]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			k := testenv.NewKafka(t)
+			p := newProducer(t, k.Brokers, 500*time.Millisecond)
+			ctx := context.Background()
+			if err := p.Prepare(ctx); err != nil {
+				t.Fatal(err)
+			}
+			answer := make(chan struct{})
+			var held sync.Once
+			k.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				first := false
+				held.Do(func() { first = true })
+				if !first {
+					return nil, nil, false
+				}
+				k.Cluster.SleepControl(func() { <-answer })
+				if !refuse {
+					return nil, nil, false // written as usual
+				}
+				// Answered with a retriable error: the record, whose own
+				// context ended long ago, is then failed for sure.
+				preq := req.(*kmsg.ProduceRequest)
+				resp := preq.ResponseKind().(*kmsg.ProduceResponse)
+				for _, rt := range preq.Topics {
+					st := kmsg.NewProduceResponseTopic()
+					st.Topic, st.TopicID = rt.Topic, rt.TopicID
+					for _, rp := range rt.Partitions {
+						sp := kmsg.NewProduceResponseTopicPartition()
+						sp.Partition = rp.Partition
+						sp.ErrorCode = kerr.NotLeaderForPartition.Code
+						st.Partitions = append(st.Partitions, sp)
+					}
+					resp.Topics = append(resp.Topics, st)
+				}
+				return resp, nil, true
+			})
+			err := p.Publish(ctx, flashsale.OrderPlaced{OrderID: "late-" + name, ItemID: 1})
+			var pe *PublishError
+			if !errors.As(err, &pe) || !pe.Uncertain() {
+				close(answer)
+				t.Fatalf("Publish with the answer held past the bound: %v, want an uncertain *PublishError", err)
+			}
+			if known, _ := pe.Outcome(); known {
+				t.Error("Outcome known before the broker answered")
+			}
+			close(answer)
+			var oerr error
+			testenv.Eventually(t, "the record's outcome", 10*time.Second, func() bool {
+				var known bool
+				known, oerr = pe.Outcome()
+				return known
+			})
+			switch {
+			case !refuse && oerr != nil:
+				t.Fatalf("outcome of a record the broker wrote: %v, want nil", oerr)
+			case refuse && (oerr == nil || IsUncertain(oerr)):
+				t.Fatalf("outcome of a record the broker refused: %v, want a definite failure", oerr)
+			}
+			if known, again := pe.Outcome(); !known || again != oerr {
+				t.Errorf("Outcome read twice: %v %v, want %v again", known, again, oerr)
+			}
+			if !refuse {
+				recs := consume(t, k.Brokers, flashsale.TopicOrders, 1)
+				var o flashsale.OrderPlaced
+				if err := json.Unmarshal(recs[0].Value, &o); err != nil || o.OrderID != "late-written" {
+					t.Fatalf("record in the topic: %s (%v), want late-written", recs[0].Value, err)
+				}
+			}
+		})
 	}
 }
