@@ -65,7 +65,8 @@ func (s *shard) call(ctx context.Context, sh *shopper, route, method, path strin
 }
 
 // maxBuyAttempts bounds one admission's purchase requests and order
-// lookups; ctx bounds their time.
+// lookups, but for a holder's while its unit is held (the page keeps its
+// buy button for the whole window); ctx bounds their time.
 const maxBuyAttempts = 40
 
 // buy tries the admitted items (starting at firstItem) until a
@@ -91,7 +92,7 @@ func (s *shard) buy(ctx context.Context, sh *shopper, m *roomMsg) (buyResult, or
 			continue
 		}
 		for {
-			if ctx.Err() != nil || attempts >= maxBuyAttempts {
+			if ctx.Err() != nil || attempts >= maxBuyAttempts && time.Now().UnixMilli() >= m.HoldUntilMs {
 				return buyFailed, orderRecord{}
 			}
 			attempts++
@@ -162,8 +163,13 @@ func (s *shard) buy(ctx context.Context, sh *shopper, m *roomMsg) (buyResult, or
 						Source: SourcePurchase503, Gateway: base, AtUnixMs: time.Now().UnixMilli()})
 				}
 				// A 503 without an order id reserved nothing (CONTRACT
-				// section 5); any other 5xx may have.
-				uncertain = r.Status >= 500 && (r.Status != http.StatusServiceUnavailable || b.OrderID != "")
+				// section 5); any other 5xx may have. After a 503 naming
+				// an order the shopper buys again after Retry-After, as
+				// the page does: the gateway that made the order answers
+				// 202 once it is confirmed, buys anew once it was
+				// refused, and answers 503 again until then; another
+				// gateway answers ALREADY_PURCHASED with it.
+				uncertain = r.Status >= 500 && r.Status != http.StatusServiceUnavailable
 				d := retryDelay(r)
 				if !r.HasRetryAfter {
 					d = bo.next()

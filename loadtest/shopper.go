@@ -92,6 +92,7 @@ type roomMsg struct {
 	AdmissionToken string      `json:"admissionToken"`
 	ExpiresAtMs    int64       `json:"expiresAtMs"`
 	NotBeforeMs    int64       `json:"notBeforeMs"`
+	HoldUntilMs    int64       `json:"holdUntilMs"` // queue order: the unit is held until then
 	Items          []roomItem  `json:"items"`
 	Position       json.Number `json:"position"`
 }

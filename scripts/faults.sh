@@ -59,8 +59,8 @@
 #
 # Knobs (defaults in brackets): SHOPPERS [10000] QUANTITY [2000] ITEMS [4]
 #   RATE [1000] GATEWAYS [2] PROCESSES [1] SOURCE_ADDRS [40] STARTS_IN [20s]
-#   FAULT_AT [1] (seconds after opening) DURATION [150s] QUIET_TIMEOUT [90s]
-#   ALLOCATION [queue] REACTION [4s] FAST_SHARE [0.1]
+#   FAULT_AT [1] (seconds after opening) DURATION [240s] QUIET_TIMEOUT [90s]
+#   ALLOCATION [queue] REACTION [4s] FAST_SHARE [0.1] CLAIM_WINDOW [45s]
 #   FLASHSALE_RECONCILE_AFTER [15s] FLASHSALE_DRAW_LEAD [3s] PG_DOWN [20]
 #   REPLICA_LAG [0.5] PORT_BASE [21000] BUILD [1]
 #   LOADTEST_ARGS [extra loadtest flags]
@@ -298,11 +298,14 @@ opening_ms() {
 }
 
 # inject FAULT DIR: injects the fault in this shell (so that restarted
-# processes are ours to stop) and writes its Unix ms to DIR/fault_ms.
+# processes are ours to stop) and writes its Unix ms to DIR/fault_ms, and
+# the Unix ms at which the part is back (restarted, woken up; the fault
+# instant for a part not brought back) to DIR/fault_end_ms.
 inject() {
 	local f=$1 dir=$2
 	echo "$(now_ms)" >"$dir/fault_ms"
 	_inject "$f" "$dir"
+	echo "$(now_ms)" >"$dir/fault_end_ms"
 }
 _inject() {
 	local f=$1 dir=$2
@@ -380,9 +383,17 @@ run_fault() { # fault
 	local f=$1 dir="$OUT/$1" args=() rc=0 open fault_ms
 	args+=(--shoppers "${SHOPPERS:-10000}" --quantity "${QUANTITY:-2000}" --items "${ITEMS:-4}")
 	args+=(--rate "${RATE:-1000}" --starts-in "${STARTS_IN:-20s}" --processes "${PROCESSES:-1}")
-	args+=(--source-addrs "${SOURCE_ADDRS:-40}" --duration "${DURATION:-150s}" --quiet-timeout "${QUIET_TIMEOUT:-90s}")
+	# The shoppers stay until DURATION - QUIET_TIMEOUT - 2 s after the
+	# start (about 2 minutes after the opening), or until the sale has been
+	# sold out with nothing on its way back for 10 s: longer than the
+	# slowest return path of the longest fault (the broker down 30 s, then
+	# a hold's window).
+	args+=(--source-addrs "${SOURCE_ADDRS:-40}" --duration "${DURATION:-240s}" --quiet-timeout "${QUIET_TIMEOUT:-90s}")
 	# The sale's shape, so that the fault lands mid-sale (the header).
 	args+=(--allocation "${ALLOCATION:-queue}" --reaction "${REACTION:-4s}" --fast-share "${FAST_SHARE:-0.1}")
+	# A hold not used within CLAIM_WINDOW goes to the next in line within
+	# the run (the default window, 2 minutes, would outlast the shoppers).
+	[ "${ALLOCATION:-queue}" = queue ] && args+=(--claim-window "${CLAIM_WINDOW:-45s}")
 	# Shoppers told SOLD_OUT stay connected, as the page does (CONTRACT
 	# section 4), so a unit that a fault held back and that comes back later
 	# must be sold to them: otherwise it is stranded.
@@ -412,7 +423,7 @@ run_fault() { # fault
 	echo "fault $f injected at $fault_ms ($((fault_ms - open)) ms after opening)" | tee -a "$dir/run.txt"
 	wait "$lt" || rc=$?
 	echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg); loadtest exit $rc" | tee -a "$dir/run.txt"
-	summarize "$f" "$dir" "$open" "$fault_ms" "$rc" >"$dir/summary.json"
+	summarize "$f" "$dir" "$open" "$fault_ms" "$(cat "$dir/fault_end_ms")" "$rc" >"$dir/summary.json"
 	jq -c . "$dir/summary.json"
 	# A fault that came after the last reservation tested nothing.
 	if [ "$(jq -r .valid "$dir/summary.json")" != true ]; then
@@ -422,15 +433,19 @@ run_fault() { # fault
 	return "$rc"
 }
 
-# summarize FAULT DIR OPEN_MS FAULT_MS RC: the fault's summary object, from
-# the load tool's report (ledger, invariants, timeline) and PostgreSQL.
+# summarize FAULT DIR OPEN_MS FAULT_MS END_MS RC: the fault's summary
+# object, from the load tool's report (ledger, invariants, timeline) and
+# PostgreSQL. The recovery times count from END_MS, when the part was back:
+# while the broker is down no order can be acknowledged, so a recovery read
+# from the fault instant would measure the fault's own length.
 summarize() {
-	local f=$1 dir=$2 open=$3 fault=$4 rc=$5 at=$(($4 - $3))
+	local f=$1 dir=$2 open=$3 fault=$4 end=$5 rc=$6 at=$(($4 - $3))
 	local rejected_db next_row sale rport
 	rejected_db=$(psql_q "SELECT count(*) FROM orders WHERE status = 'REJECTED'" || true)
-	# The first order row the writer stored after the fault (orders.inserted_at).
-	next_row=$(psql_q "SELECT round(extract(epoch FROM min(inserted_at)) * 1000)::bigint - $fault
-		FROM orders WHERE inserted_at >= to_timestamp($fault / 1000.0)" || true)
+	# The first order row the writer stored after the part was back
+	# (orders.inserted_at).
+	next_row=$(psql_q "SELECT round(extract(epoch FROM min(inserted_at)) * 1000)::bigint - $end
+		FROM orders WHERE inserted_at >= to_timestamp($end / 1000.0)" || true)
 	# Server-side times, which in-flight answers do not blur: reservations
 	# (orders.created_at) and admissions (the room's admission records,
 	# place|admittedAtMs) made after the fault.
@@ -441,17 +456,19 @@ summarize() {
 	[ "$f" = redis-failover ] && rport=$REPLICA_PORT
 	redis-cli -p "$rport" --raw HVALS "wr:{s$sale}:admitted" 2>/dev/null | awk -F'|' -v t="$fault" '$2 >= t' >"$dir/admitted-after.txt" || true
 	jq --arg fault "$f" --argjson at "$at" --argjson rc "$rc" --argjson rejectedDb "${rejected_db:-null}" \
-		--argjson nextRow "${next_row:-null}" --argjson faultMs "$fault" \
+		--argjson nextRow "${next_row:-null}" --argjson faultMs "$fault" --argjson endMs "$end" \
 		--rawfile created "$dir/created-after.txt" --rawfile admitted "$dir/admitted-after.txt" \
 		--arg load "$(cut -d' ' -f1-3 /proc/loadavg)" '
 		($created | split("\n") | map(select(length > 0) | split(" ") | {key: .[0], value: (.[1] | tonumber)}) | from_entries) as $createdAt |
-		([.ledger[] | select(.source == "purchase_202") | $createdAt[.orderId] // empty] | min) as $res |
-		($admitted | split("\n") | map(select(length > 0) | split("|")[1] | tonumber) | min) as $adm |
-		def secs(x): if x == null then null else ((x - $faultMs) / 1000) end;
+		([.ledger[] | select(.source == "purchase_202") | $createdAt[.orderId] // empty | select(. >= $endMs)] | min) as $res |
+		($admitted | split("\n") | map(select(length > 0) | split("|")[1] | tonumber | select(. >= $endMs)) | min) as $adm |
+		def secs(x): if x == null then null else ((x - $endMs) / 1000) end;
 		(.summary // {}) as $s |
 		{
 			fault: $fault,
 			faultAtMs: $at,
+			# how long the part was away (killed and restarted, frozen)
+			faultSeconds: (($endMs - $faultMs) / 1000),
 			oversold: $s.oversold,
 			acknowledged: $s.acknowledged,
 			acknowledgedLost: $s.acknowledgedLost,
@@ -466,7 +483,10 @@ summarize() {
 			reconnects: $s.reconnects, gatewayMoves: $s.gatewayMoves, placesLost: $s.placesLost,
 			secondsToNextAdmission: secs($adm),
 			secondsToNextReservation: secs($res),
-			recoverySeconds: ([secs($adm), secs($res)] | map(select(. != null)) | if length == 0 then null else max end),
+			# the next admission waits for a unit to come free (in queue
+			# order every unit is held at the draw), so recovery is read
+			# from the next purchase that reserved
+			recoverySeconds: secs($res),
 			secondsToNextOrderRow: (if $nextRow == null then null else $nextRow / 1000 end),
 			# units reserved at or after the fault (orders.created_at):
 			# none means the fault came after the sale and tested nothing
@@ -497,6 +517,6 @@ done
 jq -s . "${results[@]}" >"$OUT/summary.json"
 echo "summary: $OUT/summary.json"
 jq -r '.[] | [.fault, "oversold=\(.oversold)", "lost=\(.acknowledgedLost)", "rejected=\(.acknowledgedRejected)",
-	"stranded=\(.strandedUnits)", "recovery=\(.recoverySeconds)s", "5xx=\(.http5xx)", "broken=\(.invariantsBroken | join(","))",
+	"stranded=\(.strandedUnits)", "lasted=\(.faultSeconds)s", "recovery=\(.recoverySeconds)s", "5xx=\(.http5xx)", "broken=\(.invariantsBroken | join(","))",
 	"reservedAfterFault=\(.reservedAfterFault)", (if .valid then "valid" else "INVALID" end)] | join("  ")' "$OUT/summary.json"
 exit $status
