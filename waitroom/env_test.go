@@ -40,13 +40,32 @@ func (c *clock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 type fakeSales struct {
 	mu sync.Mutex
 	m  map[int64]*flashsale.Sale
+	// reads left before a sale leaves the source (vanishAfter)
+	left map[int64]int
 }
 
 func (f *fakeSales) Sale(id int64) (*flashsale.Sale, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if n, ok := f.left[id]; ok {
+		if n <= 0 {
+			return nil, false
+		}
+		f.left[id] = n - 1
+	}
 	s, ok := f.m[id]
 	return s, ok
+}
+
+// vanishAfter makes the sale leave the source after n more reads, as a
+// cache reload without it would.
+func (f *fakeSales) vanishAfter(id int64, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.left == nil {
+		f.left = map[int64]int{}
+	}
+	f.left[id] = n
 }
 
 func (f *fakeSales) put(s *flashsale.Sale) {

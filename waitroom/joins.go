@@ -168,6 +168,12 @@ func (r *Room) ensureLoaded(ctx context.Context, sr *saleRoom, st queueState) er
 	}
 	sr.mu.Lock()
 	sr.observe(st)
+	known := sr.sale != nil
 	sr.mu.Unlock()
+	if !known {
+		// The sale left the cache between the join and its first
+		// refresh (deleted, or a reload without it): nothing to show.
+		return notFound()
+	}
 	return nil
 }

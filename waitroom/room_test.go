@@ -827,3 +827,25 @@ func TestOpeningHold(t *testing.T) {
 		}
 	}
 }
+
+// TestJoinSaleGoneBeforeLoad: a sale that leaves the sales cache between a
+// join and the room's first read of it (deleted, or a reload without it)
+// is answered NOT_FOUND, by WebSocket and by polling. The WebSocket join
+// used to crash the gateway on the room's missing sale.
+func TestJoinSaleGoneBeforeLoad(t *testing.T) {
+	e := newEnv(t)
+	ws := e.addSale(newSale(t, 6, e.clock.Now().Add(time.Minute), 10, 10))
+	poll := e.addSale(newSale(t, 7, e.clock.Now().Add(time.Minute), 10, 10))
+	g := e.newGateway(Config{}, nil)
+	// One read left: the join's own look at the sale.
+	e.sales.vanishAfter(ws.ID, 1)
+	e.sales.vanishAfter(poll.ID, 1)
+	c := dial(t, g.url(ws.ID))
+	c.join(e.token(1))
+	if m := c.until("an error", 5*time.Second, func(m msg) bool { return m.Type == "error" }); m.Error != "NOT_FOUND" {
+		t.Fatalf("WebSocket join of a sale gone before its load: %+v, want NOT_FOUND", m)
+	}
+	if _, err := g.room.Join(context.Background(), flashsale.Principal{UserID: 2}, poll.ID, testIP, nil); flashsale.ErrorCode(err) != flashsale.CodeNotFound {
+		t.Fatalf("polling join of a sale gone before its load: %v, want NOT_FOUND", err)
+	}
+}
