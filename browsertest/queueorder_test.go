@@ -21,8 +21,12 @@ import (
 // ends, B's page shows the unit held for B with the buy button on, and B
 // buys it. A's page says the turn ended.
 func TestQueueOrderHoldReachesNext(t *testing.T) {
-	s := startStack(t, func(c *wiring.Config) { c.DrawLead = 4 * time.Second })
-	opens := time.Now().Add(9 * time.Second)
+	s := startStack(t, func(c *wiring.Config) { c.DrawLead = 6 * time.Second })
+	// The browser starts before the sale is made, so that A's page has the
+	// whole pre-queue (6 s, however slow Chromium's start) to join in.
+	b := newBrowser(t)
+	a := b.tab("A")
+	opens := time.Now().Add(12 * time.Second)
 	const window = 10
 	r := s.Do("POST", "/api/admin/sales", s.Token(1, true), map[string]any{
 		"name": "Queue order", "startsAt": opens.UTC().Format(time.RFC3339Nano), "admissionRatePerSecond": 100,
@@ -34,8 +38,6 @@ func TestQueueOrderHoldReachesNext(t *testing.T) {
 	item := int64(r.Body["items"].([]any)[0].(map[string]any)["id"].(float64))
 	buy := fmt.Sprintf("buy-%d", item)
 
-	b := newBrowser(t)
-	a := b.tab("A")
 	a.navigate(s.shopperURL(s.App.PublicURL, saleID, 7201, ""))
 	a.waitState("PREQUEUE")
 	a.waitState("ADMITTED")
