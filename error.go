@@ -35,6 +35,9 @@ const (
 	// CodeChoiceClosed: a shopper's item choice after their turn came (a
 	// unit is held for them, or about to be): the choice is fixed.
 	CodeChoiceClosed Code = "CHOICE_CLOSED"
+	// CodeDuplicateIdentity: a join whose identity key (the access
+	// token's idk claim) holds a place in the sale under another user.
+	CodeDuplicateIdentity Code = "DUPLICATE_IDENTITY"
 )
 
 // Error is the one domain error type. Message is safe to show a user.

@@ -374,6 +374,11 @@ type Admission struct {
 type Principal struct {
 	UserID   int64
 	Operator bool
+	// IdentityKey is the shop's identity key for the person (the access
+	// token's idk claim: its hash of a card, an address or a phone; never
+	// the raw value), "" when the token carries none. A sale's queue holds
+	// one place per key, across user ids.
+	IdentityKey string
 }
 
 // Kafka topics.

@@ -109,8 +109,16 @@ func NewVerifier(secret string, opts ...Option) *Verifier {
 // Claims are the access-token claims flashsale reads.
 type Claims struct {
 	Role string `json:"role,omitempty"`
+	// IdentityKey (idk) is the shop's key for the person behind the
+	// account (its hash of a card, an address or a phone): a sale's queue
+	// holds one place per key.
+	IdentityKey string `json:"idk,omitempty"`
 	jwt.RegisteredClaims
 }
+
+// MaxIdentityKeyLen bounds the idk claim: a token with a longer one is
+// refused (a hash fits many times over).
+const MaxIdentityKeyLen = 128
 
 var errUnauthenticated = &flashsale.Error{Code: flashsale.CodeUnauthenticated, Message: "missing, invalid or expired access token"}
 
@@ -163,7 +171,7 @@ func (v *Verifier) verifyJWT(token string) (flashsale.Principal, time.Time, erro
 			return flashsale.Principal{}, time.Time{}, errUnauthenticated
 		}
 	}
-	cl := claims{exp: c.ExpiresAt.Time, hasExp: true, operator: c.Role == "operator"}
+	cl := claims{exp: c.ExpiresAt.Time, hasExp: true, operator: c.Role == "operator", idk: c.IdentityKey}
 	cl.sub, _ = parseSubject(c.Subject)
 	if c.IssuedAt != nil {
 		cl.iat, cl.hasIat = c.IssuedAt.Time, true
@@ -176,8 +184,9 @@ func (v *Verifier) verifyJWT(token string) (flashsale.Principal, time.Time, erro
 
 // claims are the claims verify reads, from either path.
 type claims struct {
-	sub           int64 // 0 unless sub is a user id (parseSubject)
-	operator      bool  // role is "operator"
+	sub           int64  // 0 unless sub is a user id (parseSubject)
+	operator      bool   // role is "operator"
+	idk           string // the identity key, "" for none
 	exp, iat, nbf time.Time
 	hasExp        bool
 	hasIat        bool
@@ -195,10 +204,10 @@ func (v *Verifier) admit(c claims) (flashsale.Principal, time.Time, error) {
 	if c.exp.Sub(now) > v.maxLife+leeway || c.hasIat && c.exp.Sub(c.iat) > v.maxLife+leeway {
 		return flashsale.Principal{}, time.Time{}, errUnauthenticated
 	}
-	if c.sub <= 0 {
+	if c.sub <= 0 || len(c.idk) > MaxIdentityKeyLen {
 		return flashsale.Principal{}, time.Time{}, errUnauthenticated
 	}
-	return flashsale.Principal{UserID: c.sub, Operator: c.operator}, c.exp.Add(leeway), nil
+	return flashsale.Principal{UserID: c.sub, Operator: c.operator, IdentityKey: c.idk}, c.exp.Add(leeway), nil
 }
 
 // parseSubject reads a user id from sub: canonical decimal only (no sign,
@@ -257,7 +266,13 @@ func (v *Verifier) key(t *jwt.Token) (any, error) {
 // Mint signs an HS256 access token for userID (for development, tests and
 // `flashsale token`).
 func Mint(secret string, userID int64, operator bool, ttl time.Duration, now time.Time) (string, error) {
-	c := Claims{RegisteredClaims: jwt.RegisteredClaims{
+	return MintIdentity(secret, userID, operator, "", ttl, now)
+}
+
+// MintIdentity is Mint with an identity key (the idk claim; "" for none),
+// as a shop's token for a person it has identified.
+func MintIdentity(secret string, userID int64, operator bool, idk string, ttl time.Duration, now time.Time) (string, error) {
+	c := Claims{IdentityKey: idk, RegisteredClaims: jwt.RegisteredClaims{
 		Subject:   strconv.FormatInt(userID, 10),
 		IssuedAt:  jwt.NewNumericDate(now),
 		ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),

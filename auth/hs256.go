@@ -114,8 +114,8 @@ func isHS256Header(b []byte) bool {
 	return false
 }
 
-// parseClaims reads a JSON object of the claims sub, role, exp, iat and
-// nbf, each at most once, written the way JSON encoders write them: no
+// parseClaims reads a JSON object of the claims sub, role, idk, exp, iat
+// and nbf, each at most once, written the way JSON encoders write them: no
 // whitespace, strings of printable ASCII without escapes, numbers without
 // sign or exponent. ok is false on anything else, where encoding/json may
 // read the object differently (unknown, differently cased or repeated
@@ -133,6 +133,7 @@ func parseClaims(b []byte) (c claims, ok bool) {
 		seenExp
 		seenIat
 		seenNbf
+		seenIdk
 	)
 	var seen int
 	for i := 1; ; {
@@ -143,17 +144,21 @@ func parseClaims(b []byte) (c claims, ok bool) {
 		i = j + 1
 		var bit int
 		switch string(key) {
-		case "sub", "role":
+		case "sub", "role", "idk":
 			var s []byte
 			if s, i, ok = scanString(b, i); !ok {
 				return c, false
 			}
-			if key[0] == 's' {
+			switch key[0] {
+			case 's':
 				bit = seenSub
 				c.sub, _ = parseSubject(s)
-			} else {
+			case 'r':
 				bit = seenRole
 				c.operator = string(s) == "operator"
+			default:
+				bit = seenIdk
+				c.idk = string(s)
 			}
 		case "exp", "iat", "nbf":
 			j := i

@@ -129,6 +129,36 @@ func hs256Cases(t testing.TB) []hs256Case {
 		{"sub number", claims(`{"sub":5,"exp":%d}`, exp), fallBack, 0, false},
 		{"over cap from iat", claims(`{"sub":"5","iat":%d,"exp":%d}`, hs256Now.Add(-2*time.Hour).Unix(), hs256Now.Add(23*time.Hour).Unix()), refuse, 0, false},
 		{"over cap from now", claims(`{"sub":"5","exp":%d}`, hs256Now.Add(25*time.Hour).Unix()), refuse, 0, false},
+		{"identity key", claims(`{"sub":"5","idk":"c4rd-h4sh","exp":%d}`, exp), accept, 5, false},
+		{"identity key too long", claims(`{"sub":"5","idk":"%s","exp":%d}`, strings.Repeat("k", MaxIdentityKeyLen+1), exp), refuse, 0, false},
+		{"identity key longest", claims(`{"sub":"5","idk":"%s","exp":%d}`, strings.Repeat("k", MaxIdentityKeyLen), exp), accept, 5, false},
+		{"identity key escaped", claims(`{"sub":"5","idk":"\u0041","exp":%d}`, exp), fallBack, 5, false},
+		{"identity key twice", claims(`{"sub":"5","idk":"a","idk":"b","exp":%d}`, exp), fallBack, 5, false},
+		{"identity key a number", claims(`{"sub":"5","idk":7,"exp":%d}`, exp), fallBack, 0, false},
+	}
+}
+
+// TestVerifyIdentityKey: the idk claim reaches the principal, by either
+// path, as the token holds it.
+func TestVerifyIdentityKey(t *testing.T) {
+	v := NewVerifier(secret, WithClock(func() time.Time { return hs256Now }))
+	exp := hs256Now.Add(time.Hour).Unix()
+	for _, tc := range []struct{ name, token, want string }{
+		{"fast", signJSON(secret, hs256Header, fmt.Sprintf(`{"sub":"5","idk":"c4rd","exp":%d}`, exp)), "c4rd"},
+		{"slow (escaped)", signJSON(secret, hs256Header, fmt.Sprintf(`{"sub":"5","idk":"\u0041b","exp":%d}`, exp)), "Ab"},
+		{"none", signJSON(secret, hs256Header, fmt.Sprintf(`{"sub":"5","exp":%d}`, exp)), ""},
+	} {
+		p, err := v.Verify(tc.token)
+		if err != nil || p.IdentityKey != tc.want {
+			t.Errorf("%s: %+v, %v; want identity key %q", tc.name, p, err, tc.want)
+		}
+	}
+	tok, err := MintIdentity(secret, 9, false, "addr-hash", time.Hour, hs256Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := v.Verify(tok); err != nil || p.IdentityKey != "addr-hash" || p.UserID != 9 {
+		t.Errorf("minted with an identity key: %+v, %v", p, err)
 	}
 }
 
@@ -184,6 +214,7 @@ func FuzzVerifyFastMatchesSlow(f *testing.F) {
 		fmt.Sprintf(`{"sub":"5","exp":%d,"aud":"a"}`, exp),
 		fmt.Sprintf(`{"sub":"5","Exp":%d}`, exp),
 		fmt.Sprintf(`{"sub":"5","exp":%de0}`, exp),
+		fmt.Sprintf(`{"sub":"5","idk":"k","exp":%d}`, exp),
 	} {
 		f.Add("", hs256Header, p, true)
 		f.Add("", `{"alg":"HS256"}`, p, true)

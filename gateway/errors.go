@@ -32,7 +32,7 @@ func statusOf(code flashsale.Code) int {
 	case flashsale.CodeAlreadyPurchased, flashsale.CodeOrderExpired, flashsale.CodeOrderCancelled,
 		flashsale.CodeNotPayableYet, flashsale.CodeOrderPaid, flashsale.CodeReplayed, flashsale.CodePaymentMismatch:
 		return http.StatusConflict
-	case flashsale.CodeNotDrawn, flashsale.CodeChoiceClosed:
+	case flashsale.CodeNotDrawn, flashsale.CodeChoiceClosed, flashsale.CodeDuplicateIdentity:
 		return http.StatusConflict
 	case flashsale.CodeSoldOut:
 		return http.StatusGone

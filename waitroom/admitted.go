@@ -78,7 +78,8 @@ func (r *Room) requeue(ctx context.Context, sr *saleRoom, users []int64, now tim
 	if len(again) == 0 {
 		return tickets, bought, nil
 	}
-	_, ts, err := registerJoins(ctx, r.rdb, sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(sale).Milliseconds(), sr.knownNow(), again)
+	// Their identity keys were checked at their first join.
+	_, ts, err := registerJoins(ctx, r.rdb, sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(sale).Milliseconds(), sr.knownNow(), again, make([]string, len(again)))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -178,7 +178,7 @@ func (r *Room) expireQueue(ctx context.Context, saleID int64, endsAt time.Time) 
 	pipe := r.rdb.Pipeline()
 	// Every key of the queue (store.go).
 	for _, k := range [...]string{keyState, keyTickets, keyOrder, keyAdmitted, keyBuckets, keyPresence, keyGone, keyHoles, keyLease,
-		keyHeldItem, keyChoice, keyFixed, keyPassed, keyWants} {
+		keyHeldItem, keyChoice, keyFixed, keyPassed, keyWants, keyIdentity} {
 		pipe.PExpireAt(ctx, lua.QueueKey(saleID, k), at)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {

@@ -149,6 +149,16 @@ func (e *env) addSale(s *flashsale.Sale) *flashsale.Sale {
 	return s
 }
 
+// identityToken is an access token with an identity key (the idk claim).
+func (e *env) identityToken(user int64, idk string) string {
+	e.t.Helper()
+	tok, err := auth.MintIdentity(jwtSecret, user, false, idk, time.Hour, e.clock.Now())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return tok
+}
+
 func (e *env) token(user int64) string {
 	e.t.Helper()
 	tok, err := auth.Mint(jwtSecret, user, false, time.Hour, e.clock.Now())

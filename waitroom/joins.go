@@ -13,8 +13,16 @@ import (
 type joinReq struct {
 	sale *flashsale.Sale
 	user int64
+	idk  string // the identity key, "" for none
 	done chan joinRes
 }
+
+// ticketDuplicate is joinScript's ticket for a user whose identity key
+// holds a place under another user.
+const ticketDuplicate = -3
+
+var errDuplicateIdentity = flashsale.Errorf(flashsale.CodeDuplicateIdentity,
+	"this identity already holds a place in this sale under another account")
 
 type joinRes struct {
 	ticket int64
@@ -93,22 +101,27 @@ func (r *Room) flushJoins(ctx context.Context, batch []*joinReq) {
 	for _, id := range order {
 		qs := bySale[id]
 		users := make([]int64, len(qs))
+		idks := make([]string, len(qs))
 		for i, q := range qs {
-			users[i] = q.user
+			users[i], idks[i] = q.user, q.idk
 		}
 		sr := r.saleRoom(id, true)
 		r.firstCheck(ctx, sr)
-		st, tickets, err := registerJoins(ctx, r.rdb, qs[0].sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(qs[0].sale).Milliseconds(), sr.knownNow(), users)
+		st, tickets, err := registerJoins(ctx, r.rdb, qs[0].sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(qs[0].sale).Milliseconds(), sr.knownNow(), users, idks)
 		if errors.Is(err, errStale) {
 			// Redis lost the queue (or holds an older one): rebuild it,
 			// then register the batch in the rebuilt queue.
 			if err = r.restoreSale(ctx, id); err == nil {
-				st, tickets, err = registerJoins(ctx, r.rdb, qs[0].sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(qs[0].sale).Milliseconds(), sr.knownNow(), users)
+				st, tickets, err = registerJoins(ctx, r.rdb, qs[0].sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(qs[0].sale).Milliseconds(), sr.knownNow(), users, idks)
 			}
 		}
 		for i, q := range qs {
 			if err != nil {
 				q.done <- joinRes{err: err}
+				continue
+			}
+			if tickets[i] == ticketDuplicate {
+				q.done <- joinRes{err: errDuplicateIdentity}
 				continue
 			}
 			q.done <- joinRes{ticket: tickets[i], st: st}
@@ -117,8 +130,10 @@ func (r *Room) flushJoins(ctx context.Context, batch []*joinReq) {
 }
 
 // register puts the user in the sale's queue (one batched script call) and
-// returns the ticket and the sale room, loaded.
-func (r *Room) register(ctx context.Context, sale *flashsale.Sale, userID int64) (int64, *saleRoom, error) {
+// returns the ticket and the sale room, loaded. A user whose identity key
+// holds a place under another user is refused DUPLICATE_IDENTITY.
+func (r *Room) register(ctx context.Context, sale *flashsale.Sale, p flashsale.Principal) (int64, *saleRoom, error) {
+	userID := p.UserID
 	sr := r.saleRoom(sale.ID, true)
 	r.mu.Lock()
 	reg := sr.registered
@@ -132,7 +147,7 @@ func (r *Room) register(ctx context.Context, sale *flashsale.Sale, userID int64)
 			return 0, nil, fmt.Errorf("waitroom.register: %w", err)
 		}
 	}
-	q := &joinReq{sale: sale, user: userID, done: make(chan joinRes, 1)}
+	q := &joinReq{sale: sale, user: userID, idk: p.IdentityKey, done: make(chan joinRes, 1)}
 	select {
 	case r.joins <- q:
 	case <-ctx.Done():

@@ -35,7 +35,7 @@ func (r *Room) Join(ctx context.Context, p flashsale.Principal, saleID int64, ip
 			return Status{Type: TypeChallenge, Challenge: ch}, nil
 		}
 	}
-	ticket, sr, err := r.register(ctx, sale, p.UserID)
+	ticket, sr, err := r.register(ctx, sale, p)
 	if err != nil {
 		return Status{}, err
 	}

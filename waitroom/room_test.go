@@ -849,3 +849,52 @@ func TestJoinSaleGoneBeforeLoad(t *testing.T) {
 		t.Fatalf("polling join of a sale gone before its load: %v, want NOT_FOUND", err)
 	}
 }
+
+// TestOnePlacePerIdentityKey: two users with one identity key join at the
+// same moment on two gateways, one by WebSocket and one by polling, many
+// times over: exactly one gets a place, the other is refused
+// DUPLICATE_IDENTITY. The holder joins again with it; other keys, and
+// tokens without one, are not affected.
+func TestOnePlacePerIdentityKey(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 8, e.clock.Now().Add(time.Minute), 10, 10))
+	g1 := e.newGateway(Config{}, nil)
+	g2 := e.newGateway(Config{}, nil)
+	ctx := context.Background()
+	for round := range 20 {
+		idk := fmt.Sprintf("card-%d", round)
+		wsUser, pollUser := int64(1000+2*round), int64(1001+2*round)
+		c := dial(t, g1.url(sale.ID))
+		var wg sync.WaitGroup
+		var pollErr error
+		wg.Go(func() {
+			_, pollErr = g2.room.Join(ctx, flashsale.Principal{UserID: pollUser, IdentityKey: idk}, sale.ID, testIP, nil)
+		})
+		c.join(e.identityToken(wsUser, idk))
+		m := c.until("the join's answer", 5*time.Second, func(m msg) bool { return m.Type == "error" || m.Type == "status" })
+		wg.Wait()
+		wsPlaced := m.Type == "status"
+		pollPlaced := pollErr == nil
+		if wsPlaced == pollPlaced {
+			t.Fatalf("round %d: WebSocket join %+v, polling join %v: want exactly one place for the key", round, m, pollErr)
+		}
+		if !wsPlaced && m.Error != "DUPLICATE_IDENTITY" {
+			t.Fatalf("round %d: WebSocket join refused %+v, want DUPLICATE_IDENTITY", round, m)
+		}
+		if !pollPlaced && flashsale.ErrorCode(pollErr) != flashsale.CodeDuplicateIdentity {
+			t.Fatalf("round %d: polling join refused %v, want DUPLICATE_IDENTITY", round, pollErr)
+		}
+		holder := pollUser
+		if wsPlaced {
+			holder = wsUser
+		}
+		if _, err := g2.room.Join(ctx, flashsale.Principal{UserID: holder, IdentityKey: idk}, sale.ID, testIP, nil); err != nil {
+			t.Fatalf("round %d: the key's holder joins again: %v", round, err)
+		}
+	}
+	for i, p := range []flashsale.Principal{{UserID: 1}, {UserID: 2}, {UserID: 3, IdentityKey: "another"}} {
+		if _, err := g1.room.Join(ctx, p, sale.ID, testIP, nil); err != nil {
+			t.Fatalf("join %d (%+v): %v", i, p, err)
+		}
+	}
+}

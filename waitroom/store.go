@@ -85,6 +85,7 @@ const (
 	keyHoles    = "holes"
 	keyLease    = "lease"
 	keyHeldItem = "helditem"
+	keyIdentity = "idk" // identity key → the user whose place it holds
 
 	fieldSeq     = "seq"
 	fieldN       = "n"
@@ -126,13 +127,16 @@ end
 
 // joinScript registers a batch of users and returns their tickets. Existing
 // users keep their ticket, except a user whose admission expired, who goes
-// to the back. It freezes the pre-queue (the draw) once now >= drawAt.
+// to the back. It freezes the pre-queue (the draw) once now >= drawAt. A
+// user whose identity key ("" for none) holds a place under another user
+// gets no ticket (-3); the first user to join with a key keeps it, so one
+// key holds one place, across gateways (one script decides).
 //
-//	KEYS: state, tickets, order, admitted, presence, gone
+//	KEYS: state, tickets, order, admitted, presence, gone, idk
 //	ARGV: nowMs, drawAtMs, admissionTtlMs, knownSeq, knownN, knownServing,
-//	      guard, userId...
-//	returns {n or -1, serving, {ticket...}}, or {-2} when the queue must be
-//	restored first (see staleCheck)
+//	      guard, then userId, identityKey for each user
+//	returns {n or -1, serving, {ticket or -3...}}, or {-2} when the queue
+//	must be restored first (see staleCheck)
 var joinScript = redis.NewScript(staleCheck + `
 if stale(KEYS[1], 4) then return {-2} end
 redis.call('HSET', KEYS[1], 'live', '1')
@@ -144,9 +148,21 @@ if not n and now >= tonumber(ARGV[2]) then
   redis.call('HSET', KEYS[1], 'n', n)
 end
 local out = {}
-for i = 8, #ARGV do
-  local uid = ARGV[i]
-  local t = redis.call('HGET', KEYS[2], uid)
+for i = 8, #ARGV, 2 do
+  local uid, idk = ARGV[i], ARGV[i + 1]
+  local t = false
+  if idk ~= '' then
+    local owner = redis.call('HGET', KEYS[7], idk)
+    if owner and owner ~= uid then
+      t = -3
+    elseif not owner then
+      redis.call('HSET', KEYS[7], idk, uid)
+    end
+  end
+  if t then
+    out[#out + 1] = t
+  else
+  t = redis.call('HGET', KEYS[2], uid)
   if t then
     local a = redis.call('HGET', KEYS[4], uid)
     if a then
@@ -165,6 +181,7 @@ for i = 8, #ARGV do
     redis.call('RPUSH', KEYS[3], uid)
   end
   out[#out + 1] = tonumber(t)
+  end
 end
 local serving = tonumber(redis.call('HGET', KEYS[1], 'serving') or '0')
 return {n and tonumber(n) or -1, serving, out}
@@ -522,14 +539,14 @@ func loadScripts(ctx context.Context, rdb redis.UniversalClient) error {
 
 // registerJoins runs joinScript for one batch of one sale. It returns
 // errStale when the queue must be restored first.
-func registerJoins(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.Sale, lead time.Duration, nowMs, ttlMs int64, kn known, users []int64) (queueState, []int64, error) {
-	args := make([]any, 0, 7+len(users))
+func registerJoins(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.Sale, lead time.Duration, nowMs, ttlMs int64, kn known, users []int64, idks []string) (queueState, []int64, error) {
+	args := make([]any, 0, 7+2*len(users))
 	args = append(args, nowMs, DrawAt(sale, lead).UnixMilli(), ttlMs)
 	args = append(args, kn.args()...)
-	for _, u := range users {
-		args = append(args, u)
+	for i, u := range users {
+		args = append(args, u, idks[i])
 	}
-	res, err := joinScript.Run(ctx, rdb, saleKeys(sale.ID, keyState, keyTickets, keyOrder, keyAdmitted, keyPresence, keyGone), args...).Slice()
+	res, err := joinScript.Run(ctx, rdb, saleKeys(sale.ID, keyState, keyTickets, keyOrder, keyAdmitted, keyPresence, keyGone, keyIdentity), args...).Slice()
 	if err != nil {
 		return queueState{}, nil, fmt.Errorf("waitroom.join: %w", err)
 	}

@@ -299,7 +299,8 @@ func closeStatus(code flashsale.Code) websocket.StatusCode {
 		return websocket.StatusUnsupportedData // 1003
 	case flashsale.CodeTooLarge:
 		return websocket.StatusMessageTooBig // 1009
-	case flashsale.CodeUnauthenticated, flashsale.CodeBlocked, flashsale.CodeNotFound, flashsale.CodeForbidden:
+	case flashsale.CodeUnauthenticated, flashsale.CodeBlocked, flashsale.CodeNotFound, flashsale.CodeForbidden,
+		flashsale.CodeDuplicateIdentity:
 		return websocket.StatusPolicyViolation // 1008
 	case flashsale.CodeRateLimited, flashsale.CodeUnavailable:
 		return websocket.StatusTryAgainLater // 1013
@@ -680,7 +681,7 @@ func (c *conn) handshake(saleID int64) *saleRoom {
 		r.mu.Unlock()
 		c.user = p.UserID
 		jctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		ticket, sr, err := r.register(jctx, sale, p.UserID)
+		ticket, sr, err := r.register(jctx, sale, p)
 		if err == nil {
 			err = c.enter(jctx, sr, ticket)
 		}

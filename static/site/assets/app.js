@@ -729,7 +729,7 @@ function onQueueError(code, message, fatal) {
   if (code === 'UNAUTHENTICATED') setToken('');
   if (fatal) {
     setQueueState('ERROR');
-    $('join').hidden = !page.token || code === 'BLOCKED' || code === 'NOT_FOUND';
+    $('join').hidden = !page.token || code === 'BLOCKED' || code === 'NOT_FOUND' || code === 'DUPLICATE_IDENTITY';
   }
 }
 

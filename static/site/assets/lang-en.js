@@ -177,6 +177,7 @@ export default {
   'error.FORBIDDEN': 'You are not allowed to do this.',
   'error.BLOCKED': 'Access from this account or network has been blocked.',
   'error.NOT_FOUND': 'This sale does not exist.',
+  'error.DUPLICATE_IDENTITY': 'Someone with your details already holds a place in this sale under another account: one place per person.',
   'error.INVALID': 'The page sent something the server did not understand. Please reload.',
   'error.TOO_LARGE': 'The page sent too much data. Please reload.',
   'error.POW_FAILED': 'The browser check failed; trying again.',

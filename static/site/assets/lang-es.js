@@ -178,6 +178,7 @@ export default {
   'error.FORBIDDEN': 'No tienes permiso para hacer esto.',
   'error.BLOCKED': 'Se ha bloqueado el acceso desde esta cuenta o esta red.',
   'error.NOT_FOUND': 'Esta venta no existe.',
+  'error.DUPLICATE_IDENTITY': 'Alguien con tus datos ya tiene un puesto en esta venta con otra cuenta: un puesto por persona.',
   'error.INVALID': 'La página envió algo que el servidor no entendió. Recarga la página.',
   'error.TOO_LARGE': 'La página envió demasiados datos. Recarga la página.',
   'error.POW_FAILED': 'Falló la comprobación del navegador; reintentando.',

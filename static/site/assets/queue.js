@@ -6,7 +6,7 @@ import { powAnswer, solveAsync } from './pow.js';
 
 // Errors after which reconnecting cannot help: the page must change
 // something (sign in again) or give up.
-export const FATAL_ERRORS = new Set(['UNAUTHENTICATED', 'FORBIDDEN', 'BLOCKED', 'NOT_FOUND', 'INVALID', 'TOO_LARGE']);
+export const FATAL_ERRORS = new Set(['UNAUTHENTICATED', 'FORBIDDEN', 'BLOCKED', 'NOT_FOUND', 'INVALID', 'TOO_LARGE', 'DUPLICATE_IDENTITY']);
 
 // WebSocket connects that never opened before the page switches to polling.
 export const FAILED_CONNECTS_BEFORE_POLLING = 2;
