@@ -151,6 +151,29 @@ func TestOperatorCreatesSaleWithItemDetails(t *testing.T) {
 	op := b.tab("")
 	op.navigate(fmt.Sprintf("%s/operator#token=%s", s.App.PublicURL, s.Token(1, true)))
 	op.do("console", chromedp.WaitVisible(chromedp.CSS("#create-sale")))
+	// Each label of the item rows and the bot-defense forms sits right
+	// above its own input, on a narrow window too, where the rows wrap (the
+	// labels once sat beside the previous field's input: "Product [501]
+	// Quantity / [100] Price (cents)").
+	for _, width := range []int64{1280, 480} {
+		op.do("resize", chromedp.EmulateViewport(width, 900))
+		bad := evalT[string](op, `(() => {
+			for (const l of document.querySelectorAll('#cs-items label, #knobs form label, #stock-form label, #rate-form label')) {
+				if (!l.offsetParent) continue; // not shown (no sale chosen yet)
+				const i = document.getElementById(l.htmlFor);
+				if (!i) return 'no input for ' + l.textContent;
+				const lr = l.getBoundingClientRect(), ir = i.getBoundingClientRect();
+				if (Math.abs(lr.left - ir.left) > 2 || lr.bottom > ir.top + 1 || ir.top - lr.bottom > 12) {
+					return l.textContent + ': label at ' + [lr.left, lr.bottom] + ', input at ' + [ir.left, ir.top];
+				}
+			}
+			return '';
+		})()`)
+		if bad != "" {
+			t.Errorf("window %d px wide: %s", width, bad)
+		}
+	}
+	op.screenshot("create-sale-items")
 	fill := func(image string) {
 		op.do("fill the form",
 			chromedp.SetValue(chromedp.CSS("#cs-name"), "Console drop"),

@@ -201,7 +201,9 @@ function selectSale(id) {
 }
 
 // The create form: one row per item, each with product, quantity, price,
-// currency, name and image.
+// currency, name and image. Each label sits above its own input in one
+// field box, so that a wrapping row never leaves a label beside the next
+// field's input.
 const ITEM_FIELDS = [
   { name: 'productId', label: 'op.item.product', type: 'number', min: 1, size: 7, required: true },
   { name: 'quantity', label: 'op.item.quantity', type: 'number', min: 1, size: 7, required: true },
@@ -214,7 +216,7 @@ const ITEM_FIELDS = [
 function addItemRow(values = {}) {
   const n = $('cs-items').children.length + 1;
   const row = document.createElement('div');
-  row.className = 'row item-row';
+  row.className = 'row item-row end';
   row.dataset.n = String(n);
   for (const f of ITEM_FIELDS) {
     const id = 'cs-' + f.name + '-' + n;
@@ -235,7 +237,10 @@ function addItemRow(values = {}) {
     i.size = f.size;
     i.required = !!f.required;
     i.value = values[f.name] === undefined ? '' : String(values[f.name]);
-    row.append(l, i);
+    const field = document.createElement('div');
+    field.className = 'field';
+    field.append(l, i);
+    row.append(field);
   }
   if (n > 1) {
     const rm = document.createElement('button');
