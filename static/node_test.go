@@ -53,7 +53,8 @@ func TestJavaScriptParses(t *testing.T) {
 }
 
 // TestJavaScriptUnits runs the node:test suites of the pure modules: server
-// clock, backoff, proof of work, token handling, queue client, charts.
+// clock, backoff, proof of work, token handling, queue client, charts,
+// the description of a change (conflict.js).
 func TestJavaScriptUnits(t *testing.T) {
 	node(t)
 	files, err := filepath.Glob("testdata/js/*.test.js")

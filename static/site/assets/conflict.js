@@ -35,3 +35,26 @@ export function conflictChanges(mine, current) {
   out.sort((x, y) => (y.path === 'version') - (x.path === 'version'));
   return out;
 }
+
+// changeLines describes an audited change as a person reads it: one line
+// per value that changed between before and after, "path: was → now" (–
+// for a value that was not there, or is gone); for a body that is not a
+// before/after pair, one line per value, "path: value". At most max lines,
+// the last one then saying how many more there were (more(n)).
+export function changeLines(body, max, more) {
+  if (body === undefined || body === null) return [];
+  if (typeof body !== 'object') return [String(body)];
+  const show = (v) => (v === undefined ? '–' : String(v));
+  let lines;
+  if (Object.keys(body).length === 2 && 'before' in body && 'after' in body) {
+    lines = conflictChanges(body.before || {}, body.after || {}).map((c) => c.path + ': ' + show(c.was) + ' → ' + show(c.now));
+  } else {
+    lines = [...flatten(body)].map(([p, v]) => p + ': ' + show(v));
+  }
+  if (lines.length > max) {
+    const n = lines.length - max + 1;
+    lines = lines.slice(0, max - 1);
+    lines.push(more(n));
+  }
+  return lines.map((l) => (l.length > 200 ? l.slice(0, 200) + '…' : l));
+}

@@ -324,6 +324,7 @@ export default {
   'op.change.refused': 'Not changed: {why}',
   'op.change.reloaded': 'Reloaded the current values; make your change again if it is still needed.',
   'op.change.audit': 'Audit #{id}: {entry}',
+  'op.audit.more': '… and {n} more changes',
   'op.change.cannotRead': 'Not changed: cannot read the settings.',
   'op.change.rateLimits': 'Rate limits changed.',
   'op.change.badDifficulty': 'The difficulty must be a whole number of 0 or more.',

@@ -325,6 +325,7 @@ export default {
   'op.change.refused': 'No se cambió: {why}',
   'op.change.reloaded': 'Valores actuales cargados; repite tu cambio si aún hace falta.',
   'op.change.audit': 'Auditoría #{id}: {entry}',
+  'op.audit.more': '… y {n} cambios más',
   'op.change.cannotRead': 'No se cambió: no se pueden leer los ajustes.',
   'op.change.rateLimits': 'Límites de ritmo cambiados.',
   'op.change.badDifficulty': 'La dificultad debe ser un número entero de 0 o más.',

@@ -6,7 +6,7 @@ import { request } from './api.js';
 import { acquireToken, clearToken, decodeClaims, looksLikeJWT, saveToken } from './auth.js';
 import { Series, drawChart, getPath, pivotCounters, ratePerSecond, setPath, shadowPaths } from './charts.js';
 import { setupLanguage } from './lang.js';
-import { conflictChanges, flatten } from './conflict.js';
+import { changeLines, conflictChanges } from './conflict.js';
 
 const TOKEN_KEY = 'flashsale.operatorToken';
 const ADMIN = '/api/admin';
@@ -918,19 +918,35 @@ function renderAudit() {
     const li = document.createElement('li');
     li.id = 'audit-' + e.id;
     if (String(e.id) === freshId) li.className = 'fresh';
-    li.textContent = auditText(e);
+    li.append(auditText(e));
+    const lines = auditLines(e.body);
+    if (lines.length) {
+      const diff = document.createElement('ul');
+      diff.className = 'diff';
+      for (const line of lines) {
+        const d = document.createElement('li');
+        d.textContent = line;
+        diff.append(d);
+      }
+      li.append(diff);
+    }
     ul.append(li);
   }
 }
 
-function auditText(e, withBody = true) {
-  let body = '';
-  if (withBody && e.body !== undefined && e.body !== null) {
-    body = typeof e.body === 'string' ? e.body : JSON.stringify(e.body);
-    if (body.length > 400) body = body.slice(0, 400) + '…';
-  }
+// auditText is an entry's first line: when, who, what.
+function auditText(e) {
   const at = Date.parse(e.at);
-  return (Number.isFinite(at) ? i18n.dateTime(at) : e.at || '') + ' · ' + (e.actor ?? '?') + ' · ' + (e.action || '') + (body ? ' · ' + body : '');
+  return (Number.isFinite(at) ? i18n.dateTime(at) : e.at || '') + ' · ' + (e.actor ?? '?') + ' · ' + (e.action || '');
+}
+
+// MAX_AUDIT_LINES bounds the lines one entry shows.
+const MAX_AUDIT_LINES = 12;
+
+// auditLines reads an entry's body as a person would (conflict.js,
+// changeLines): what changed, not the document.
+function auditLines(body) {
+  return changeLines(body, MAX_AUDIT_LINES, (n) => t('op.audit.more', { n }));
 }
 
 // showChange reports a change and, when it is audited, the audit entry it
@@ -959,7 +975,7 @@ function renderChange() {
   }
   let text = t(c.key, c.params);
   // The entry's body (the whole settings document) is in the audit list.
-  if (c.audit) text += ' ' + t('op.change.audit', { id: c.audit.id, entry: auditText(c.audit, false) });
+  if (c.audit) text += ' ' + t('op.change.audit', { id: c.audit.id, entry: auditText(c.audit) });
   el.textContent = text;
 }
 
