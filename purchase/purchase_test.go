@@ -567,3 +567,36 @@ func TestReserveWithStockRecordLostIsUnavailable(t *testing.T) {
 		t.Errorf("%d orders published, want 0", n)
 	}
 }
+
+// boundedFunc is a Publisher that bounds itself, as *kafka.Producer does.
+type boundedFunc struct {
+	pubFunc
+	bound time.Duration
+}
+
+func (b boundedFunc) Bound() time.Duration { return b.bound }
+
+// A publisher that bounds every publish by itself within the Service's
+// bound gets no deadline of the Service's (one timer per publish, its
+// own); one whose bound is longer gets the Service's.
+func TestBoundedPublisherGetsNoDeadline(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 3)
+	for i, tc := range []struct {
+		bound        time.Duration
+		wantDeadline bool
+	}{{DefaultPublishTimeout, false}, {DefaultPublishTimeout + time.Second, true}} {
+		var got bool
+		pub := boundedFunc{bound: tc.bound, pubFunc: func(ctx context.Context, _ flashsale.OrderPlaced) error {
+			_, got = ctx.Deadline()
+			return nil
+		}}
+		s := New(Config{}, e.st, pub, nil, nil)
+		if _, err := s.Reserve(context.Background(), e.sale, e.item(0), int64(20+i)); err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.wantDeadline {
+			t.Errorf("publisher bound %v: deadline %v, want %v", tc.bound, got, tc.wantDeadline)
+		}
+	}
+}

@@ -239,6 +239,10 @@ func IsUncertain(err error) bool {
 	return errors.As(err, &u) && u.Uncertain()
 }
 
+// Bound is how long a Publish waits at most (ProducerConfig.PublishTimeout):
+// a caller need not bound it with a deadline of its own.
+func (p *Producer) Bound() time.Duration { return p.timeout }
+
 // Publish sends o to the orders topic and waits for the acknowledgement of
 // every in-sync replica, at most PublishTimeout (and not past ctx). A nil
 // error means the order is durably in Kafka. An error is a *PublishError;
@@ -298,7 +302,11 @@ func (p *Producer) produce(ctx context.Context, topic string, itemID int64, valu
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < bound {
 		bound = time.Until(dl)
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound/2)
+	//
+	// One timer serves both halves (a purchase publishes under a crowd,
+	// where every timer counts): it cuts the record's context at half the
+	// bound, then is set again for the other half.
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan error, 1)
 	rec := &kgo.Record{Topic: topic, Key: strconv.AppendInt(nil, itemID, 10), Value: value}
 	// TryProduce never blocks: with the buffer full it fails at once.
@@ -308,12 +316,23 @@ func (p *Producer) produce(ctx context.Context, topic string, itemID int64, valu
 		cancel()
 		done <- err
 	})
-	t := time.NewTimer(bound)
+	half := bound / 2
+	t := time.NewTimer(half)
 	defer t.Stop()
 	select {
 	case err := <-done:
 		return p.result(rec, gen, err)
 	case <-t.C:
+		// Half the bound: an unsent record fails now; a sent one waits
+		// for its answer.
+		cancel()
+		t.Reset(bound - half)
+		select {
+		case err := <-done:
+			return p.result(rec, gen, err)
+		case <-t.C:
+		case <-ctx.Done():
+		}
 	case <-ctx.Done():
 	}
 	// The promise may have just arrived.
