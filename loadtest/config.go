@@ -164,6 +164,12 @@ type Config struct {
 	// UntilPaid ends the shopper phase once the admin API shows paid =
 	// quantity for every item (or when Duration runs out).
 	UntilPaid bool `json:"untilPaid,omitempty"`
+	// DuplicateIdentities (0–1) gives every shopper an identity key (the
+	// idk claim: one person) and makes this share of them a second
+	// account of the shopper before them: same key, another user id. The
+	// room gives a key one place (DUPLICATE_IDENTITY), so no key may end
+	// with two orders ("one order per identity key (run)").
+	DuplicateIdentities float64 `json:"duplicateIdentities,omitempty"`
 
 	Hostile Hostile `json:"hostile"`
 

@@ -349,6 +349,30 @@ func (r *Report) checkRun(orders map[int64][]orderRecord, figs []ItemFigures, qu
 	sort.Strings(dups)
 	add(InvariantResult{Name: "one order per user (run)", OK: len(dups) == 0, Detail: joinMax(dups, 10)})
 
+	// One order per identity key, across the accounts that share it.
+	if r.Config.DuplicateIdentities > 0 {
+		byKey := map[string]map[int64]bool{}
+		for u, os := range orders {
+			for _, o := range os {
+				if live(o.Status) {
+					k := identityKey(r.Config, u)
+					if byKey[k] == nil {
+						byKey[k] = map[int64]bool{}
+					}
+					byKey[k][u] = true
+				}
+			}
+		}
+		var twice []string
+		for k, us := range byKey {
+			if len(us) > 1 {
+				twice = append(twice, fmt.Sprintf("%s: live orders of %d accounts", k, len(us)))
+			}
+		}
+		sort.Strings(twice)
+		add(InvariantResult{Name: "one order per identity key (run)", OK: len(twice) == 0, Detail: joinMax(twice, 10)})
+	}
+
 	// Orders ≤ stock, from the run's own 202s.
 	perItem := map[int64]map[string]bool{}
 	for _, os := range orders {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -253,7 +254,7 @@ func (s *shard) seen(w *wait, m *roomMsg) {
 // run is one shopper's whole life, bounded by ctx.
 func (s *shard) run(ctx context.Context, sh *shopper) {
 	defer s.rec.live.done.Add(1)
-	tok, err := auth.Mint(s.cfg.JWTSecret, sh.userID, false, s.ttl, time.Now())
+	tok, err := auth.MintIdentity(s.cfg.JWTSecret, sh.userID, false, identityKey(s.cfg, sh.userID), s.ttl, time.Now())
 	if err != nil {
 		s.rec.errorf(err.Error())
 		return
@@ -831,6 +832,20 @@ func (s *shard) fastClient(userID int64) bool {
 // draw is a shopper's own random stream for one purpose (salt): fixed by
 // the run's seed and the user id, so a run with the same seed repeats
 // every shopper's choices whichever process and gateway serve it.
+// identityKey is the identity key of a shopper's token ("" without
+// Config.DuplicateIdentities): its own person's, or, for the drawn share,
+// the person's of the shopper before it (a second account).
+func identityKey(cfg Config, userID int64) string {
+	if cfg.DuplicateIdentities <= 0 {
+		return ""
+	}
+	person := userID
+	if userID > cfg.UserBase+1 && rand.New(rand.NewPCG(cfg.Seed^0x1d5e, uint64(userID))).Float64() < cfg.DuplicateIdentities {
+		person = userID - 1
+	}
+	return "person-" + strconv.FormatInt(person, 10)
+}
+
 func (s *shard) draw(userID int64, salt uint64) *rand.Rand {
 	return rand.New(rand.NewPCG(s.cfg.Seed^salt, uint64(userID)))
 }

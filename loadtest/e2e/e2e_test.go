@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,12 +80,19 @@ var mustHold = []string{
 
 // TestSmokeAgainstStack runs the smoke scenario over each transport, and
 // over the WebSocket for a sale allocated in queue order: every unit sold
-// and paid, every invariant holds.
+// and paid, every invariant holds. In the last run a third of the shoppers
+// are second accounts of another shopper (the same identity key): each
+// person gets one place, the other account is refused DUPLICATE_IDENTITY,
+// and no person ends with two orders.
 func TestSmokeAgainstStack(t *testing.T) {
-	for _, tc := range []struct{ name, transport, allocation string }{
-		{loadtest.TransportWS, loadtest.TransportWS, "race"},
-		{loadtest.TransportPolling, loadtest.TransportPolling, "race"},
-		{"ws-queue-order", loadtest.TransportWS, "queue"},
+	for _, tc := range []struct {
+		name, transport, allocation string
+		duplicates                  float64
+	}{
+		{loadtest.TransportWS, loadtest.TransportWS, "race", 0},
+		{loadtest.TransportPolling, loadtest.TransportPolling, "race", 0},
+		{"ws-queue-order", loadtest.TransportWS, "queue", 0},
+		{"ws-duplicate-identities", loadtest.TransportWS, "queue", 0.33},
 	} {
 		transport := tc.transport
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,6 +105,7 @@ func TestSmokeAgainstStack(t *testing.T) {
 			cfg.Redis.URL, cfg.DatabaseURL = st.redisURL, st.databaseURL
 			cfg.Transport = transport
 			cfg.Allocation = tc.allocation
+			cfg.DuplicateIdentities = tc.duplicates
 			cfg.PollInterval = 200 * time.Millisecond
 			cfg.SourceAddrs = 8
 			cfg.Duration = 45 * time.Second
@@ -116,7 +125,20 @@ func TestSmokeAgainstStack(t *testing.T) {
 			for _, c := range r.Invariants {
 				got[c.Name] = c
 			}
-			for _, name := range mustHold {
+			names := mustHold
+			if tc.duplicates > 0 {
+				names = append(names[:len(names):len(names)], "one order per identity key (run)")
+				refused := int64(0)
+				for out, n := range r.Steps["join"].Outcomes {
+					if strings.Contains(out, "DUPLICATE_IDENTITY") {
+						refused += n
+					}
+				}
+				if refused == 0 {
+					t.Errorf("no join refused DUPLICATE_IDENTITY (join outcomes %v)", r.Steps["join"].Outcomes)
+				}
+			}
+			for _, name := range names {
 				c, ok := got[name]
 				switch {
 				case !ok:
@@ -154,7 +176,8 @@ func TestSmokeAgainstStack(t *testing.T) {
 			}
 			// In queue order the drawn order decides: every unit goes to
 			// the first 10 places (every smoke shopper buys at once).
-			if f := r.Fairness; f == nil || f.Error != "" || f.Units != o.Reserved || f.Shoppers < r.Shoppers {
+			// (Second accounts refused at join have no place to rank.)
+			if f := r.Fairness; f == nil || f.Error != "" || f.Units != o.Reserved || f.Shoppers < r.Shoppers && tc.duplicates == 0 {
 				t.Errorf("fairness report %+v, want every 202 ranked by the draw", f)
 			} else if tc.allocation == "queue" && f.OutOfRank != 0 {
 				t.Errorf("queue order: %d of %d units bought outside the first %d places", f.OutOfRank, f.Units, o.Quantity)
