@@ -516,6 +516,10 @@ for f in "${FAULTS[@]}"; do
 done
 jq -s . "${results[@]}" >"$OUT/summary.json"
 echo "summary: $OUT/summary.json"
+# The rows of docs/FAULTS.md's table (out/faults/table.md).
+jq -r '.[] | "| `\(.fault)` | \(.faultSeconds) | \(.oversold) | \(.acknowledged) | \(.acknowledgedLost) | \(.acknowledgedRejected) | \(.strandedUnits) | \(.secondsToNextAdmission // "–") | \(.secondsToNextReservation // "–") | \(.secondsToNextOrderRow // "–") | \(.http5xx) | \(if (.http503RetryAfterByRoute // {}) == {} then "–" else (.http503RetryAfterByRoute | to_entries | map("\(.key): \(.value)") | join(", ")) end) | \(.reservedAfterFault) | \(if .valid then (if (.invariantsBroken | length) == 0 then "all kept" else (.invariantsBroken | join(", ")) end) else "INVALID" end) |"' \
+	"$OUT/summary.json" >"$OUT/table.md"
+echo "table rows: $OUT/table.md"
 jq -r '.[] | [.fault, "oversold=\(.oversold)", "lost=\(.acknowledgedLost)", "rejected=\(.acknowledgedRejected)",
 	"stranded=\(.strandedUnits)", "lasted=\(.faultSeconds)s", "recovery=\(.recoverySeconds)s", "5xx=\(.http5xx)", "broken=\(.invariantsBroken | join(","))",
 	"reservedAfterFault=\(.reservedAfterFault)", (if .valid then "valid" else "INVALID" end)] | join("  ")' "$OUT/summary.json"
