@@ -17,16 +17,18 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/adapter/postgres/orderstore"
 	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 	"github.com/flashsale/flashsale/lua"
 )
 
 // Store is the sale repository.
 type Store struct {
-	pool  *pgxpool.Pool
-	rdb   redis.UniversalClient
-	stock *redisstock.Store
-	now   func() time.Time
+	pool   *pgxpool.Pool
+	orders *orderstore.Store // the orders' figures
+	rdb    redis.UniversalClient
+	stock  *redisstock.Store
+	now    func() time.Time
 }
 
 // NewStore returns a Store. now may be nil (time.Now).
@@ -34,7 +36,7 @@ func NewStore(pool *pgxpool.Pool, rdb redis.UniversalClient, st *redisstock.Stor
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{pool: pool, rdb: rdb, stock: st, now: now}
+	return &Store{pool: pool, orders: orderstore.New(pool), rdb: rdb, stock: st, now: now}
 }
 
 var errNotFound = &flashsale.Error{Code: flashsale.CodeNotFound, Message: "no such sale"}
@@ -287,37 +289,30 @@ func (s *Store) Figures(ctx context.Context, saleID int64) ([]flashsale.ItemFigu
 		out[i] = flashsale.ItemFigures{ItemID: it.ID, Remaining: remaining[it.ID]}
 		byItem[it.ID] = &out[i]
 	}
-	rows, err := s.pool.Query(ctx, `SELECT item_id, status, count(*) FROM orders WHERE sale_id = $1 GROUP BY item_id, status`, saleID)
+	counts, err := s.orders.CountBySale(ctx, saleID)
 	if err != nil {
 		return nil, fmt.Errorf("sales.Figures: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var item, n int64
-		var status string
-		if err := rows.Scan(&item, &status, &n); err != nil {
-			return nil, fmt.Errorf("sales.Figures: %w", err)
-		}
+	for item, byStatus := range counts {
 		f := byItem[item]
 		if f == nil {
 			continue
 		}
-		switch flashsale.OrderStatus(status) {
-		case flashsale.OrderPending:
-			f.Sold += n
-		case flashsale.OrderPaid:
-			f.Sold += n
-			f.Paid += n
-		case flashsale.OrderExpired:
-			f.Expired += n
-		case flashsale.OrderCancelled:
-			f.Cancelled += n
-		case flashsale.OrderRejected:
-			f.Rejected += n
+		for status, n := range byStatus {
+			switch status {
+			case flashsale.OrderPending:
+				f.Sold += n
+			case flashsale.OrderPaid:
+				f.Sold += n
+				f.Paid += n
+			case flashsale.OrderExpired:
+				f.Expired += n
+			case flashsale.OrderCancelled:
+				f.Cancelled += n
+			case flashsale.OrderRejected:
+				f.Rejected += n
+			}
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sales.Figures: %w", err)
 	}
 	return out, nil
 }
