@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path"
@@ -47,7 +48,10 @@ var layout = map[string]imports{
 	// Components.
 	"admission": {code: "flashsale"},
 	"auth":      {code: "flashsale"},
-	"defense":   {code: "flashsale internal/adapter/prom lua", tests: "internal/harness/testenv"},
+	// Every store behind the gateway answers its outages UNAVAILABLE with
+	// the postgres adapter's Outage or Unavailable (defense's settings,
+	// sales, the waiting room, orders).
+	"defense": {code: "flashsale internal/adapter/postgres internal/adapter/prom lua", tests: "internal/harness/testenv"},
 	// events is the order-event outbox: its Append writes in the caller's
 	// transaction, its relay produces through the Kafka adapter's client.
 	"events": {code: "flashsale internal/adapter/kafka internal/adapter/prom",
@@ -62,9 +66,9 @@ var layout = map[string]imports{
 	// purchase's tests freeze and kill their own redis-server (localsvc).
 	"purchase": {code: "flashsale internal/adapter/postgres/orderstore internal/adapter/prom internal/adapter/redisstock",
 		tests: "internal/adapter/kafka internal/adapter/redisconn sales sales/salestest internal/harness/localsvc internal/harness/testenv"},
-	"sales": {code: "flashsale internal/adapter/postgres/orderstore internal/adapter/redisstock lua", tests: "internal/harness/testenv"},
+	"sales": {code: "flashsale internal/adapter/postgres internal/adapter/postgres/orderstore internal/adapter/redisstock lua", tests: "internal/harness/testenv"},
 	// The waiting room signs the admission tokens it hands out.
-	"waitroom": {code: "flashsale admission internal/adapter/prom lua",
+	"waitroom": {code: "flashsale admission internal/adapter/postgres internal/adapter/prom lua",
 		tests: "auth internal/harness/localsvc internal/harness/testenv"},
 	// The writer's tests reserve and publish through purchase, the
 	// writer's upstream. Its consumer takes the brokers, TLS, SASL and
@@ -74,9 +78,10 @@ var layout = map[string]imports{
 
 	// Adapters, named after their dependency. prom registers every
 	// component's collectors: one rule for a metric registered twice.
-	"internal/adapter/prom":     {},
-	"internal/adapter/kafka":    {code: "flashsale", tests: "internal/harness/testenv"},
-	"internal/adapter/postgres": {tests: "internal/harness/localsvc internal/harness/testenv"},
+	"internal/adapter/prom":  {},
+	"internal/adapter/kafka": {code: "flashsale", tests: "internal/harness/testenv"},
+	// postgres's Outage answers an outage with the root's UNAVAILABLE.
+	"internal/adapter/postgres": {code: "flashsale", tests: "internal/harness/localsvc internal/harness/testenv"},
 	// orderstore owns an order's rows: every status change, its event
 	// and its stock return (TestTableOwners).
 	"internal/adapter/postgres/orderstore": {code: "flashsale", tests: "internal/adapter/postgres internal/harness/testenv"},
@@ -359,6 +364,9 @@ func TestTableOwners(t *testing.T) {
 			pkg = d
 		}
 		src, err := os.ReadFile(file)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // deleted, not yet committed
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
