@@ -61,7 +61,9 @@ var layout = map[string]imports{
 	// The gateway's Guard interface speaks defense's counters and route
 	// classes; its tests mint the tokens the edge verifies.
 	"gateway": {code: "flashsale defense internal/adapter/prom", tests: "admission auth"},
-	"orders": {code: "flashsale internal/adapter/postgres internal/adapter/postgres/orderstore internal/adapter/redisstock",
+	// orders verifies the shop's payment callbacks with the HMAC header
+	// events signs its webhooks with (one signature scheme).
+	"orders": {code: "flashsale events internal/adapter/postgres internal/adapter/postgres/orderstore internal/adapter/redisstock",
 		tests: "sales sales/salestest internal/harness/testenv"},
 	// purchase's tests freeze and kill their own redis-server (localsvc).
 	"purchase": {code: "flashsale internal/adapter/postgres/orderstore internal/adapter/prom internal/adapter/redisstock",

@@ -107,7 +107,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	}
 	var payments gateway.ShopPayments // nil: the callback route answers 403
 	if cfg.PaymentSecret != "" {
-		payments = shopPayments{secret: []byte(cfg.PaymentSecret), orders: ord}
+		payments = orders.NewPayments([]byte(cfg.PaymentSecret), ord)
 	}
 	srv := gateway.New(gateway.Config{CORSOrigins: cfg.CORSOrigins, Ready: a.Ready, SaleRequests: saleRequests,
 		PaymentURL: cfg.PaymentURL, DrawLead: cfg.DrawLead,
