@@ -3,8 +3,9 @@
 // Cancel, Expire, Reject, Tombstone, and the shop's payments, paid or
 // refused), and each writes the change, its event and any stock return in
 // one statement or one transaction, from one SQL builder. No other
-// package names the orders table, the stock-return outbox
-// (stock_returns) or writes the event outbox (order_events) in its SQL
+// package's code names the orders, stock_returns, payments or
+// payment_signatures tables or writes the event outbox (order_events) in
+// its SQL, but the load tool, which audits a run's orders from outside
 // (layout_test.go, TestTableOwners).
 //
 // Every change is guarded (an UPDATE ... WHERE status = 'PENDING', an
