@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
+	"os"
 	"os/exec"
+	"path"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,39 +48,46 @@ var layout = map[string]imports{
 	// Components.
 	"admission": {code: "flashsale"},
 	"auth":      {code: "flashsale"},
-	"defense":   {code: "flashsale internal/adapter/prom lua", tests: "internal/harness/testenv"},
+	// Every store behind the gateway answers its outages UNAVAILABLE with
+	// the postgres adapter's Outage or Unavailable (defense's settings,
+	// sales, the waiting room, orders).
+	"defense": {code: "flashsale internal/adapter/postgres internal/adapter/prom lua", tests: "internal/harness/testenv"},
 	// events is the order-event outbox: its Append writes in the caller's
 	// transaction, its relay produces through the Kafka adapter's client.
 	"events": {code: "flashsale internal/adapter/kafka internal/adapter/prom",
 		tests: "internal/harness/testenv"},
-	"expiry": {code: "flashsale internal/adapter/prom internal/adapter/redisstock",
+	"expiry": {code: "flashsale internal/adapter/postgres/orderstore internal/adapter/prom internal/adapter/redisstock",
 		tests: "orders sales sales/salestest internal/harness/testenv"},
 	// The gateway's Guard interface speaks defense's counters and route
 	// classes; its tests mint the tokens the edge verifies.
 	"gateway": {code: "flashsale defense internal/adapter/prom", tests: "admission auth"},
-	// orders appends the order events of its changes (and of a refused
-	// provider payment) in the changes' transactions.
-	"orders": {code: "flashsale events internal/adapter/postgres internal/adapter/redisstock",
+	// orders verifies the shop's payment callbacks with the HMAC header
+	// events signs its webhooks with (one signature scheme).
+	"orders": {code: "flashsale events internal/adapter/postgres internal/adapter/postgres/orderstore internal/adapter/redisstock",
 		tests: "sales sales/salestest internal/harness/testenv"},
 	// purchase's tests freeze and kill their own redis-server (localsvc).
-	"purchase": {code: "flashsale internal/adapter/prom internal/adapter/redisstock",
+	"purchase": {code: "flashsale internal/adapter/postgres/orderstore internal/adapter/prom internal/adapter/redisstock",
 		tests: "internal/adapter/kafka internal/adapter/redisconn sales sales/salestest internal/harness/localsvc internal/harness/testenv"},
-	"sales": {code: "flashsale internal/adapter/redisstock lua", tests: "internal/harness/testenv"},
+	"sales": {code: "flashsale internal/adapter/postgres internal/adapter/postgres/orderstore internal/adapter/redisstock lua", tests: "internal/harness/testenv"},
 	// The waiting room signs the admission tokens it hands out.
-	"waitroom": {code: "flashsale admission internal/adapter/prom lua",
+	"waitroom": {code: "flashsale admission internal/adapter/postgres internal/adapter/prom lua",
 		tests: "auth internal/harness/localsvc internal/harness/testenv"},
 	// The writer's tests reserve and publish through purchase, the
 	// writer's upstream. Its consumer takes the brokers, TLS, SASL and
 	// logger from the Kafka adapter, the one place they are built.
-	"writer": {code: "flashsale internal/adapter/kafka internal/adapter/prom internal/adapter/redisstock",
+	"writer": {code: "flashsale internal/adapter/kafka internal/adapter/postgres/orderstore internal/adapter/prom internal/adapter/redisstock",
 		tests: "lua purchase internal/adapter/kafka internal/adapter/postgres sales sales/salestest internal/harness/localsvc internal/harness/testenv"},
 
 	// Adapters, named after their dependency. prom registers every
 	// component's collectors: one rule for a metric registered twice.
-	"internal/adapter/prom":       {},
-	"internal/adapter/kafka":      {code: "flashsale", tests: "internal/harness/testenv"},
-	"internal/adapter/postgres":   {tests: "internal/harness/localsvc internal/harness/testenv"},
-	"internal/adapter/redisstock": {code: "flashsale lua", tests: "internal/harness/testenv"},
+	"internal/adapter/prom":  {},
+	"internal/adapter/kafka": {code: "flashsale", tests: "internal/harness/testenv"},
+	// postgres's Outage answers an outage with the root's UNAVAILABLE.
+	"internal/adapter/postgres": {code: "flashsale", tests: "internal/harness/localsvc internal/harness/testenv"},
+	// orderstore owns an order's rows: every status change, its event
+	// and its stock return (TestTableOwners).
+	"internal/adapter/postgres/orderstore": {code: "flashsale", tests: "internal/adapter/postgres internal/harness/testenv"},
+	"internal/adapter/redisstock":          {code: "flashsale lua", tests: "internal/harness/testenv"},
 	// redisclock reads the fleet's clock, Redis TIME.
 	"internal/adapter/redisclock": {tests: "internal/harness/testenv"},
 	// redisconn builds every Redis client from the settings (one node,
@@ -310,5 +321,69 @@ func TestSleepsOnlyGoDown(t *testing.T) {
 	if total > maxTestSleeps {
 		t.Fatalf("the tests call time.Sleep %d times, more than %d: wait with testenv.Eventually or an injected clock instead\n%s",
 			total, maxTestSleeps, strings.Join(per, "\n"))
+	}
+}
+
+// tableOwners are the tables whose SQL only the listed packages' code may
+// write (tests are free to read and seed them). The order store owns an
+// order's life: the orders, the stock-return outbox and the payments are
+// named nowhere else. It writes every order event; the events package
+// drains the event outbox (relay, webhook). The sale store owns its stock
+// additions and their outbox; the order store reads it in the snapshot a
+// Redis rebuild counts from. The load harness (loadtest) audits a run's
+// orders in the database from outside, as an operator would, and is not in
+// the production path.
+var tableOwners = map[string]string{
+	"orders":             "internal/adapter/postgres/orderstore loadtest",
+	"stock_returns":      "internal/adapter/postgres/orderstore",
+	"payments":           "internal/adapter/postgres/orderstore",
+	"payment_signatures": "internal/adapter/postgres/orderstore",
+	"order_events":       "internal/adapter/postgres/orderstore events",
+	"stock_adds":         "internal/adapter/postgres/orderstore sales",
+}
+
+// eventWriters may insert into the event outbox: one SQL builder.
+const eventWriters = "internal/adapter/postgres/orderstore"
+
+// sqlTable finds a table named by SQL: after FROM, INTO, UPDATE, JOIN or
+// TABLE.
+var sqlTable = regexp.MustCompile(`(?i)\b(FROM|INTO|UPDATE|JOIN|TABLE)\s+([a-z_]+)\b`)
+
+// TestTableOwners checks that only the owners in tableOwners name their
+// tables in SQL, and that only eventWriters insert order events.
+func TestTableOwners(t *testing.T) {
+	out, err := exec.Command("git", "ls-files", "--", "*.go").Output()
+	if err != nil {
+		t.Skipf("git ls-files: %v (not a git checkout?)", err)
+	}
+	for file := range strings.Lines(string(out)) {
+		file = strings.TrimSpace(file)
+		if strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		pkg := "flashsale"
+		if d := path.Dir(file); d != "." {
+			pkg = d
+		}
+		src, err := os.ReadFile(file)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // deleted, not yet committed
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range sqlTable.FindAllStringSubmatch(string(src), -1) {
+			verb, table := strings.ToUpper(m[1]), strings.ToLower(m[2])
+			owners, ok := tableOwners[table]
+			if !ok {
+				continue
+			}
+			if !words(owners)[pkg] {
+				t.Errorf("%s names the table %s in SQL (%s %s); only %s may (layout_test.go, tableOwners)", file, table, m[1], m[2], owners)
+			}
+			if table == "order_events" && verb == "INTO" && !words(eventWriters)[pkg] {
+				t.Errorf("%s inserts order events; only %s writes them (layout_test.go)", file, eventWriters)
+			}
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/adapter/postgres"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -58,7 +59,8 @@ func NewStore(pool *pgxpool.Pool, rdb redis.UniversalClient, logger *slog.Logger
 
 // Get returns the stored settings with their Version, or DefaultSettings
 // (Version 0, preset "normal") when none were ever stored.
-func (s *Store) Get(ctx context.Context) (Settings, error) {
+func (s *Store) Get(ctx context.Context) (_ Settings, err error) {
+	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
 	st, err := s.get(ctx, s.pool)
 	if err != nil {
 		return Settings{}, fmt.Errorf("defense.Store.Get: %w", err)
@@ -96,9 +98,10 @@ func (s *Store) get(ctx context.Context, q querier) (Settings, error) {
 }
 
 // Version returns the stored version (0: none stored); Guard.Run polls it.
-func (s *Store) Version(ctx context.Context) (int64, error) {
+func (s *Store) Version(ctx context.Context) (_ int64, err error) {
+	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
 	var v int64
-	err := s.pool.QueryRow(ctx, `SELECT version FROM settings WHERE id = 1`).Scan(&v)
+	err = s.pool.QueryRow(ctx, `SELECT version FROM settings WHERE id = 1`).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
@@ -113,7 +116,8 @@ func (s *Store) Version(ctx context.Context) (int64, error) {
 // the change in the audit log as actor, and announces it. It returns the
 // stored settings. Invalid settings are an INVALID *flashsale.Error naming
 // the field.
-func (s *Store) Put(ctx context.Context, actor string, st Settings) (Settings, error) {
+func (s *Store) Put(ctx context.Context, actor string, st Settings) (_ Settings, err error) {
+	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
 	return s.PutIf(ctx, actor, -1, st)
 }
 
@@ -126,7 +130,8 @@ var errConflict = &flashsale.Error{Code: flashsale.CodeVersionConflict,
 // VERSION_CONFLICT otherwise, nothing changed.
 // The check runs under the lock that serializes changes, so of two writes
 // naming one version exactly one applies.
-func (s *Store) PutIf(ctx context.Context, actor string, ifVersion int64, st Settings) (Settings, error) {
+func (s *Store) PutIf(ctx context.Context, actor string, ifVersion int64, st Settings) (_ Settings, err error) {
+	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
 	st = st.clone()
 	st.Preset, st.Version = "", 0
 	if err := st.normalize(); err != nil {
@@ -145,7 +150,8 @@ func (s *Store) PutIf(ctx context.Context, actor string, ifVersion int64, st Set
 
 // ApplyPreset switches every knob to the named preset, keeping the
 // blocklist. An unknown name is a NOT_FOUND *flashsale.Error.
-func (s *Store) ApplyPreset(ctx context.Context, actor, name string) (Settings, error) {
+func (s *Store) ApplyPreset(ctx context.Context, actor, name string) (_ Settings, err error) {
+	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
 	p, ok := Presets()[name]
 	if !ok {
 		names := []string{PresetDrop, PresetNormal, PresetUnderAttack}
@@ -230,7 +236,8 @@ func (s *Store) announce(ctx context.Context, version int64) {
 
 // Audit returns up to limit audit entries, newest first (limit ≤ 0: 50,
 // at most 1000).
-func (s *Store) Audit(ctx context.Context, limit int) ([]AuditEntry, error) {
+func (s *Store) Audit(ctx context.Context, limit int) (_ []AuditEntry, err error) {
+	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
 	if limit <= 0 {
 		limit = 50
 	}

@@ -2,9 +2,10 @@
 // its payment window has passed becomes EXPIRED and its unit of stock goes
 // back, exactly once, even with several workers running.
 //
-// One transaction per batch takes the due orders FOR UPDATE SKIP LOCKED (so
-// parallel workers split the work), marks them EXPIRED, lowers items.sold and
-// writes a stock_returns outbox row per order. Only after the commit does the
+// One transaction per batch (orderstore.Store.Expire) takes the due orders
+// FOR UPDATE SKIP LOCKED (so parallel workers split the work), marks them
+// EXPIRED with their events, lowers items.sold and writes a stock_returns
+// outbox row per order. Only after the commit does the
 // unit go back to Redis (idempotent per order), and then the row is deleted.
 // A crash or a Redis outage in between leaves the rows, which the Drainer
 // (orders.Service.DrainReturns) settles later.
@@ -15,14 +16,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashsale/flashsale/internal/adapter/postgres/orderstore"
 	"github.com/flashsale/flashsale/internal/adapter/prom"
 	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 )
@@ -53,7 +53,7 @@ type Config struct {
 // many.
 type Worker struct {
 	cfg     Config
-	pool    *pgxpool.Pool
+	store   *orderstore.Store
 	stock   *redisstock.Store
 	returns Drainer
 	log     *slog.Logger
@@ -90,7 +90,7 @@ func New(cfg Config, pool *pgxpool.Pool, st *redisstock.Store, returns Drainer, 
 	// Several workers in one process share the counters.
 	var errs [5]error
 	w := &Worker{
-		cfg: cfg, pool: pool, stock: st, returns: returns,
+		cfg: cfg, store: orderstore.New(pool), stock: st, returns: returns,
 		log: logger.With("component", "expiry"),
 	}
 	w.expired, errs[0] = prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
@@ -170,21 +170,15 @@ func (w *Worker) RunOnce(ctx context.Context) (expired int, err error) {
 	return expired, errors.Join(ctx.Err(), w.measureBacklog(ctx))
 }
 
-// due is one order being expired.
-type due struct {
-	id                 string
-	sale, item, userID int64
-}
-
 // batch expires up to BatchSize orders in one transaction, then gives their
 // units back.
 func (w *Worker) batch(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
 	defer cancel()
-	var orders []due
+	var orders []orderstore.Return
 	var err error
 	for attempt := 0; ; attempt++ {
-		orders, err = w.expireTx(ctx)
+		orders, err = w.store.Expire(ctx, w.cfg.Now(), w.cfg.BatchSize)
 		if err == nil || attempt >= 2 || !retryable(err) {
 			break
 		}
@@ -204,7 +198,7 @@ func (w *Worker) batch(ctx context.Context) (int, error) {
 	settled := make([]string, 0, len(orders))
 	var relErr error
 	for _, o := range orders {
-		released, err := w.stock.Release(ctx, o.sale, o.userID, o.item, o.id)
+		released, err := w.stock.Release(ctx, o.SaleID, o.User, o.ItemID, o.OrderID)
 		if err != nil {
 			relErr = err
 			break
@@ -212,10 +206,10 @@ func (w *Worker) batch(ctx context.Context) (int, error) {
 		if released {
 			w.returned.Inc()
 		}
-		settled = append(settled, o.id)
+		settled = append(settled, o.OrderID)
 	}
 	if len(settled) > 0 {
-		if _, err := w.pool.Exec(ctx, `DELETE FROM stock_returns WHERE order_id = ANY($1::uuid[])`, settled); err != nil && relErr == nil {
+		if err := w.store.Returned(ctx, settled); err != nil && relErr == nil {
 			relErr = fmt.Errorf("delete outbox rows: %w", err)
 		}
 	}
@@ -223,72 +217,6 @@ func (w *Worker) batch(ctx context.Context) (int, error) {
 		return len(orders), fmt.Errorf("expiry: %d of %d units left to the outbox: %w", len(orders)-len(settled), len(orders), relErr)
 	}
 	return len(orders), nil
-}
-
-// expireTx is the batch transaction: due orders → EXPIRED, items.sold lowered
-// per item (in item id order, so concurrent batches cannot deadlock on the
-// item rows), one stock_returns row per order.
-// expireSQL expires up to $2 orders due at $1 and writes their
-// order.expired events (the outbox of migration 0006) in the same
-// statement, so an order a concurrent pay or cancel won (skipped, or no
-// longer PENDING) gets no event. The event's row id is drawn before its
-// body is built, which carries it as eventId.
-const expireSQL = `WITH chg AS (
-	UPDATE orders o SET status = 'EXPIRED', updated_at = now()
-	FROM (SELECT id FROM orders WHERE status = 'PENDING' AND expires_at <= $1
-	      ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
-	WHERE o.id = d.id AND o.status = 'PENDING'
-	RETURNING o.id, o.sale_id, o.item_id, o.user_id, o.price_cents),
-ev AS (
-	INSERT INTO order_events (id, order_id, type, body)
-	SELECT n.eid, n.id, 'order.expired',
-		flashsale_order_event_body(n.eid, 'order.expired', $1, n.id, n.sale_id, n.item_id, n.user_id, 'EXPIRED', n.price_cents, NULL, NULL)
-	FROM (SELECT nextval('order_events_id_seq') AS eid, chg.* FROM chg) n)
-SELECT id::text, sale_id, item_id, user_id FROM chg`
-
-func (w *Worker) expireTx(ctx context.Context) ([]due, error) {
-	now := w.cfg.Now()
-	var out []due
-	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, expireSQL, now, w.cfg.BatchSize)
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (due, error) {
-			var d due
-			err := r.Scan(&d.id, &d.sale, &d.item, &d.userID)
-			return d, err
-		})
-		if err != nil || len(out) == 0 {
-			return err
-		}
-		perItem := map[int64]int{}
-		ids := make([]string, len(out))
-		sales := make([]int64, len(out))
-		items := make([]int64, len(out))
-		users := make([]int64, len(out))
-		for i, d := range out {
-			perItem[d.item]++
-			ids[i], sales[i], items[i], users[i] = d.id, d.sale, d.item, d.userID
-		}
-		itemIDs := make([]int64, 0, len(perItem))
-		for id := range perItem {
-			itemIDs = append(itemIDs, id)
-		}
-		slices.Sort(itemIDs)
-		b := &pgx.Batch{}
-		for _, id := range itemIDs {
-			b.Queue(`UPDATE items SET sold = sold - $2 WHERE id = $1`, id, perItem[id])
-		}
-		b.Queue(`INSERT INTO stock_returns (order_id, sale_id, item_id, user_id, created_at)
-			SELECT o, s, i, u, $5 FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[]) AS t(o, s, i, u)
-			ON CONFLICT (order_id) DO NOTHING`, ids, sales, items, users, now)
-		return tx.SendBatch(ctx, b).Close()
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // retryable reports a deadlock or serialization failure, which a fresh
@@ -306,11 +234,7 @@ func (w *Worker) measureBacklog(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
 	defer cancel()
-	var n int64
-	var oldest float64
-	// Ages by the database's clock, which stamped the rows.
-	err := w.pool.QueryRow(ctx, `SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8
-		FROM stock_returns`).Scan(&n, &oldest)
+	n, oldest, err := w.store.Backlog(ctx)
 	if err != nil {
 		return fmt.Errorf("expiry: outbox backlog: %w", err)
 	}

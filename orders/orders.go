@@ -1,9 +1,10 @@
 // Package orders reads a shopper's orders and changes their status: pay,
 // cancel, and the drainer of the stock-return outbox.
 //
-// Every status change is a guarded UPDATE (... AND status = 'PENDING'), so a
-// concurrent pay, cancel and expiry of one order resolve to exactly one
-// winner. A change that gives stock back writes a stock_returns row in the
+// Every status change goes through the order store
+// (internal/adapter/postgres/orderstore), whose guarded UPDATE (... AND
+// status = 'PENDING') makes a concurrent pay, cancel and expiry of one
+// order resolve to exactly one winner. A change that gives stock back writes a stock_returns row in the
 // same transaction; the unit goes back to Redis only after the commit, and the
 // row is deleted after the release. A crash in between leaves the row for
 // DrainReturns; the release script is idempotent per order, so a retry never
@@ -24,6 +25,7 @@ import (
 
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/internal/adapter/postgres"
+	"github.com/flashsale/flashsale/internal/adapter/postgres/orderstore"
 	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 )
 
@@ -52,6 +54,7 @@ type Service struct {
 	now       func() time.Time
 	opTimeout time.Duration
 	pool      *pgxpool.Pool
+	store     *orderstore.Store
 	stock     *redisstock.Store
 	sales     SaleLister
 	log       *slog.Logger
@@ -74,7 +77,7 @@ func New(cfg Config, pool *pgxpool.Pool, st *redisstock.Store, sales SaleLister,
 	}
 	return &Service{
 		window: cfg.PaymentWindow, now: cfg.Now, opTimeout: cfg.OpTimeout,
-		pool: pool, stock: st, sales: sales,
+		pool: pool, store: orderstore.New(pool), stock: st, sales: sales,
 		log: logger.With("component", "orders"),
 	}
 }
@@ -104,22 +107,6 @@ func ParseID(id string) (string, error) {
 	return u.String(), nil
 }
 
-const orderColumns = `id::text, sale_id, item_id, user_id, status, price_cents, created_at, expires_at`
-
-// scanOrder scans orderColumns; payable is computed at now.
-func scanOrder(row pgx.Row, now time.Time) (flashsale.Order, error) {
-	var o flashsale.Order
-	var status string
-	if err := row.Scan(&o.ID, &o.SaleID, &o.ItemID, &o.UserID, &status, &o.PriceCents, &o.CreatedAt, &o.ExpiresAt); err != nil {
-		return flashsale.Order{}, err
-	}
-	o.Status = flashsale.OrderStatus(status)
-	o.CreatedAt = o.CreatedAt.UTC()
-	o.ExpiresAt = o.ExpiresAt.UTC()
-	o.Payable = o.Status == flashsale.OrderPending && now.Before(o.ExpiresAt)
-	return o, nil
-}
-
 // internal wraps a non-domain error with the operation; a database that
 // cannot be reached or cannot answer in time (down, restarting, pool
 // exhausted, slow) becomes UNAVAILABLE for the caller, which the edge
@@ -140,14 +127,7 @@ func internal(op string, err error) error {
 
 // dbOrder reads the caller's order from PostgreSQL.
 func (s *Service) dbOrder(ctx context.Context, userID int64, id string) (flashsale.Order, bool, error) {
-	o, err := scanOrder(s.pool.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = $1 AND user_id = $2`, id, userID), s.now())
-	if errors.Is(err, pgx.ErrNoRows) {
-		return flashsale.Order{}, false, nil
-	}
-	if err != nil {
-		return flashsale.Order{}, false, err
-	}
-	return o, true, nil
+	return s.store.Get(ctx, userID, id, s.now())
 }
 
 // find returns the caller's order from PostgreSQL, or else from the caller's
@@ -262,16 +242,15 @@ func (s *Service) BySale(ctx context.Context, userID, saleID int64) (flashsale.O
 }
 
 func (s *Service) bySale(ctx context.Context, userID, saleID int64) (flashsale.Order, error) {
-	o, err := scanOrder(s.pool.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders
-		WHERE sale_id = $1 AND user_id = $2 AND status IN ('PENDING', 'PAID')`, saleID, userID), s.now())
-	if err == nil {
+	o, ok, err := s.store.Live(ctx, userID, saleID, s.now())
+	if ok {
 		return o, nil
 	}
 	// While PostgreSQL is unreachable the Redis buyer record answers: it
 	// is what a purchase checks, so "none" here is what a purchase would
 	// find too.
 	dbDown := postgres.Unavailable(err)
-	if !errors.Is(err, pgx.ErrNoRows) && !dbDown {
+	if err != nil && !dbDown {
 		return flashsale.Order{}, err
 	}
 	b, ok, err := s.stock.Buyer(ctx, saleID, userID)
@@ -336,38 +315,20 @@ func (s *Service) Pay(ctx context.Context, userID int64, orderID string) (flashs
 	return o, nil
 }
 
-// eventSQL inserts the event of every order the data-modifying CTE "chg"
-// changed (columns id, sale_id, item_id, user_id, status, price_cents),
-// occurred at $3: the outbox of migration 0006, in the change's own
-// statement, so an event exists exactly when the guarded update won. The
-// row id is drawn before the body is built, which carries it as eventId.
-const eventSQL = `INSERT INTO order_events (id, order_id, type, body)
-SELECT n.eid, n.id, n.type,
-	flashsale_order_event_body(n.eid, n.type, $3, n.id, n.sale_id, n.item_id, n.user_id, n.status, n.price_cents, NULL, NULL)
-FROM (SELECT nextval('order_events_id_seq') AS eid, 'order.' || lower(chg.status) AS type, chg.* FROM chg) n`
-
-// paySQL is the guarded PENDING → PAID change and its order.paid event.
-const paySQL = `WITH chg AS (
-	UPDATE orders SET status = 'PAID', paid_at = $3, updated_at = now()
-	WHERE id = $1 AND user_id = $2 AND status = 'PENDING' AND expires_at > $3
-	RETURNING *),
-ev AS (` + eventSQL + `)
-SELECT ` + orderColumns + ` FROM chg`
-
 func (s *Service) pay(ctx context.Context, userID int64, id string) (flashsale.Order, error) {
 	for attempt := 0; ; attempt++ {
 		now := s.now()
-		o, err := scanOrder(s.pool.QueryRow(ctx, paySQL, id, userID, now), now)
-		if err == nil {
+		o, ok, err := s.store.Pay(ctx, userID, id, now)
+		if err != nil {
+			return flashsale.Order{}, err
+		}
+		if ok {
 			// So that a read while PostgreSQL is unreachable still
 			// answers PAID; the payment itself is in the database.
 			if err := s.stock.MarkPaid(ctx, o.SaleID, o.ID, now); err != nil {
 				s.log.Warn("paid marker not written in Redis", "order", o.ID, "err", err)
 			}
 			return o, nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return flashsale.Order{}, err
 		}
 		cur, inDB, err := s.find(ctx, userID, id)
 		if err != nil {
@@ -422,7 +383,7 @@ func (s *Service) Cancel(ctx context.Context, userID int64, orderID string) (fla
 
 func (s *Service) cancel(ctx context.Context, userID int64, id string) (flashsale.Order, error) {
 	for attempt := 0; ; attempt++ {
-		o, ok, err := s.cancelTx(ctx, userID, id)
+		o, ok, err := s.store.Cancel(ctx, userID, id, s.now())
 		if err != nil {
 			return flashsale.Order{}, err
 		}
@@ -456,44 +417,6 @@ func (s *Service) cancel(ctx context.Context, userID int64, id string) (flashsal
 	}
 }
 
-// cancelSQL is the guarded change PENDING → CANCELLED (EXPIRED when past
-// the window) and its event.
-const cancelSQL = `WITH chg AS (
-	UPDATE orders
-	SET status = CASE WHEN expires_at <= $3 THEN 'EXPIRED' ELSE 'CANCELLED' END, updated_at = now()
-	WHERE id = $1 AND user_id = $2 AND status = 'PENDING'
-	RETURNING *),
-ev AS (` + eventSQL + `)
-SELECT ` + orderColumns + ` FROM chg`
-
-// cancelTx is the guarded transition PENDING → CANCELLED (EXPIRED when past
-// the window) with its stock bookkeeping. ok is false when the order was not
-// PENDING (or not there).
-func (s *Service) cancelTx(ctx context.Context, userID int64, id string) (o flashsale.Order, ok bool, err error) {
-	now := s.now()
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		o, err = scanOrder(tx.QueryRow(ctx, cancelSQL, id, userID, now), now)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		ok = true
-		if _, err := tx.Exec(ctx, `UPDATE items SET sold = sold - 1 WHERE id = $1`, o.ItemID); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO stock_returns (order_id, sale_id, item_id, user_id, created_at)
-			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (order_id) DO NOTHING`, o.ID, o.SaleID, o.ItemID, o.UserID, now)
-		return err
-	})
-	if err != nil {
-		return flashsale.Order{}, false, err
-	}
-	return o, ok, nil
-}
-
 // returnStock releases a committed order's unit in Redis and deletes its
 // outbox row. A failure is logged and left to DrainReturns: the order's
 // change is committed, so the caller's request succeeded.
@@ -504,7 +427,7 @@ func (s *Service) returnStock(ctx context.Context, o flashsale.Order) {
 		s.log.Warn("stock release failed; left to the outbox drainer", "order", o.ID, "err", err)
 		return
 	}
-	if _, err := s.pool.Exec(ctx, `DELETE FROM stock_returns WHERE order_id = $1`, o.ID); err != nil {
+	if err := s.store.Returned(ctx, []string{o.ID}); err != nil {
 		s.log.Warn("outbox delete failed; the drainer will retry (harmless)", "order", o.ID, "err", err)
 	}
 }
@@ -522,44 +445,12 @@ func (s *Service) DrainReturns(ctx context.Context, olderThan time.Duration, lim
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	var done []string
-	var relErr error
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT order_id::text, sale_id, item_id, user_id FROM stock_returns
-			WHERE created_at <= $1 ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED`, s.now().Add(-olderThan), limit)
-		if err != nil {
-			return err
-		}
-		type ret struct {
-			id                 string
-			sale, item, userID int64
-		}
-		rets, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ret, error) {
-			var x ret
-			err := r.Scan(&x.id, &x.sale, &x.item, &x.userID)
-			return x, err
-		})
-		if err != nil {
-			return err
-		}
-		for _, r := range rets {
-			if _, err := s.stock.Release(ctx, r.sale, r.userID, r.item, r.id); err != nil {
-				relErr = err
-				break
-			}
-			done = append(done, r.id)
-		}
-		if len(done) == 0 {
-			return nil
-		}
-		_, err = tx.Exec(ctx, `DELETE FROM stock_returns WHERE order_id = ANY($1::uuid[])`, done)
+	n, err := s.store.Drain(ctx, s.now().Add(-olderThan), limit, func(r orderstore.Return) error {
+		_, err := s.stock.Release(ctx, r.SaleID, r.User, r.ItemID, r.OrderID)
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("orders.DrainReturns: %w", err)
+		return n, fmt.Errorf("orders.DrainReturns: %w", err)
 	}
-	if relErr != nil {
-		return len(done), fmt.Errorf("orders.DrainReturns: %w", relErr)
-	}
-	return len(done), nil
+	return n, nil
 }

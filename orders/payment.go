@@ -7,10 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/flashsale/flashsale"
-	"github.com/flashsale/flashsale/events"
+	"github.com/flashsale/flashsale/internal/adapter/postgres/orderstore"
 )
 
 // Outcomes of a provider's payment, as the payments table records them:
@@ -57,11 +55,6 @@ func outcomeErr(outcome string) error {
 	}
 	return fmt.Errorf("unknown payment outcome %q", outcome)
 }
-
-// paymentLockClass is the first key of the transaction-scoped advisory lock
-// taken per payment id, so callbacks of one payment run one at a time
-// (Migrate's lock is of the one-key form, which does not overlap).
-const paymentLockClass = 18
 
 // ShopPaid records a payment the shop's provider reports for an order
 // (whose signature the caller verified), idempotently by payment id:
@@ -112,24 +105,15 @@ func (s *Service) SpendSignature(ctx context.Context, sig string, signedAt time.
 }
 
 func (s *Service) spendSignature(ctx context.Context, sig string, signedAt time.Time) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		return recordSignature(ctx, tx, sig, signedAt)
-	})
+	return replayed(s.store.SpendSignature(ctx, sig, signedAt))
 }
 
-// recordSignature inserts a verified signature: errReplayed when it is
-// there already. A concurrent copy waits on the key for the first one's
-// commit, then finds its row.
-func recordSignature(ctx context.Context, tx pgx.Tx, sig string, signedAt time.Time) error {
-	tag, err := tx.Exec(ctx, `INSERT INTO payment_signatures (signature, signed_at) VALUES ($1, $2)
-		ON CONFLICT (signature) DO NOTHING`, sig, signedAt)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() == 0 {
+// replayed answers the store's ErrReplayed as REPLAYED.
+func replayed(err error) error {
+	if errors.Is(err, orderstore.ErrReplayed) {
 		return errReplayed
 	}
-	return nil
+	return err
 }
 
 func (s *Service) shopPaid(ctx context.Context, p flashsale.ShopPayment) error {
@@ -182,79 +166,44 @@ type shopPaidResult struct {
 	refusal error
 }
 
-// shopPaidTx is the callback's transaction; it records the signature
-// first when spend is set.
-func (s *Service) shopPaidTx(ctx context.Context, p flashsale.ShopPayment, now time.Time, spend bool) (r shopPaidResult, err error) {
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, paymentLockClass, p.PaymentID); err != nil {
-			return err
-		}
-		if spend {
-			if err := recordSignature(ctx, tx, p.Signature, p.SignedAt); err != nil {
-				return err
-			}
-		}
-		var prevOrder string
-		err := tx.QueryRow(ctx, `SELECT order_id::text, outcome FROM payments WHERE payment_id = $1`, p.PaymentID).Scan(&prevOrder, &r.outcome)
-		switch {
-		case err == nil && prevOrder != p.OrderID:
-			r.found, r.refusal = true, errOtherOrder
-			return nil
-		case err == nil:
-			r.found = true
-			return nil // the recorded answer; only the signature is new
-		case !errors.Is(err, pgx.ErrNoRows):
-			return err
-		}
-		cur, err := scanOrder(tx.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = $1 FOR UPDATE`, p.OrderID), now)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // the signature alone
-		}
-		if err != nil {
-			return err
-		}
-		r.found = true
-		var currency string
-		if err := tx.QueryRow(ctx, `SELECT currency FROM items WHERE id = $1`, cur.ItemID).Scan(&currency); err != nil {
-			return fmt.Errorf("item %d of order %s: %w", cur.ItemID, cur.ID, err)
-		}
-		ev := events.Event{
-			Type: events.TypePaymentRefused, OccurredAt: now, OrderID: cur.ID, SaleID: cur.SaleID, ItemID: cur.ItemID,
-			UserID: cur.UserID, Status: cur.Status, PriceCents: cur.PriceCents, PaymentID: p.PaymentID,
-		}
-		switch {
-		case p.AmountCents != cur.PriceCents || p.Currency != currency:
-			// Whatever the order's state: this payment is not its price.
-			r.outcome, ev.Reason = outcomeMismatch, ReasonMismatch
-		case cur.Status == flashsale.OrderPending && now.Before(cur.ExpiresAt):
-			if _, err := tx.Exec(ctx, `UPDATE orders SET status = 'PAID', paid_at = $2, updated_at = now() WHERE id = $1`, cur.ID, now); err != nil {
-				return err
-			}
-			r.outcome, r.paid = outcomePaid, cur
-			r.paid.Status, r.paid.Payable = flashsale.OrderPaid, false
-			ev.Type, ev.Status = events.TypePaid, flashsale.OrderPaid
-		case cur.Status == flashsale.OrderPending, cur.Status == flashsale.OrderExpired:
-			// A PENDING order past its window is left to the expiry
-			// worker, which gives its unit back; the refusal takes nothing.
-			r.outcome, ev.Reason = outcomeExpired, ReasonExpired
-		case cur.Status == flashsale.OrderCancelled, cur.Status == flashsale.OrderRejected:
-			r.outcome, ev.Reason = outcomeCancelled, ReasonCancelled
-		case cur.Status == flashsale.OrderPaid:
-			r.outcome, ev.Reason = outcomeDuplicate, ReasonDuplicate
-		default:
-			return fmt.Errorf("order %s in unknown status %q", cur.ID, cur.Status)
-		}
-		if err := events.Append(ctx, tx, ev); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO payments (payment_id, order_id, outcome, amount_cents, currency, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6)`, p.PaymentID, p.OrderID, r.outcome, p.AmountCents, p.Currency, now)
-		return err
+// shopPaidTx is the callback's transaction in the order store; it records
+// the signature first when spend is set.
+func (s *Service) shopPaidTx(ctx context.Context, p flashsale.ShopPayment, now time.Time, spend bool) (shopPaidResult, error) {
+	res, err := s.store.RecordPayment(ctx, orderstore.Payment{
+		PaymentID: p.PaymentID, OrderID: p.OrderID, Currency: p.Currency, AmountCents: p.AmountCents,
+		Signature: p.Signature, SignedAt: p.SignedAt,
+	}, now, spend, func(cur flashsale.Order, currency string) (orderstore.Verdict, error) {
+		return verdict(p, cur, currency, now)
 	})
 	if err != nil {
-		return shopPaidResult{}, err
+		return shopPaidResult{}, replayed(err)
+	}
+	r := shopPaidResult{outcome: res.Outcome, paid: res.Paid, found: res.Found}
+	if res.OtherOrder {
+		r.refusal = errOtherOrder
 	}
 	return r, nil
+}
+
+// verdict is the answer to a payment for the order cur as it stands (its
+// item's currency), at now.
+func verdict(p flashsale.ShopPayment, cur flashsale.Order, currency string, now time.Time) (orderstore.Verdict, error) {
+	switch {
+	case p.AmountCents != cur.PriceCents || p.Currency != currency:
+		// Whatever the order's state: this payment is not its price.
+		return orderstore.Verdict{Outcome: outcomeMismatch, Reason: ReasonMismatch}, nil
+	case cur.Status == flashsale.OrderPending && now.Before(cur.ExpiresAt):
+		return orderstore.Verdict{Outcome: outcomePaid, Pay: true}, nil
+	case cur.Status == flashsale.OrderPending, cur.Status == flashsale.OrderExpired:
+		// A PENDING order past its window is left to the expiry
+		// worker, which gives its unit back; the refusal takes nothing.
+		return orderstore.Verdict{Outcome: outcomeExpired, Reason: ReasonExpired}, nil
+	case cur.Status == flashsale.OrderCancelled, cur.Status == flashsale.OrderRejected:
+		return orderstore.Verdict{Outcome: outcomeCancelled, Reason: ReasonCancelled}, nil
+	case cur.Status == flashsale.OrderPaid:
+		return orderstore.Verdict{Outcome: outcomeDuplicate, Reason: ReasonDuplicate}, nil
+	}
+	return orderstore.Verdict{}, fmt.Errorf("order %s in unknown status %q", cur.ID, cur.Status)
 }
 
 // inFlight reports whether Redis holds orderID as a reservation not yet
@@ -292,9 +241,7 @@ const SignatureKeep = 10 * time.Minute
 // the callbacks of the last minutes. Rows another callback is deleting are
 // skipped. A failure is logged: the rows are deleted by a later callback.
 func (s *Service) forgetSignatures(ctx context.Context, now time.Time) {
-	_, err := s.pool.Exec(ctx, `DELETE FROM payment_signatures WHERE signature IN (
-		SELECT signature FROM payment_signatures WHERE signed_at < $1 LIMIT 100 FOR UPDATE SKIP LOCKED)`, now.Add(-SignatureKeep))
-	if err != nil {
+	if err := s.store.ForgetSignatures(ctx, now.Add(-SignatureKeep)); err != nil {
 		s.log.Warn("old payment signatures not deleted; a later callback retries", "err", err)
 	}
 }

@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/adapter/postgres/orderstore"
 	"github.com/flashsale/flashsale/internal/adapter/prom"
 	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 )
@@ -123,7 +123,7 @@ type Reconciler struct {
 	leaseTTL                time.Duration
 	batch                   int64
 	now                     func() time.Time
-	pool                    *pgxpool.Pool
+	store                   *orderstore.Store
 	st                      *redisstock.Store
 	sales                   SaleLister
 	orders                  OrderLog
@@ -180,7 +180,7 @@ func NewReconciler(cfg ReconcilerConfig, pool *pgxpool.Pool, st *redisstock.Stor
 	r := &Reconciler{
 		after: cfg.After, interval: cfg.Interval, window: cfg.PaymentWindow, batch: cfg.Batch, now: cfg.Now,
 		publish: cfg.PublishTimeout, lossCheck: cfg.LossCheck, leaseTTL: cfg.LeaseTTL, lapses: map[int]*lapse{},
-		pool: pool, st: st, sales: sales, orders: cfg.Orders, log: logger.With("component", "reconciler"),
+		store: orderstore.New(pool), st: st, sales: sales, orders: cfg.Orders, log: logger.With("component", "reconciler"),
 		lost:      map[int64]time.Time{},
 		returned:  counter("returned_total", "Lost reservations whose unit went back to stock."),
 		confirmed: counter("confirmed_total", "Stale reservations found stored in the database and confirmed."),
@@ -396,9 +396,8 @@ func (r *Reconciler) settle(ctx context.Context, sale *flashsale.Sale, p redisst
 		return ok, false, err
 	}
 	if !r.mayDeclareLost(p, view) {
-		var exists, owed bool
-		if err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM orders WHERE id = $1),
-			EXISTS (SELECT 1 FROM stock_returns WHERE order_id = $1)`, p.OrderID).Scan(&exists, &owed); err != nil {
+		exists, owed, err := r.store.Exists(ctx, p.OrderID)
+		if err != nil {
 			return false, false, fmt.Errorf("order row: %w", err)
 		}
 		switch {
@@ -421,21 +420,6 @@ func (r *Reconciler) settle(ctx context.Context, sale *flashsale.Sale, p redisst
 	return ok, false, err
 }
 
-// tombstoneSQL writes the REJECTED row of a lost reservation and, in the
-// same statement, its order.rejected event (occurred at $9; the outbox of
-// migration 0006), so the shop hears of an order the shopper saw pending.
-// A row that exists already is no change and gets no event. The event's
-// row id is drawn before its body is built, which carries it as eventId.
-const tombstoneSQL = `WITH ins AS (
-	INSERT INTO orders (id, sale_id, item_id, user_id, status, price_cents, created_at, expires_at, reject_reason)
-	VALUES ($1, $2, $3, $4, 'REJECTED', $5, $6, $7, $8)
-	ON CONFLICT (id) DO NOTHING
-	RETURNING id, sale_id, item_id, user_id, price_cents, reject_reason)
-INSERT INTO order_events (id, order_id, type, body)
-SELECT n.eid, n.id, 'order.rejected',
-	flashsale_order_event_body(n.eid, 'order.rejected', $9, n.id, n.sale_id, n.item_id, n.user_id, 'REJECTED', n.price_cents, NULL, n.reject_reason)
-FROM (SELECT nextval('order_events_id_seq') AS eid, ins.* FROM ins) n`
-
 // declareLost tombstones a reservation Kafka proved lost and gives its unit
 // back; if its order row exists, it confirms instead (or finishes a return
 // an outbox row still owes).
@@ -444,21 +428,13 @@ func (r *Reconciler) declareLost(ctx context.Context, sale *flashsale.Sale, p re
 	if it, ok := sale.Item(p.ItemID); ok {
 		price = it.PriceCents
 	}
-	var inserted bool
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, tombstoneSQL,
-			p.OrderID, sale.ID, p.ItemID, p.UserID, price, p.ReservedAt, p.ReservedAt.Add(r.window), RejectLost, r.now())
-		if err != nil {
-			return err
-		}
-		inserted = tag.RowsAffected() == 1
-		if !inserted {
-			return nil
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO stock_returns (order_id, sale_id, item_id, user_id)
-			VALUES ($1, $2, $3, $4) ON CONFLICT (order_id) DO NOTHING`, p.OrderID, sale.ID, p.ItemID, p.UserID)
-		return err
-	})
+	// The REJECTED row, its order.rejected event (the shop hears of an
+	// order the shopper saw pending) and its stock return, in one
+	// statement; nothing when the row exists.
+	inserted, err := r.store.Tombstone(ctx, orderstore.Lost{
+		OrderID: p.OrderID, SaleID: sale.ID, ItemID: p.ItemID, UserID: p.UserID, Price: price,
+		ReservedAt: p.ReservedAt, ExpiresAt: p.ReservedAt.Add(r.window), Reason: RejectLost,
+	}, r.now())
 	if err != nil {
 		return false, fmt.Errorf("tombstone: %w", err)
 	}
@@ -467,8 +443,8 @@ func (r *Reconciler) declareLost(ctx context.Context, sale *flashsale.Sale, p re
 		// outbox row says so (a tombstone or a rejection whose release
 		// did not finish); otherwise the writer stored it and stopped
 		// before confirming.
-		var owed bool
-		if err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM stock_returns WHERE order_id = $1)`, p.OrderID).Scan(&owed); err != nil {
+		_, owed, err := r.store.Exists(ctx, p.OrderID)
+		if err != nil {
 			return false, fmt.Errorf("outbox: %w", err)
 		}
 		if !owed {
@@ -495,7 +471,7 @@ func (r *Reconciler) giveBack(ctx context.Context, sale *flashsale.Sale, p redis
 			return ok, err
 		}
 	}
-	if _, err := r.pool.Exec(ctx, `DELETE FROM stock_returns WHERE order_id = $1`, p.OrderID); err != nil {
+	if err := r.store.Returned(ctx, []string{p.OrderID}); err != nil {
 		return ok, fmt.Errorf("outbox delete: %w", err)
 	}
 	if ok {
@@ -634,67 +610,21 @@ func (r *Reconciler) rebuildIfLost(ctx context.Context, sale *flashsale.Sale) er
 		inflightIDs[i] = o.OrderID
 	}
 
-	quantity := map[int64]int64{}
-	live := map[int64]int64{}
-	buyers := map[int64]redisstock.Buyer{}
-	stored := map[string]bool{}
 	// One snapshot of items, live orders and which in-flight orders have
 	// a row already (live or not: a REJECTED, EXPIRED or CANCELLED one
-	// holds no unit).
-	err = pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		// A live stock addition still in its outbox (stock_adds) is in
-		// quantity but not yet in Redis: it is added onto the rebuilt
-		// record afterwards, so the rebuild leaves it out.
-		rows, err := tx.Query(ctx, `SELECT i.id, i.quantity - coalesce((SELECT sum(a.units) FROM stock_adds a WHERE a.item_id = i.id), 0)
-			FROM items i WHERE i.sale_id = $1`, sale.ID)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var id, q int64
-			if err := rows.Scan(&id, &q); err != nil {
-				return err
-			}
-			quantity[id] = q
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		rows, err = tx.Query(ctx, `SELECT id::text, item_id, user_id, created_at FROM orders
-			WHERE sale_id = $1 AND status IN ('PENDING', 'PAID')`, sale.ID)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var b redisstock.Buyer
-			var user int64
-			if err := rows.Scan(&b.OrderID, &b.ItemID, &user, &b.CreatedAt); err != nil {
-				return err
-			}
-			live[b.ItemID]++
-			buyers[user] = b
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if len(inflightIDs) == 0 {
-			return nil
-		}
-		rows, err = tx.Query(ctx, `SELECT id::text FROM orders WHERE id = ANY($1::uuid[])`, inflightIDs)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			stored[id] = true
-		}
-		return rows.Err()
-	})
+	// holds no unit). A live stock addition still in its outbox
+	// (stock_adds) is in quantity but not yet in Redis: it is added onto
+	// the rebuilt record afterwards, so the snapshot leaves it out.
+	snap, err := r.store.ReadSnapshot(ctx, sale.ID, inflightIDs)
 	if err != nil {
 		return fmt.Errorf("rebuild: read database: %w", err)
+	}
+	quantity, stored := snap.Quantity, snap.Stored
+	live := map[int64]int64{}
+	buyers := map[int64]redisstock.Buyer{}
+	for _, o := range snap.Live {
+		live[o.ItemID]++
+		buyers[o.UserID] = redisstock.Buyer{OrderID: o.ID, ItemID: o.ItemID, CreatedAt: o.CreatedAt}
 	}
 	fromKafka := 0
 	for _, o := range inflight {

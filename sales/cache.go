@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/adapter/postgres"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -45,7 +46,8 @@ func NewCache(store *Store, rdb redis.UniversalClient, interval time.Duration, l
 }
 
 // Refresh reloads every sale from the database.
-func (c *Cache) Refresh(ctx context.Context) error {
+func (c *Cache) Refresh(ctx context.Context) (err error) {
+	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
 	all, err := c.store.List(ctx)
 	if err != nil {
 		return err

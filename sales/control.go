@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/adapter/postgres"
 )
 
 var errNoItem = &flashsale.Error{Code: flashsale.CodeNotFound, Message: "no such item in this sale"}
@@ -29,11 +30,12 @@ const maxQuantity = 1<<31 - 1
 // A stock addition raises items.quantity and writes a stock_adds row in
 // the same transaction; the units reach Redis after the commit (AddPending
 // retries what did not).
-func (s *Store) Act(ctx context.Context, id int64, a flashsale.SaleAction) (flashsale.Sale, error) {
+func (s *Store) Act(ctx context.Context, id int64, a flashsale.SaleAction) (_ flashsale.Sale, err error) {
+	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
 	now := s.now().UTC()
 	var addID int64
 	changed := false
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		version, err := s.lockVersion(ctx, tx, id, a.IfVersion)
 		if err != nil {
 			return err

@@ -17,16 +17,19 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/adapter/postgres"
+	"github.com/flashsale/flashsale/internal/adapter/postgres/orderstore"
 	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 	"github.com/flashsale/flashsale/lua"
 )
 
 // Store is the sale repository.
 type Store struct {
-	pool  *pgxpool.Pool
-	rdb   redis.UniversalClient
-	stock *redisstock.Store
-	now   func() time.Time
+	pool   *pgxpool.Pool
+	orders *orderstore.Store // the orders' figures
+	rdb    redis.UniversalClient
+	stock  *redisstock.Store
+	now    func() time.Time
 }
 
 // NewStore returns a Store. now may be nil (time.Now).
@@ -34,7 +37,7 @@ func NewStore(pool *pgxpool.Pool, rdb redis.UniversalClient, st *redisstock.Stor
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{pool: pool, rdb: rdb, stock: st, now: now}
+	return &Store{pool: pool, orders: orderstore.New(pool), rdb: rdb, stock: st, now: now}
 }
 
 var errNotFound = &flashsale.Error{Code: flashsale.CodeNotFound, Message: "no such sale"}
@@ -48,7 +51,8 @@ func Commitment(seed []byte) string {
 // Create stores a new sale with a fresh shuffle seed and its commitment,
 // assigns ids, loads the stock into Redis and announces the sale. The caller
 // validates the input.
-func (s *Store) Create(ctx context.Context, in flashsale.Sale) (flashsale.Sale, error) {
+func (s *Store) Create(ctx context.Context, in flashsale.Sale) (_ flashsale.Sale, err error) {
+	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
 	seed := make([]byte, 32)
 	if _, err := rand.Read(seed); err != nil {
 		return flashsale.Sale{}, fmt.Errorf("sales.Create: %w", err)
@@ -62,7 +66,7 @@ func (s *Store) Create(ctx context.Context, in flashsale.Sale) (flashsale.Sale, 
 	out.ShuffleSeed = seed
 	out.ShuffleCommitment = Commitment(seed)
 	out.Items = make([]flashsale.Item, len(in.Items))
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var ends *time.Time
 		if !in.EndsAt.IsZero() {
 			ends = &in.EndsAt
@@ -138,7 +142,8 @@ func (s *Store) scanSale(row pgx.Row) (flashsale.Sale, error) {
 }
 
 // Get returns one sale with its items, or NOT_FOUND.
-func (s *Store) Get(ctx context.Context, id int64) (flashsale.Sale, error) {
+func (s *Store) Get(ctx context.Context, id int64) (_ flashsale.Sale, err error) {
+	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
 	sl, err := s.scanSale(s.pool.QueryRow(ctx, `SELECT `+saleColumns+` FROM sales WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return flashsale.Sale{}, errNotFound
@@ -171,7 +176,8 @@ func (s *Store) items(ctx context.Context, where string, args ...any) (map[int64
 }
 
 // List returns every sale with its items, newest first.
-func (s *Store) List(ctx context.Context) ([]flashsale.Sale, error) {
+func (s *Store) List(ctx context.Context) (_ []flashsale.Sale, err error) {
+	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
 	rows, err := s.pool.Query(ctx, `SELECT `+saleColumns+` FROM sales ORDER BY id DESC`)
 	if err != nil {
 		return nil, fmt.Errorf("sales.List: %w", err)
@@ -200,8 +206,9 @@ func (s *Store) List(ctx context.Context) ([]flashsale.Sale, error) {
 // Update applies a live change and announces it. With u.IfVersion set, it
 // applies only while the sale is at that version: VERSION_CONFLICT (nothing
 // changed) otherwise.
-func (s *Store) Update(ctx context.Context, id int64, u flashsale.SaleUpdate) (flashsale.Sale, error) {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+func (s *Store) Update(ctx context.Context, id int64, u flashsale.SaleUpdate) (_ flashsale.Sale, err error) {
+	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		version, err := s.lockVersion(ctx, tx, id, u.IfVersion)
 		if err != nil {
 			return err
@@ -272,7 +279,8 @@ func (s *Store) lockVersion(ctx context.Context, tx pgx.Tx, id, ifVersion int64)
 
 // Figures returns the live figures of a sale's items: remaining from Redis
 // (over every stock shard), the order counts by status from PostgreSQL.
-func (s *Store) Figures(ctx context.Context, saleID int64) ([]flashsale.ItemFigures, error) {
+func (s *Store) Figures(ctx context.Context, saleID int64) (_ []flashsale.ItemFigures, err error) {
+	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
 	sl, err := s.Get(ctx, saleID)
 	if err != nil {
 		return nil, err
@@ -287,37 +295,30 @@ func (s *Store) Figures(ctx context.Context, saleID int64) ([]flashsale.ItemFigu
 		out[i] = flashsale.ItemFigures{ItemID: it.ID, Remaining: remaining[it.ID]}
 		byItem[it.ID] = &out[i]
 	}
-	rows, err := s.pool.Query(ctx, `SELECT item_id, status, count(*) FROM orders WHERE sale_id = $1 GROUP BY item_id, status`, saleID)
+	counts, err := s.orders.CountBySale(ctx, saleID)
 	if err != nil {
 		return nil, fmt.Errorf("sales.Figures: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var item, n int64
-		var status string
-		if err := rows.Scan(&item, &status, &n); err != nil {
-			return nil, fmt.Errorf("sales.Figures: %w", err)
-		}
+	for item, byStatus := range counts {
 		f := byItem[item]
 		if f == nil {
 			continue
 		}
-		switch flashsale.OrderStatus(status) {
-		case flashsale.OrderPending:
-			f.Sold += n
-		case flashsale.OrderPaid:
-			f.Sold += n
-			f.Paid += n
-		case flashsale.OrderExpired:
-			f.Expired += n
-		case flashsale.OrderCancelled:
-			f.Cancelled += n
-		case flashsale.OrderRejected:
-			f.Rejected += n
+		for status, n := range byStatus {
+			switch status {
+			case flashsale.OrderPending:
+				f.Sold += n
+			case flashsale.OrderPaid:
+				f.Sold += n
+				f.Paid += n
+			case flashsale.OrderExpired:
+				f.Expired += n
+			case flashsale.OrderCancelled:
+				f.Cancelled += n
+			case flashsale.OrderRejected:
+				f.Rejected += n
+			}
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sales.Figures: %w", err)
 	}
 	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/adapter/postgres"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -95,7 +96,8 @@ var (
 // INVALID (a race sale, or an item not of the sale), CHOICE_CLOSED (the
 // turn came: a unit is held, or is being held, for the user), or internal.
 // A refused choice changes nothing.
-func (r *Room) Choose(ctx context.Context, p flashsale.Principal, saleID, itemID int64) error {
+func (r *Room) Choose(ctx context.Context, p flashsale.Principal, saleID, itemID int64) (err error) {
+	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
 	sale, ok := r.sales.Sale(saleID)
 	if !ok {
 		return notFound()

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flashsale/flashsale/internal/adapter/postgres"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -70,7 +71,8 @@ func EncodeDrawRecord(rec DrawRecord) (DrawFile, error) {
 // PublishedDraw returns the sale's stored draw record, without the body
 // when it is longer than maxBody bytes. It is NOT_DRAWN until the sale's
 // leader has stored it, right after the draw.
-func (r *Room) PublishedDraw(ctx context.Context, saleID, maxBody int64) (DrawFile, error) {
+func (r *Room) PublishedDraw(ctx context.Context, saleID, maxBody int64) (_ DrawFile, err error) {
+	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
 	if r.cfg.Records == nil {
 		return DrawFile{}, errNotDrawn
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/adapter/postgres"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -21,7 +22,8 @@ func notFound() error { return flashsale.Errorf(flashsale.CodeNotFound, "no such
 // Type "challenge" (and no error); the caller solves it and joins again
 // with pow. Errors are *flashsale.Error (NOT_FOUND, BLOCKED, RATE_LIMITED)
 // or internal.
-func (r *Room) Join(ctx context.Context, p flashsale.Principal, saleID int64, ip netip.Addr, pow json.RawMessage) (Status, error) {
+func (r *Room) Join(ctx context.Context, p flashsale.Principal, saleID int64, ip netip.Addr, pow json.RawMessage) (_ Status, err error) {
+	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
 	sale, ok := r.sales.Sale(saleID)
 	if !ok {
 		return Status{}, notFound()
@@ -45,7 +47,8 @@ func (r *Room) Join(ctx context.Context, p flashsale.Principal, saleID int64, ip
 // Status is the caller's current status (the polling GET), with the
 // admission token once admitted. A caller who has not joined gets
 // NOT_FOUND.
-func (r *Room) Status(ctx context.Context, p flashsale.Principal, saleID int64) (Status, error) {
+func (r *Room) Status(ctx context.Context, p flashsale.Principal, saleID int64) (_ Status, err error) {
+	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
 	if _, ok := r.sales.Sale(saleID); !ok {
 		return Status{}, notFound()
 	}

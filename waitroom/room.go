@@ -47,6 +47,7 @@ import (
 
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/admission"
+	"github.com/flashsale/flashsale/internal/adapter/postgres"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -209,7 +210,8 @@ func (r *Room) appendRooms(dst []*saleRoom) []*saleRoom {
 // Figures are the sale's queue figures, shared by every gateway: joined
 // (distinct shoppers with a ticket), admitted (places the cursor passed)
 // and waiting (tickets not yet admitted).
-func (r *Room) Figures(ctx context.Context, saleID int64) (flashsale.QueueFigures, error) {
+func (r *Room) Figures(ctx context.Context, saleID int64) (_ flashsale.QueueFigures, err error) {
+	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
 	pipe := r.rdb.Pipeline()
 	joined := pipe.HLen(ctx, lua.QueueKey(saleID, keyTickets))
 	st := pipe.HMGet(ctx, lua.QueueKey(saleID, keyState), fieldSeq, fieldServing)

@@ -1,21 +1,19 @@
 package writer
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/adapter/postgres/orderstore"
 )
 
 // order is one decoded OrderPlaced message.
@@ -94,6 +92,12 @@ func (r *refusal) Unwrap() error { return r.err }
 // classify turns the database's refusals into *refusal; other errors
 // (connection, timeout, deadlock) stay as they are and are retried.
 func classify(err error) error {
+	switch {
+	case errors.Is(err, orderstore.ErrSoldOut):
+		return &refusal{reason: ReasonSoldOut}
+	case errors.Is(err, orderstore.ErrUnknownItem):
+		return &refusal{reason: ReasonUnknownItem}
+	}
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
 		return err
@@ -184,239 +188,34 @@ func (w *Writer) store(stop, ctx context.Context, orders []*order, res *result) 
 	return w.store(stop, ctx, orders[mid:], res)
 }
 
-const insertOrdersSQL = `INSERT INTO orders (id, sale_id, item_id, user_id, status, price_cents, created_at, expires_at)
-SELECT u.id, u.sale_id, u.item_id, u.user_id, 'PENDING', u.price, u.created, u.expires
-FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::timestamptz[], $7::timestamptz[])
-	AS u(id, sale_id, item_id, user_id, price, created, expires)
-ON CONFLICT (id) DO NOTHING
-RETURNING id, sale_id, item_id, user_id, price_cents, created_at`
-
-// pendingEventsSQL is the order.pending event of every row the insert CTE
-// "ins" wrote (migration 0006: the outbox and the body's one definition),
-// so an order and its event commit together and a redelivered order, not
-// inserted again, gets none. The row id is drawn before the body is built,
-// which carries it as eventId; occurredAt is the order's createdAt.
-const pendingEventsSQL = `INSERT INTO order_events (id, order_id, type, body)
-SELECT n.eid, n.id, 'order.pending',
-	flashsale_order_event_body(n.eid, 'order.pending', n.created_at, n.id, n.sale_id, n.item_id, n.user_id, 'PENDING', n.price_cents, NULL, NULL)
-FROM (SELECT nextval('order_events_id_seq') AS eid, ins.* FROM ins) n`
-
-// insertPendingSQL is the general path's insert: the orders and their
-// events, returning the ids inserted.
-const insertPendingSQL = `WITH ins AS (` + insertOrdersSQL + `),
-ev AS (` + pendingEventsSQL + `)
-SELECT id FROM ins`
-
-// One guarded update for every item of the batch: an item whose stock
-// would go over its quantity (or that is not in the order's sale) is not
-// updated, which the caller sees as a missing id.
-const updateSoldSQL = `UPDATE items AS i SET sold = i.sold + v.n
-FROM unnest($1::int8[], $2::int8[], $3::int4[]) AS v(id, sale_id, n)
-WHERE i.id = v.id AND i.sale_id = v.sale_id AND i.sold + v.n <= i.quantity
-RETURNING v.sale_id, v.id`
-
-type itemKey struct{ sale, item int64 }
-
-// orderColumns are orders as the column arrays the batched inserts unnest,
-// in the order of their parameters $1…$7.
-type orderColumns struct {
-	ids                         []uuid.UUID
-	sales, items, users, prices []int64
-	created, expires            []time.Time
+// placed is the order as the order store writes it.
+func (o *order) placed() orderstore.Placed {
+	return orderstore.Placed{ID: o.id, SaleID: o.msg.SaleID, ItemID: o.msg.ItemID, UserID: o.msg.UserID,
+		PriceCents: o.msg.PriceCents, CreatedAt: o.created, ExpiresAt: o.expires}
 }
 
-func newOrderColumns(n int) *orderColumns {
-	return &orderColumns{
-		ids: make([]uuid.UUID, 0, n), sales: make([]int64, 0, n), items: make([]int64, 0, n),
-		users: make([]int64, 0, n), prices: make([]int64, 0, n),
-		created: make([]time.Time, 0, n), expires: make([]time.Time, 0, n),
-	}
-}
-
-func (c *orderColumns) add(o *order) {
-	c.ids = append(c.ids, o.id)
-	c.sales = append(c.sales, o.msg.SaleID)
-	c.items = append(c.items, o.msg.ItemID)
-	c.users = append(c.users, o.msg.UserID)
-	c.prices = append(c.prices, o.msg.PriceCents)
-	c.created = append(c.created, o.created)
-	c.expires = append(c.expires, o.expires)
-}
-
-func (c *orderColumns) args() []any {
-	return []any{c.ids, c.sales, c.items, c.users, c.prices, c.created, c.expires}
-}
-
-// insertBatch writes orders in one transaction and reports which rows it
-// inserted (the others existed already: redeliveries).
+// insertBatch writes orders through the order store (orderstore.Store.Place:
+// one statement for the usual batch, the general path's transaction for
+// anything else) and reports which rows it inserted (the others existed
+// already: redeliveries).
 func (w *Writer) insertBatch(ctx context.Context, orders []*order) ([]bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.TxTimeout)
 	defer cancel()
-	n := len(orders)
-	cols := newOrderColumns(n)
-	for _, o := range orders {
-		cols.add(o)
-	}
-	if inserted, ok := w.insertAllNew(ctx, orders, cols); ok {
-		w.m.oneTrip.Inc()
-		return inserted, nil
-	}
-	w.m.general.Inc()
-	idx := make(map[uuid.UUID]int, n)
+	placed := make([]orderstore.Placed, len(orders))
 	for i, o := range orders {
-		idx[o.id] = i
+		placed[i] = o.placed()
 	}
-
-	tx, err := w.pool.Begin(ctx)
+	inserted, oneTrip, err := w.orders.Place(ctx, placed)
+	if oneTrip {
+		w.m.oneTrip.Inc()
+	} else {
+		w.m.general.Inc()
+	}
 	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit; a failed rollback closes the connection
-
-	inserted := make([]bool, n)
-	counts := map[itemKey]int32{}
-	rows, err := tx.Query(ctx, insertPendingSQL, cols.args()...)
-	if err != nil {
-		return nil, classify(err)
-	}
-	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		i, ok := idx[id]
-		if !ok {
-			rows.Close()
-			return nil, fmt.Errorf("insert returned unknown id %s", id)
-		}
-		inserted[i] = true
-		counts[itemKey{orders[i].msg.SaleID, orders[i].msg.ItemID}]++
-	}
-	if err := rows.Err(); err != nil {
-		return nil, classify(err)
-	}
-
-	if len(counts) > 0 {
-		keys, args := soldArgs(counts)
-		rows, err := tx.Query(ctx, updateSoldSQL, args...)
-		if err != nil {
-			return nil, classify(err)
-		}
-		updated := make(map[itemKey]bool, len(keys))
-		for rows.Next() {
-			var k itemKey
-			if err := rows.Scan(&k.sale, &k.item); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			updated[k] = true
-		}
-		if err := rows.Err(); err != nil {
-			return nil, classify(err)
-		}
-		for _, k := range keys {
-			if !updated[k] {
-				return nil, w.whyNotUpdated(ctx, tx, k)
-			}
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
 		return nil, classify(err)
 	}
 	return inserted, nil
 }
-
-// insertAllNewSQL is the usual batch as one statement: the insert, the
-// orders' events and the guarded update (its parameters renumbered $8…$10)
-// as data-modifying CTEs, and flashsale_all_or_nothing (migration 0002), which raises, rolling the
-// whole statement back, unless every order was new ($11 rows) and every
-// item updated ($12 items).
-var insertAllNewSQL = `WITH ins AS (` + insertOrdersSQL + `),
-ev AS (` + pendingEventsSQL + `),
-upd AS (` + strings.NewReplacer("$1::", "$8::", "$2::", "$9::", "$3::", "$10::").Replace(updateSoldSQL) + `)
-SELECT flashsale_all_or_nothing((SELECT count(*) FROM ins) = $11 AND (SELECT count(*) FROM upd) = $12)`
-
-// insertAllNew is insertBatch's fast path (cols: the orders as columns) for
-// the usual batch, every order new and every item within its quantity: one
-// statement, committed on its own, one round trip. The items' rows are
-// locked by the update only while the statement and its commit run, not
-// across a wait for the writer's next message (with BEGIN and COMMIT sent
-// apart, a second batch in flight would queue behind the first one's items
-// until the writer, on a crowded machine, got round to sending its COMMIT).
-// ok is false, with nothing written, for anything else (a redelivered
-// order, an item over its quantity or not in its sale, any error): the
-// caller then runs the general path, which finds and reports it. When the
-// statement's outcome is unknown (the connection failed under it), the
-// general path's insert finds the rows it wrote, if it did, as existing.
-func (w *Writer) insertAllNew(ctx context.Context, orders []*order, cols *orderColumns) (inserted []bool, ok bool) {
-	counts := map[itemKey]int32{}
-	for _, o := range orders {
-		counts[itemKey{o.msg.SaleID, o.msg.ItemID}]++
-	}
-	keys, args := soldArgs(counts)
-	args = append(append(cols.args(), args...), len(orders), len(keys))
-	var all bool
-	if err := w.pool.QueryRow(ctx, insertAllNewSQL, args...).Scan(&all); err != nil || !all {
-		return nil, false
-	}
-	inserted = make([]bool, len(orders))
-	for i := range inserted {
-		inserted[i] = true
-	}
-	return inserted, true
-}
-
-// soldArgs are the parameters of updateSoldSQL for counts (units per item),
-// with the items in the order the update locks them: by id, so concurrent
-// writers never deadlock.
-func soldArgs(counts map[itemKey]int32) (keys []itemKey, args []any) {
-	keys = make([]itemKey, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b itemKey) int { return cmp.Or(cmp.Compare(a.item, b.item), cmp.Compare(a.sale, b.sale)) })
-	itemIDs, saleIDs, ns := make([]int64, len(keys)), make([]int64, len(keys)), make([]int32, len(keys))
-	for i, k := range keys {
-		itemIDs[i], saleIDs[i], ns[i] = k.item, k.sale, counts[k]
-	}
-	return keys, []any{itemIDs, saleIDs, ns}
-}
-
-// whyNotUpdated tells an oversold item from an item that is not in the
-// order's sale.
-func (w *Writer) whyNotUpdated(ctx context.Context, tx pgx.Tx, k itemKey) error {
-	var exists bool
-	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM items WHERE id = $1 AND sale_id = $2)`, k.item, k.sale).Scan(&exists)
-	if err != nil {
-		return err
-	}
-	if !exists {
-		return &refusal{reason: ReasonUnknownItem}
-	}
-	return &refusal{reason: ReasonSoldOut}
-}
-
-// The refused orders become REJECTED rows plus their order.rejected events
-// (occurred at $9, the writer's clock) and their stock_returns outbox rows,
-// in one statement. An order whose row exists already (a replay, or the
-// reconciler's tombstone) is not rejected again, and gets no event.
-const insertRejectedSQL = `WITH ins AS (
-	INSERT INTO orders (id, sale_id, item_id, user_id, status, price_cents, created_at, expires_at, reject_reason)
-	SELECT u.id, u.sale_id, u.item_id, u.user_id, 'REJECTED', u.price, u.created, u.expires, u.reason
-	FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::timestamptz[], $7::timestamptz[], $8::text[])
-		AS u(id, sale_id, item_id, user_id, price, created, expires, reason)
-	ON CONFLICT (id) DO NOTHING
-	RETURNING id, sale_id, item_id, user_id, price_cents, reject_reason),
-ev AS (
-	INSERT INTO order_events (id, order_id, type, body)
-	SELECT n.eid, n.id, 'order.rejected',
-		flashsale_order_event_body(n.eid, 'order.rejected', $9::timestamptz, n.id, n.sale_id, n.item_id, n.user_id, 'REJECTED', n.price_cents, NULL, n.reject_reason)
-	FROM (SELECT nextval('order_events_id_seq') AS eid, ins.* FROM ins) n)
-INSERT INTO stock_returns (order_id, sale_id, item_id, user_id)
-SELECT id, sale_id, item_id, user_id FROM ins
-ON CONFLICT (order_id) DO NOTHING
-RETURNING order_id`
 
 // reject writes the REJECTED rows of res.rejected. Rejections that cannot
 // have a row (unknown item, invalid values) are only released and
@@ -489,35 +288,12 @@ func (w *Writer) insertRejected(ctx context.Context, rjs []rejection, idx []int)
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.TxTimeout)
 	defer cancel()
-	n := len(idx)
-	cols := newOrderColumns(n)
-	reasons := make([]string, 0, n)
-	for _, i := range idx {
-		cols.add(rjs[i].o)
-		reasons = append(reasons, rjs[i].reason)
+	rjs2 := make([]orderstore.Rejected, len(idx))
+	for j, i := range idx {
+		rjs2[j] = orderstore.Rejected{Placed: rjs[i].o.placed(), Reason: rjs[i].reason}
 	}
-	tx, err := w.pool.Begin(ctx)
+	fresh, err := w.orders.Reject(ctx, rjs2, w.cfg.Now().UTC())
 	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
-	rows, err := tx.Query(ctx, insertRejectedSQL, append(cols.args(), reasons, w.cfg.Now().UTC())...)
-	if err != nil {
-		return nil, classify(err)
-	}
-	fresh := make(map[uuid.UUID]bool, n)
-	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		fresh[id] = true
-	}
-	if err := rows.Err(); err != nil {
-		return nil, classify(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
 		return nil, classify(err)
 	}
 	return fresh, nil
@@ -528,7 +304,7 @@ func (w *Writer) insertRejected(ctx context.Context, rjs []rejection, idx []int)
 // outbox row for the outbox drainer; the release script gives a unit back
 // at most once per order, so the retry is harmless.
 func (w *Writer) releaseRejected(ctx context.Context, res *result) {
-	var done []uuid.UUID
+	var done []string
 	for _, rj := range res.rejected {
 		if !rj.outbox {
 			// No row (the message names an item not in its sale): its
@@ -546,14 +322,14 @@ func (w *Writer) releaseRejected(ctx context.Context, res *result) {
 		}
 		w.log.Info("rejected order", "order", m.OrderID, "sale", m.SaleID, "item", m.ItemID, "user", m.UserID,
 			"reason", rj.reason, "unit_released", released)
-		done = append(done, rj.o.id)
+		done = append(done, m.OrderID)
 	}
 	if len(done) == 0 {
 		return
 	}
 	dctx, cancel := context.WithTimeout(ctx, w.cfg.TxTimeout)
 	defer cancel()
-	if _, err := w.pool.Exec(dctx, `DELETE FROM stock_returns WHERE order_id = ANY($1::uuid[])`, done); err != nil {
+	if err := w.orders.Returned(dctx, done); err != nil {
 		w.log.Warn("deleting stock_returns rows failed; the outbox drainer will release again (harmless)", "orders", len(done), "err", err)
 	}
 }
@@ -582,25 +358,8 @@ func (w *Writer) adoptUnfinished(ctx context.Context, res *result) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.TxTimeout)
 	defer cancel()
-	rows, err := w.pool.Query(ctx, `SELECT s.order_id, coalesce(o.reject_reason, '')
-		FROM stock_returns s JOIN orders o ON o.id = s.order_id
-		WHERE s.order_id = ANY($1::uuid[]) AND o.status = 'REJECTED'`, ids)
+	reasons, err := w.orders.Unfinished(ctx, ids)
 	if err != nil {
-		w.log.Warn("looking for unfinished rejections failed", "err", err)
-		return
-	}
-	reasons := map[uuid.UUID]string{}
-	for rows.Next() {
-		var id uuid.UUID
-		var reason string
-		if err := rows.Scan(&id, &reason); err != nil {
-			rows.Close()
-			w.log.Warn("looking for unfinished rejections failed", "err", err)
-			return
-		}
-		reasons[id] = reason
-	}
-	if err := rows.Err(); err != nil {
 		w.log.Warn("looking for unfinished rejections failed", "err", err)
 		return
 	}

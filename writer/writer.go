@@ -20,7 +20,8 @@
 // crash after it may leave pending members, which the reconciler confirms
 // when it finds their rows. The usual batch (every order new, every item
 // within its quantity) is one statement committed on its own, one round
-// trip (insertAllNew); anything else is rolled back and written by the
+// trip (orderstore.Store.Place, the order store every order change goes
+// through); anything else is rolled back and written by the
 // general path.
 //
 // The database load is bounded: at most Config.InFlight batch transactions
@@ -57,6 +58,7 @@ import (
 
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/internal/adapter/kafka"
+	"github.com/flashsale/flashsale/internal/adapter/postgres/orderstore"
 	"github.com/flashsale/flashsale/internal/adapter/prom"
 	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 )
@@ -176,14 +178,14 @@ const DefaultSessionTimeout = 6 * time.Second
 
 // Writer is the Kafka → PostgreSQL order writer.
 type Writer struct {
-	cfg   Config
-	pool  *pgxpool.Pool
-	stock *redisstock.Store
-	log   *slog.Logger
-	cl    *kgo.Client
-	m     metrics
-	lag   map[topicPartition]int64
-	close sync.Once
+	cfg    Config
+	orders *orderstore.Store
+	stock  *redisstock.Store
+	log    *slog.Logger
+	cl     *kgo.Client
+	m      metrics
+	lag    map[topicPartition]int64
+	close  sync.Once
 	// rebalance is set when the group waits for the writer to let a
 	// rebalance go on (BlockRebalanceOnPoll): Run stops polling until the
 	// batches in hand are finished.
@@ -201,7 +203,8 @@ type metrics struct {
 	written, duplicate, rejected, undecodable prometheus.Counter
 	batch, batchRecords                       prometheus.Histogram
 	lag                                       prometheus.Gauge
-	// transactions by path: "one_round_trip" (insertAllNew) or "general"
+	// transactions by path: "one_round_trip" (orderstore.Store.Place's one
+	// statement) or "general"
 	oneTrip, general prometheus.Counter
 	// a batch's wall time by stage: its database transactions, the Redis
 	// confirm and the Kafka offset commit (the last two run together)
@@ -282,12 +285,12 @@ func New(cfg Config, pool *pgxpool.Pool, st *redisstock.Store, logger *slog.Logg
 			"component", "writer", "pool_max_conns", pc.MaxConns, "max_conns", cfg.MaxConns)
 	}
 	w := &Writer{
-		cfg:   cfg,
-		pool:  pool,
-		stock: st,
-		log:   logger.With("component", "writer"),
-		m:     m,
-		lag:   map[topicPartition]int64{},
+		cfg:    cfg,
+		orders: orderstore.New(pool),
+		stock:  st,
+		log:    logger.With("component", "writer"),
+		m:      m,
+		lag:    map[topicPartition]int64{},
 	}
 	opts, err := kafka.ClientOpts(cfg.Brokers, cfg.Security, w.log)
 	if err != nil {

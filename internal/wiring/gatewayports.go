@@ -75,7 +75,7 @@ type drawAdapter struct{ room *waitroom.Room }
 func (d drawAdapter) PublishedDraw(ctx context.Context, saleID, maxBody int64) (gateway.DrawRecord, error) {
 	f, err := d.room.PublishedDraw(ctx, saleID, maxBody)
 	if err != nil {
-		return gateway.DrawRecord{}, availability(err)
+		return gateway.DrawRecord{}, err
 	}
 	return gateway.DrawRecord{Body: f.Body, Gzip: f.Gzip, ETag: f.ETag}, nil
 }

@@ -107,7 +107,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	}
 	var payments gateway.ShopPayments // nil: the callback route answers 403
 	if cfg.PaymentSecret != "" {
-		payments = shopPayments{secret: []byte(cfg.PaymentSecret), orders: ord}
+		payments = orders.NewPayments([]byte(cfg.PaymentSecret), ord)
 	}
 	srv := gateway.New(gateway.Config{CORSOrigins: cfg.CORSOrigins, Ready: a.Ready, SaleRequests: saleRequests,
 		PaymentURL: cfg.PaymentURL, DrawLead: cfg.DrawLead,
@@ -117,13 +117,13 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		Admission: a.signer,
 		Sales:     a.cache,
 		Stock:     a.stock,
-		SaleAdmin: availSaleAdmin{saleAdmin{Store: a.sales, cache: a.cache}},
+		SaleAdmin: saleAdmin{Store: a.sales, cache: a.cache},
 		Purchase:  buy,
 		Orders:    ord,
-		Queue:     availQueue{queueAdapter{room}},
+		Queue:     queueAdapter{room},
 		Draws:     drawAdapter{room},
 		Guard:     guard,
-		Settings:  availSettings{settings.JSON()},
+		Settings:  settings.JSON(),
 		Static:    staticAdapter{site},
 		Payments:  payments,
 		Metrics:   a.reg,

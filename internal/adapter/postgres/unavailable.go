@@ -3,12 +3,33 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/flashsale/flashsale"
 )
+
+// ErrUnavailable is what a caller sees while a store cannot be reached:
+// the gateway answers it 503 with Retry-After.
+var ErrUnavailable = flashsale.Errorf(flashsale.CodeUnavailable, "temporarily unavailable; retry shortly")
+
+// Outage is how a store classifies the errors it returns: one that means
+// the store is down or too slow (Unavailable: PostgreSQL's connection and
+// shutdown errors, a refused or broken connection, a deadline) becomes
+// UNAVAILABLE (ErrUnavailable, wrapping err), so that an outage is
+// answered 503 with Retry-After, never 500. Domain answers and other
+// errors (a bug) pass unchanged, as does nil. Every exported method of a
+// store behind the gateway returns its error through Outage.
+func Outage(err error) error {
+	if err == nil || flashsale.ErrorCode(err) != flashsale.CodeInternal || !Unavailable(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
 
 // Unavailable reports whether err means the database could not be reached
 // or could not answer now (down, restarting, overloaded, too slow), as
@@ -60,3 +81,7 @@ func isClosedConn(err error) bool {
 	}
 	return false
 }
+
+// MarkOutage applies Outage to a method's named error result, deferred at
+// the method's top: defer postgres.MarkOutage(&err).
+func MarkOutage(err *error) { *err = Outage(*err) }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/internal/adapter/postgres"
 	"github.com/flashsale/flashsale/internal/harness/localsvc"
 	"github.com/flashsale/flashsale/internal/harness/testenv"
@@ -81,6 +82,19 @@ func TestUnavailable(t *testing.T) {
 			if got := postgres.Unavailable(tc.err); got != tc.want {
 				t.Errorf("Unavailable(%v) = %v, want %v", tc.err, got, tc.want)
 			}
+			// Outage marks exactly the outages UNAVAILABLE, keeping err.
+			got := postgres.Outage(tc.err)
+			switch {
+			case tc.want && (flashsale.ErrorCode(got) != flashsale.CodeUnavailable || !errors.Is(got, tc.err)):
+				t.Errorf("Outage(%v) = %v, want UNAVAILABLE wrapping it", tc.err, got)
+			case !tc.want && got != tc.err:
+				t.Errorf("Outage(%v) = %v, want it unchanged", tc.err, got)
+			}
 		})
+	}
+	// A domain answer passes unchanged, even wrapping an outage.
+	domain := fmt.Errorf("%w: %w", flashsale.Errorf(flashsale.CodeNotFound, "no such sale"), refused)
+	if got := postgres.Outage(domain); got != domain {
+		t.Errorf("Outage(domain answer) = %v, want it unchanged", got)
 	}
 }
