@@ -15,6 +15,7 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/flashsale
 	$(GO) build -o bin/flashsale-bench ./cmd/flashsale-bench
+	$(GO) build -o bin/flashsale-load ./cmd/flashsale-load
 
 run: build
 	./$(BIN) dev --demo

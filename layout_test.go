@@ -89,9 +89,12 @@ var layout = map[string]imports{
 		// lua names the queue keys the Redis-loss tests mark, as the
 		// leader marks them when it sees the stock lost.
 		tests: "lua internal/wiring/apptest internal/harness/localsvc internal/harness/testenv"},
-	"cmd/flashsale": {code: "flashsale auth sales waitroom loadtest internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock internal/adapter/redisconn",
+	"cmd/flashsale": {code: "flashsale auth sales waitroom internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock internal/adapter/redisconn",
 		tests: "internal/wiring/apptest internal/harness/testenv"},
 	"cmd/flashsale-bench": {code: "internal/bench internal/wiring"},
+	// The load harness's own binary, so the production one does not carry
+	// it (notShipped).
+	"cmd/flashsale-load": {code: "loadtest waitroom"},
 
 	// Tools that drive a stack from outside. The load harness mints access
 	// tokens, solves the proof of work and warns against the waiting room's
@@ -115,9 +118,9 @@ var layout = map[string]imports{
 var kinds = []string{"internal/adapter/", "internal/bench", "internal/harness/", "internal/wiring"}
 
 // notShipped are packages that must not be in the production binary,
-// cmd/flashsale, even through another package: benchmark tooling and test
-// helpers.
-var notShipped = []string{"internal/bench", "internal/harness/testenv", "internal/wiring/apptest", "sales/salestest"}
+// cmd/flashsale, even through another package: benchmark tooling, the load
+// harness (cmd/flashsale-load) and test helpers.
+var notShipped = []string{"internal/bench", "loadtest", "internal/harness/testenv", "internal/wiring/apptest", "sales/salestest"}
 
 // confined are outside modules that only the listed packages may import
 // (code, and tests besides). fiber is the edge's framework and stays in the
@@ -153,7 +156,7 @@ func TestKinds(t *testing.T) {
 }
 
 // TestNotShipped checks the production binary's dependencies, direct and
-// indirect, for benchmark tooling and test helpers.
+// indirect, for benchmark tooling, the load harness and test helpers.
 func TestNotShipped(t *testing.T) {
 	cmd := exec.Command("go", "list", "-deps", module+"/cmd/flashsale")
 	var stderr bytes.Buffer
