@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -94,7 +98,7 @@ var layout = map[string]imports{
 	"cmd/flashsale-bench": {code: "internal/bench internal/wiring"},
 	// The load harness's own binary, so the production one does not carry
 	// it (notShipped).
-	"cmd/flashsale-load": {code: "loadtest waitroom"},
+	"cmd/flashsale-load": {code: "loadtest waitroom internal/wiring"},
 
 	// Tools that drive a stack from outside. The load harness mints access
 	// tokens, solves the proof of work and warns against the waiting room's
@@ -173,6 +177,42 @@ func TestNotShipped(t *testing.T) {
 		if deps[module+"/"+p] {
 			t.Errorf("cmd/flashsale depends on %s, which must not ship in the production binary", p)
 		}
+	}
+}
+
+// envReaders are the only files, besides tests, that read the environment
+// (os.Getenv, os.LookupEnv): the configuration spec, whose FromEnv and
+// LoadEnv every binary goes through, and the test helpers' switches
+// (FLASHSALE_TEST_REDIS, FLASHSALE_TEST_LOG). A setting read anywhere else
+// would be missing from the README's table and from `flashsale config`.
+var envReaders = []string{"internal/wiring/settings.go", "internal/harness/testenv/testenv.go", "internal/wiring/apptest/apptest.go"}
+
+// TestEnvOnlyInSpec fails when a file outside envReaders, tests aside,
+// reads the environment.
+func TestEnvOnlyInSpec(t *testing.T) {
+	allowed := words(strings.Join(envReaders, " "))
+	read := regexp.MustCompile(`\bos\.(Getenv|LookupEnv)\b`)
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules" || d.Name() == "out") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if read.Match(b) && !allowed[filepath.ToSlash(path)] {
+			t.Errorf("%s reads the environment: declare the setting in internal/wiring/settings.go and read it from wiring.Config", path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

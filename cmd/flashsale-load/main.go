@@ -17,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/flashsale/flashsale/internal/wiring"
 	"github.com/flashsale/flashsale/loadtest"
 	"github.com/flashsale/flashsale/waitroom"
 )
@@ -84,7 +85,13 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var urls urlList
 	fs.Var(&urls, "url", "public address of a gateway (repeat or comma-separate to spread shoppers over several); default http://127.0.0.1:8080")
 	adminURL := fs.String("admin-url", "", "admin address: wait for /readyz first")
-	secret := fs.String("secret", os.Getenv("FLASHSALE_JWT_SECRET"), "JWT secret to mint tokens (default $FLASHSALE_JWT_SECRET)")
+	// The defaults are the server's settings (wiring's spec), so a run on
+	// the stack's host needs no flags for them.
+	env := wiring.Defaults()
+	if err := env.LoadEnv(); err != nil {
+		return err
+	}
+	secret := fs.String("secret", env.JWTSecret, "JWT secret to mint tokens (default $FLASHSALE_JWT_SECRET)")
 	sale := fs.Int64("sale", 0, "use this sale instead of creating one")
 	shoppers := fs.Int("shoppers", -1, "simulated shoppers (default: the scenario's)")
 	quantity := fs.Int("quantity", -1, "units of the created sale")
@@ -108,9 +115,9 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	procs := fs.Int("processes", -1, "worker processes (to pass the per-process open-file limit)")
 	duration := fs.Duration("duration", 0, "hard bound on the run")
 	quiet := fs.Duration("quiet-timeout", 0, "how long to wait for conservation after the shoppers (default: 15s, at most a fifth of the duration); cover the server's FLASHSALE_RECONCILE_AFTER when publishes may fail")
-	dbURL := fs.String("database-url", os.Getenv("FLASHSALE_DATABASE_URL"), "PostgreSQL URL for the invariant checks (optional)")
-	redisURL := fs.String("redis-url", os.Getenv("FLASHSALE_REDIS_URL"), "Redis URL for the command counter (optional)")
-	redisCluster := fs.String("redis-cluster", os.Getenv("FLASHSALE_REDIS_CLUSTER"), "Redis Cluster seeds for the command counter, summed over every master (optional)")
+	dbURL := fs.String("database-url", env.DatabaseURL, "PostgreSQL URL for the invariant checks (optional)")
+	redisURL := fs.String("redis-url", env.RedisURL, "Redis URL for the command counter (optional)")
+	redisCluster := fs.String("redis-cluster", strings.Join(env.RedisCluster, ","), "Redis Cluster seeds for the command counter, summed over every master (optional)")
 	keepWaiting := fs.Bool("keep-waiting", false, "shoppers who saw SOLD_OUT stay in the room until the run ends, or until the sale has been sold out with nothing on its way back for -sold-out-quiet, so stock that comes back sells again (default: the scenario's)")
 	soldOutQuiet := fs.Duration("sold-out-quiet", 0, "with -keep-waiting: how long the sale stays sold out, nothing pending, before the shoppers leave and stranded units are judged (default 10s)")
 	untilPaid := fs.Bool("until-paid", false, "end the shopper phase once paid = quantity (default: the scenario's)")
@@ -140,8 +147,8 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	// The counter connects like the server (redisconn): a URL, a cluster
 	// or Sentinel, with the same password and CA settings.
 	cfg.Redis.URL, cfg.Redis.Cluster = *redisURL, splitComma(*redisCluster)
-	cfg.Redis.Sentinels, cfg.Redis.Master = splitComma(os.Getenv("FLASHSALE_REDIS_SENTINELS")), os.Getenv("FLASHSALE_REDIS_MASTER")
-	cfg.Redis.Password, cfg.Redis.TLSCA = os.Getenv("FLASHSALE_REDIS_PASSWORD"), os.Getenv("FLASHSALE_REDIS_TLS_CA")
+	cfg.Redis.Sentinels, cfg.Redis.Master = env.RedisSentinels, env.RedisMaster
+	cfg.Redis.Password, cfg.Redis.TLSCA = env.RedisPassword, env.RedisTLSCA
 	cfg.Progress = stderr
 	setInt := func(dst *int, v int) {
 		if v >= 0 {

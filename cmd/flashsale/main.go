@@ -1,8 +1,8 @@
 // Command flashsale runs the flash-sale system: every role in one process for
 // development (`flashsale dev`), or one role per process in production
-// (`gateway`, `writer`, `expiry`), plus tools (`migrate`, `token`,
-// `verify-draw`). Configuration is environment first (FLASHSALE_*), flags
-// override. The load harness is a binary of its own, cmd/flashsale-load.
+// (`gateway`, `writer`, `expiry`), plus tools (`migrate`, `config`,
+// `token`, `verify-draw`). Configuration is environment first
+// (FLASHSALE_*, the spec in internal/wiring/settings.go), flags override. The load harness is a binary of its own, cmd/flashsale-load.
 package main
 
 import (
@@ -30,6 +30,7 @@ commands:
   expiry              the payment-expiry worker (safe to run several)
   broker              the embedded Kafka broker alone, persisted under .flashsale/kafka (for stacks of separate processes)
   migrate             apply the database schema
+  config              print the effective settings, secrets redacted, and check them
   token --user ID     print a signed access token [--role operator] [--ttl 1h]
   verify-draw --sale ID   recompute a sale's pre-queue draw from its published seed
   verify-draw --url URL   the same from the public draw record, without Redis [--sale ID] [--user N]
@@ -59,6 +60,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"writer":      roleCmd("writer"),
 		"expiry":      roleCmd("expiry"),
 		"broker":      cmdBroker,
+		"config":      cmdConfig,
 		"migrate":     cmdMigrate,
 		"token":       cmdToken,
 		"verify-draw": cmdVerifyDraw,
