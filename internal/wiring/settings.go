@@ -285,7 +285,7 @@ func Settings() []Setting {
 				parse: func(c *Config, v string) error {
 					p, err := ParsePrefixes(v)
 					if err != nil {
-						return err
+						return fmt.Errorf("CIDRs or addresses, comma-separated (%w)", err)
 					}
 					c.TrustedProxies = p
 					return nil
@@ -458,13 +458,23 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 			continue
 		}
 		if err := s.parse(c, v); err != nil {
-			if s.Secret {
-				v = "…"
-			}
-			errs = append(errs, fmt.Errorf("%s=%q: want %w", s.Name, v, err))
+			errs = append(errs, s.refused(v, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// refused is the error of v refused with err: err as it is when it names
+// the variable already, else the variable, the value (not a secret's) and
+// what is wanted.
+func (s Setting) refused(v string, err error) error {
+	if strings.HasPrefix(err.Error(), s.Name) {
+		return err
+	}
+	if s.Secret {
+		v = "…"
+	}
+	return fmt.Errorf("%s=%q: want %w", s.Name, v, err)
 }
 
 // LoadEnv overlays this process's environment on c (FromEnv). It is the
@@ -505,7 +515,7 @@ func (f *settingFlag) String() string {
 
 func (f *settingFlag) Set(v string) error {
 	if err := f.s.parse(f.c, v); err != nil {
-		return fmt.Errorf("want %w", err)
+		return f.s.refused(v, err)
 	}
 	return nil
 }
