@@ -8,13 +8,14 @@ BIN       := bin/flashsale
 GOFLAGS   ?=
 export GOTOOLCHAIN ?= local
 
-.PHONY: all build run test test-short flakehunt vet fmt bench bench-go bench-load faults fuzz clean
+.PHONY: all build run test test-short flakehunt vet fmt readme-config bench bench-go bench-load faults fuzz clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/flashsale
 	$(GO) build -o bin/flashsale-bench ./cmd/flashsale-bench
+	$(GO) build -o bin/flashsale-load ./cmd/flashsale-load
 
 run: build
 	./$(BIN) dev --demo
@@ -56,6 +57,11 @@ flakehunt:
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+# The README's table of settings, from the spec (internal/wiring/settings.go);
+# TestREADMESettings fails when it is stale.
+readme-config:
+	$(GO) test -count=1 -run '^TestREADMESettings$$' ./internal/wiring/ -update-readme
 
 # Benchmarks: Go benchmarks, then the HTTP and load scenarios with ratios
 # against baselines measured in the same run. Results: docs/BENCHMARKS.md.

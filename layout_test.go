@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -100,9 +101,12 @@ var layout = map[string]imports{
 		// lua names the queue keys the Redis-loss tests mark, as the
 		// leader marks them when it sees the stock lost.
 		tests: "lua internal/wiring/apptest internal/harness/localsvc internal/harness/testenv"},
-	"cmd/flashsale": {code: "flashsale auth sales waitroom loadtest internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock internal/adapter/redisconn",
+	"cmd/flashsale": {code: "flashsale auth sales waitroom internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock internal/adapter/redisconn",
 		tests: "internal/wiring/apptest internal/harness/testenv"},
 	"cmd/flashsale-bench": {code: "internal/bench internal/wiring"},
+	// The load harness's own binary, so the production one does not carry
+	// it (notShipped).
+	"cmd/flashsale-load": {code: "loadtest waitroom internal/wiring"},
 
 	// Tools that drive a stack from outside. The load harness mints access
 	// tokens, solves the proof of work and warns against the waiting room's
@@ -126,9 +130,9 @@ var layout = map[string]imports{
 var kinds = []string{"internal/adapter/", "internal/bench", "internal/harness/", "internal/wiring"}
 
 // notShipped are packages that must not be in the production binary,
-// cmd/flashsale, even through another package: benchmark tooling and test
-// helpers.
-var notShipped = []string{"internal/bench", "internal/harness/testenv", "internal/wiring/apptest", "sales/salestest"}
+// cmd/flashsale, even through another package: benchmark tooling, the load
+// harness (cmd/flashsale-load) and test helpers.
+var notShipped = []string{"internal/bench", "loadtest", "internal/harness/testenv", "internal/wiring/apptest", "sales/salestest"}
 
 // confined are outside modules that only the listed packages may import
 // (code, and tests besides). fiber is the edge's framework and stays in the
@@ -164,7 +168,7 @@ func TestKinds(t *testing.T) {
 }
 
 // TestNotShipped checks the production binary's dependencies, direct and
-// indirect, for benchmark tooling and test helpers.
+// indirect, for benchmark tooling, the load harness and test helpers.
 func TestNotShipped(t *testing.T) {
 	cmd := exec.Command("go", "list", "-deps", module+"/cmd/flashsale")
 	var stderr bytes.Buffer
@@ -181,6 +185,42 @@ func TestNotShipped(t *testing.T) {
 		if deps[module+"/"+p] {
 			t.Errorf("cmd/flashsale depends on %s, which must not ship in the production binary", p)
 		}
+	}
+}
+
+// envReaders are the only files, besides tests, that read the environment
+// (os.Getenv, os.LookupEnv): the configuration spec, whose FromEnv and
+// LoadEnv every binary goes through, and the test helpers' switches
+// (FLASHSALE_TEST_REDIS, FLASHSALE_TEST_LOG). A setting read anywhere else
+// would be missing from the README's table and from `flashsale config`.
+var envReaders = []string{"internal/wiring/settings.go", "internal/harness/testenv/testenv.go", "internal/wiring/apptest/apptest.go"}
+
+// TestEnvOnlyInSpec fails when a file outside envReaders, tests aside,
+// reads the environment.
+func TestEnvOnlyInSpec(t *testing.T) {
+	allowed := words(strings.Join(envReaders, " "))
+	read := regexp.MustCompile(`\bos\.(Getenv|LookupEnv)\b`)
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules" || d.Name() == "out") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if read.Match(b) && !allowed[filepath.ToSlash(path)] {
+			t.Errorf("%s reads the environment: declare the setting in internal/wiring/settings.go and read it from wiring.Config", path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -235,12 +235,16 @@ type Config struct {
 // NAT of many shoppers rarely holds this many idle at one moment.
 const DefaultMaxPendingPerAddr = 64
 
+// DefaultDrawIdentityMax is Config.DrawIdentityMax's default
+// (FLASHSALE_DRAW_IDENTITY_MAX), 1 MiB.
+const DefaultDrawIdentityMax = 1 << 20
+
 func (c Config) withDefaults() Config {
 	if c.DrawCacheBytes <= 0 {
 		c.DrawCacheBytes = 64 << 20
 	}
 	if c.DrawIdentityMax <= 0 {
-		c.DrawIdentityMax = 1 << 20
+		c.DrawIdentityMax = DefaultDrawIdentityMax
 	}
 	if c.BodyLimit <= 0 {
 		c.BodyLimit = 16 << 10

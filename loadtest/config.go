@@ -70,10 +70,10 @@ import (
 	"github.com/flashsale/flashsale/internal/adapter/redisconn"
 )
 
-// WorkerEnv is the environment variable that marks a forked worker process.
-// When it is set (to any non-empty value), main must call RunWorker and exit
-// with its result instead of doing anything else.
-const WorkerEnv = "FLASHSALE_LOADTEST_WORKER"
+// WorkerArg is the one argument a forked worker process is started with.
+// When it is the first argument, main must call RunWorker and exit with its
+// result instead of doing anything else.
+const WorkerArg = "-loadtest-worker"
 
 // Transports of the waiting room.
 const (
@@ -195,6 +195,11 @@ type Config struct {
 	// Profile takes CPU profiles of the opening (servers and load
 	// workers); zero: none.
 	Profile OpeningProfile `json:"profile,omitzero"`
+	// WorkerCPUProfileDir, when set, is a directory where each worker
+	// process writes a CPU profile of its whole run
+	// (loadtest-worker-<pid>.pprof), to see what the load generator itself
+	// costs.
+	WorkerCPUProfileDir string `json:"workerCpuProfileDir,omitempty"`
 
 	// SolvePow answers a waiting-room proof-of-work challenge (the whole
 	// challenge message in, the "pow" object of the next join out). Nil:

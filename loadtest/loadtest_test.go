@@ -16,7 +16,7 @@ import (
 
 // TestMain lets the test binary act as a forked worker (Processes > 1).
 func TestMain(m *testing.M) {
-	if os.Getenv(WorkerEnv) != "" {
+	if len(os.Args) > 1 && os.Args[1] == WorkerArg {
 		if err := RunWorker(context.Background()); err != nil {
 			os.Stderr.WriteString(err.Error() + "\n")
 			os.Exit(1)

@@ -22,7 +22,7 @@ type workerLine struct {
 	Error    string    `json:"error,omitempty"`
 }
 
-// RunWorker is the body of a forked worker process (WorkerEnv set): it
+// RunWorker is the body of a forked worker process (started with WorkerArg): it
 // reads its share of the shoppers as one JSON object from stdin, runs it,
 // writes progress lines and finally its measurements as JSON lines to
 // stdout. Closing its stdin (or ctx) ends the shoppers early; the result is
@@ -54,7 +54,7 @@ func runWorker(ctx context.Context, in io.Reader, out io.Writer) error {
 		defer mu.Unlock()
 		return enc.Encode(l)
 	}
-	if dir := os.Getenv(CPUProfileEnv); dir != "" {
+	if dir := cfg.WorkerCPUProfileDir; dir != "" {
 		stop, err := startCPUProfile(filepath.Join(dir, fmt.Sprintf("loadtest-worker-%d.pprof", os.Getpid())))
 		if err != nil {
 			return fmt.Errorf("loadtest worker: %w", err)
@@ -99,11 +99,6 @@ func runWorker(ctx context.Context, in io.Reader, out io.Writer) error {
 	return emit(workerLine{Result: rec.result()})
 }
 
-// CPUProfileEnv names a directory: each worker process writes a CPU
-// profile of its whole run there (loadtest-worker-<pid>.pprof), to see
-// what the load generator itself costs.
-const CPUProfileEnv = "FLASHSALE_LOADTEST_CPUPROFILE"
-
 // startCPUProfile profiles this process into file until the returned stop.
 func startCPUProfile(file string) (stop func(), err error) {
 	f, err := os.Create(file)
@@ -143,8 +138,7 @@ func runWorkers(ctx context.Context, spec workSpec, n int, prog *progress, into 
 }
 
 func runOneWorker(ctx context.Context, exe string, k int, spec workSpec, prog *progress, into *recorder) error {
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), WorkerEnv+"=1")
+	cmd := exec.Command(exe, WorkerArg)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

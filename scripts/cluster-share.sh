@@ -21,6 +21,7 @@ BIN=./bin/flashsale
 SECRET=cluster-share-secret-0123456789abcdef
 rm -rf "$OUT" && mkdir -p "$OUT"
 $GO build -o "$BIN" ./cmd/flashsale || exit 1
+$GO build -o ./bin/flashsale-load ./cmd/flashsale-load || exit 1
 
 pids=()
 cleanup() {
@@ -66,7 +67,7 @@ run() { # run S
 		redis-cli -p "$p" monitor >"$OUT/monitor-$s-$p.txt" 2>/dev/null &
 		mons+=($!)
 	done
-	$BIN loadtest --scenario drop --shoppers "$SHOPPERS" --quantity "$QUANTITY" --items 1 \
+	./bin/flashsale-load --scenario drop --shoppers "$SHOPPERS" --quantity "$QUANTITY" --items 1 \
 		--stock-shards "$s" --starts-in 10s --processes 2 --source-addrs 16 --linger 2s \
 		--url "http://$HTTP" --admin-url "http://$ADMIN" --secret "$SECRET" \
 		--database-url "$DB_URL" --json "$OUT/load-$s.json" --html "" >"$OUT/load-$s.txt" 2>&1

@@ -401,7 +401,7 @@ run_fault() { # fault
 	# shellcheck disable=SC2206
 	[ -n "${LOADTEST_ARGS:-}" ] && args+=(${LOADTEST_ARGS})
 	echo "== fault $f  $(date -u +%FT%TZ)  load average before: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$dir/run.txt"
-	$BIN loadtest --scenario drop --url "$URLS" --admin-url "http://127.0.0.1:$((B + 181))" \
+	./bin/flashsale-load --scenario drop --url "$URLS" --admin-url "http://127.0.0.1:$((B + 181))" \
 		--database-url "$FLASHSALE_DATABASE_URL" --redis-url "$FLASHSALE_REDIS_URL" \
 		--json "$dir/report.json" --html "$dir/report.html" "${args[@]}" \
 		>>"$dir/run.txt" 2>"$dir/loadtest.log" &

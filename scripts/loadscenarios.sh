@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Load scenarios against a real multi-process stack built from bin/flashsale.
+# Load scenarios against a real multi-process stack built from bin/flashsale,
+# driven by bin/flashsale-load.
 #
 #   scripts/loadscenarios.sh [drop|expiry|attack|smoke ...]   (default: drop expiry attack)
 #
@@ -11,7 +12,7 @@
 #     same Redis, PostgreSQL and Kafka, which take all the shopper traffic,
 # permissive bot-defense settings are stored through PUT /api/admin/settings
 # (operator token from `flashsale token --role operator`), then
-# `flashsale loadtest --scenario S` runs over every gateway and writes
+# `flashsale-load --scenario S` runs over every gateway and writes
 # out/load/S.json and out/load/S.html. Everything started is stopped by pid
 # at the end.
 #
@@ -19,7 +20,7 @@
 #   GATEWAYS [2]  SHOPPERS [scenario's]  PROCESSES [scenario's]
 #   SOURCE_ADDRS [scenario's]  RATE [scenario's]  STARTS_IN [scenario's]
 #   DURATION [scenario's]  QUIET_TIMEOUT [75s]  FLASHSALE_RECONCILE_AFTER [30s]
-#   LOADTEST_ARGS [extra flags for flashsale loadtest]
+#   LOADTEST_ARGS [extra flags for flashsale-load]
 #   CAPACITY_FACTOR [2]  BUILD [1: make build first]
 #   GOGC [300: for every process started here]
 #   GODEBUG [gcshrinkstackoff=1: for every process started here]
@@ -235,7 +236,7 @@ run_scenario() { # scenario
 	fi
 	echo "== $s  $(date -u +%FT%TZ)  load average before: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/$s.txt"
 	local rc=0
-	GOMAXPROCS=$PROCS_EACH $BIN loadtest --scenario "$s" --url "$URLS" --admin-url http://127.0.0.1:19081 \
+	GOMAXPROCS=$PROCS_EACH ./bin/flashsale-load --scenario "$s" --url "$URLS" --admin-url http://127.0.0.1:19081 \
 		--database-url "$DATABASE_URL" --redis-url "$REDIS_URL" --server-pids "$SERVER_PIDS" \
 		--json "$OUT/$s.json" --html "$OUT/$s.html" "${args[@]}" \
 		> >(tee -a "$OUT/$s.txt") 2> >(tr '\r' '\n' | tail -n 40 >>"$OUT/$s.progress") || rc=$?

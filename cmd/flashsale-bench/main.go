@@ -69,7 +69,11 @@ func cmdServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&o.Mode, "mode", bench.ModeGateway, "baseline (bare fiber 410) or gateway (wiring.Start on local Redis and PostgreSQL)")
 	fs.StringVar(&o.Addr, "addr", "127.0.0.1:0", "public listener")
 	fs.StringVar(&o.Dir, "dir", "", "scratch directory for Redis and PostgreSQL (default: a temporary one)")
-	fs.StringVar(&o.JWTSecret, "jwt-secret", os.Getenv("FLASHSALE_JWT_SECRET"), "access-token secret (gateway mode)")
+	env := wiring.Defaults()
+	if err := env.LoadEnv(); err != nil {
+		return err
+	}
+	fs.StringVar(&o.JWTSecret, "jwt-secret", env.JWTSecret, "access-token secret (gateway mode)")
 	logLevel := fs.String("log-level", "warn", "server log level")
 	_ = fs.Parse(args) // ExitOnError
 	if fs.NArg() > 0 {

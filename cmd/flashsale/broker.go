@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"strconv"
 	"strings"
 
 	"github.com/flashsale/flashsale/internal/wiring"
@@ -19,17 +17,22 @@ const defaultKafkaDataDir = ".flashsale/kafka"
 // processes (gateways, writer, expiry pointed at it with
 // FLASHSALE_KAFKA_BROKERS). It prints its address on stdout, then serves
 // until SIGTERM or SIGINT, when it syncs its data and exits.
+// brokerDefaults are the settings' defaults of `flashsale broker`: a fixed
+// port and a data directory, so the other processes can find it and it
+// keeps its records across restarts.
+func brokerDefaults() wiring.Config {
+	cfg := wiring.Defaults()
+	cfg.KafkaPort, cfg.KafkaDataDir = 9092, defaultKafkaDataDir
+	return cfg
+}
+
 func cmdBroker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg := wiring.BrokerConfig{Host: envOr("FLASHSALE_KAFKA_HOST", "127.0.0.1"), Port: 9092,
-		DataDir: envOr("FLASHSALE_KAFKA_DATA_DIR", defaultKafkaDataDir), Partitions: 8}
-	if v := os.Getenv("FLASHSALE_KAFKA_PORT"); v != "" {
-		p, err := strconv.Atoi(v)
-		if err != nil || p < 0 || p > 65535 {
-			return fmt.Errorf("FLASHSALE_KAFKA_PORT=%q: want a port number", v)
-		}
-		cfg.Port = p
+	env := brokerDefaults()
+	if err := env.LoadEnv(); err != nil {
+		return err
 	}
-	logFormat, logLevel := envOr("FLASHSALE_LOG_FORMAT", "json"), envOr("FLASHSALE_LOG_LEVEL", "info")
+	cfg := wiring.BrokerConfig{Host: env.KafkaHost, Port: env.KafkaPort, DataDir: env.KafkaDataDir, Partitions: 8}
+	logFormat, logLevel := env.LogFormat, env.LogLevel
 	fs := newFlagSet("broker", stderr)
 	fs.StringVar(&cfg.Host, "host", cfg.Host, "listen address, also the one advertised to clients: give one they can reach, not a wildcard (FLASHSALE_KAFKA_HOST)")
 	fs.IntVar(&cfg.Port, "port", cfg.Port, "listen port (FLASHSALE_KAFKA_PORT; 0: any free port)")

@@ -1,8 +1,8 @@
 // Command flashsale runs the flash-sale system: every role in one process for
 // development (`flashsale dev`), or one role per process in production
-// (`gateway`, `writer`, `expiry`), plus tools (`migrate`, `token`,
-// `loadtest`, `verify-draw`). Configuration is environment first
-// (FLASHSALE_*), flags override.
+// (`gateway`, `writer`, `expiry`), plus tools (`migrate`, `config`,
+// `token`, `verify-draw`). Configuration is environment first
+// (FLASHSALE_*, the spec in internal/wiring/settings.go), flags override. The load harness is a binary of its own, cmd/flashsale-load.
 package main
 
 import (
@@ -17,7 +17,6 @@ import (
 	"syscall"
 
 	"github.com/flashsale/flashsale/internal/wiring"
-	"github.com/flashsale/flashsale/loadtest"
 )
 
 const usage = `flashsale — a flash-sale system (edge gateway, waiting room, Redis reservation, Kafka writer, expiry)
@@ -31,8 +30,8 @@ commands:
   expiry              the payment-expiry worker (safe to run several)
   broker              the embedded Kafka broker alone, persisted under .flashsale/kafka (for stacks of separate processes)
   migrate             apply the database schema
+  config              print the effective settings, secrets redacted, and check them
   token --user ID     print a signed access token [--role operator] [--ttl 1h]
-  loadtest ...        the load harness (flashsale loadtest -h)
   verify-draw --sale ID   recompute a sale's pre-queue draw from its published seed
   verify-draw --url URL   the same from the public draw record, without Redis [--sale ID] [--user N]
   healthcheck --url U     exit 0 when U answers 200 (for container health checks)
@@ -41,17 +40,6 @@ Run "flashsale <command> -h" for a command's flags. Configuration: see README.md
 `
 
 func main() {
-	if os.Getenv(loadtest.WorkerEnv) != "" {
-		// A forked load-generator worker: it reads its share from stdin.
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := loadtest.RunWorker(ctx)
-		stop()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "flashsale loadtest worker:", err)
-			os.Exit(1)
-		}
-		return
-	}
 	wiring.RaiseFileLimit()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -72,9 +60,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"writer":      roleCmd("writer"),
 		"expiry":      roleCmd("expiry"),
 		"broker":      cmdBroker,
+		"config":      cmdConfig,
 		"migrate":     cmdMigrate,
 		"token":       cmdToken,
-		"loadtest":    cmdLoadtest,
 		"verify-draw": cmdVerifyDraw,
 		"healthcheck": cmdHealthcheck,
 	}

@@ -119,3 +119,34 @@ func TestShortSecretRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestConfig: flashsale config prints the effective settings with the
+// secrets and URL passwords redacted, and fails when a serving role would
+// not start with them.
+func TestConfig(t *testing.T) {
+	env := map[string]string{
+		"FLASHSALE_DATABASE_URL":   "postgres://app:db-password-7@db:5432/flashsale",
+		"FLASHSALE_REDIS_URL":      "redis://127.0.0.1:6379/0",
+		"FLASHSALE_KAFKA_BROKERS":  "kafka:9092",
+		"FLASHSALE_JWT_SECRET":     "jwt-secret-0123456789abcdef0123456789",
+		"FLASHSALE_REDIS_PASSWORD": "redis-password-42",
+	}
+	code, out, errOut := runCmd(t, env, "config", "--admission-ttl", "90s")
+	if code != 0 {
+		t.Fatalf("config: exit %d, stderr %s", code, errOut)
+	}
+	for _, want := range []string{"FLASHSALE_ADMISSION_TTL", "1m30s", "postgres://app:xxxxx@db:5432/flashsale", "<redacted>"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, secret := range []string{"jwt-secret", "redis-password", "db-password"} {
+		if strings.Contains(out+errOut, secret) {
+			t.Errorf("output shows %q:\n%s", secret, out)
+		}
+	}
+	t.Setenv("FLASHSALE_JWT_SECRET", "short")
+	if code, _, errOut := runCmd(t, nil, "config"); code != 1 || !strings.Contains(errOut, "FLASHSALE_JWT_SECRET") || strings.Contains(errOut, "short") {
+		t.Errorf("config with a short secret: exit %d, stderr %q; want 1 naming the variable, not its value", code, errOut)
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/flashsale/flashsale"
@@ -21,56 +20,28 @@ import (
 
 const shutdownGrace = 20 * time.Second
 
-// commonFlags registers the flags every serving role shares; they override
-// the environment.
+// commonFlags registers the flags every serving role shares (the spec's,
+// wiring.Settings); they override the environment.
 func commonFlags(fs *flag.FlagSet, c *wiring.Config) {
-	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "public listener (FLASHSALE_HTTP_ADDR)")
-	fs.StringVar(&c.AdminAddr, "admin-addr", c.AdminAddr, "metrics/health listener (FLASHSALE_ADMIN_ADDR)")
+	c.RegisterFlags(fs, "FLASHSALE_HTTP_ADDR", "FLASHSALE_ADMIN_ADDR")
 	redisFlags(fs, c)
-	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "postgres://... (FLASHSALE_DATABASE_URL)")
-	fs.Func("kafka-brokers", "comma-separated seed brokers (FLASHSALE_KAFKA_BROKERS)", func(v string) error {
-		c.KafkaBrokers = splitComma(v)
-		return nil
-	})
-	fs.DurationVar(&c.PaymentWindow, "payment-window", c.PaymentWindow, "how long a reservation may stay unpaid (FLASHSALE_PAYMENT_WINDOW)")
-	fs.DurationVar(&c.ExpiryInterval, "expiry-interval", c.ExpiryInterval, "expiry scan interval (FLASHSALE_EXPIRY_INTERVAL)")
-	fs.DurationVar(&c.AdmissionTTL, "admission-ttl", c.AdmissionTTL, "admission token lifetime (FLASHSALE_ADMISSION_TTL)")
-	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "json or text (FLASHSALE_LOG_FORMAT)")
-	fs.DurationVar(&c.DrainPeriod, "drain-period", c.DrainPeriod, "after SIGTERM, how long /readyz answers 503 before the listeners close (FLASHSALE_DRAIN_PERIOD)")
+	c.RegisterFlags(fs, "FLASHSALE_DATABASE_URL", "FLASHSALE_KAFKA_BROKERS", "FLASHSALE_PAYMENT_WINDOW",
+		"FLASHSALE_EXPIRY_INTERVAL", "FLASHSALE_ADMISSION_TTL", "FLASHSALE_LOG_FORMAT", "FLASHSALE_DRAIN_PERIOD")
 }
 
 // redisFlags registers the Redis topology flags. The password has no flag,
 // so that it never shows in a process list: FLASHSALE_REDIS_PASSWORD or
 // the URL carry it.
 func redisFlags(fs *flag.FlagSet, c *wiring.Config) {
-	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "one Redis node: redis://host:port/db or rediss:// (FLASHSALE_REDIS_URL)")
-	fs.Func("redis-cluster", "comma-separated host:port seeds of a Redis Cluster (FLASHSALE_REDIS_CLUSTER)", func(v string) error {
-		c.RedisCluster = splitComma(v)
-		return nil
-	})
-	fs.Func("redis-sentinels", "comma-separated host:port of Redis Sentinels (FLASHSALE_REDIS_SENTINELS)", func(v string) error {
-		c.RedisSentinels = splitComma(v)
-		return nil
-	})
-	fs.StringVar(&c.RedisMaster, "redis-master", c.RedisMaster, "the master's name the Sentinels monitor (FLASHSALE_REDIS_MASTER)")
-	fs.StringVar(&c.RedisTLSCA, "redis-tls-ca", c.RedisTLSCA, "PEM file of the CA of the Redis nodes' certificates (FLASHSALE_REDIS_TLS_CA)")
-}
-
-func splitComma(v string) []string {
-	var out []string
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
+	c.RegisterFlags(fs, "FLASHSALE_REDIS_URL", "FLASHSALE_REDIS_CLUSTER", "FLASHSALE_REDIS_SENTINELS",
+		"FLASHSALE_REDIS_MASTER", "FLASHSALE_REDIS_TLS_CA")
 }
 
 // roleCmd runs one production role against configured dependencies.
 func roleCmd(role string) func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cfg := wiring.Defaults()
-		if err := cfg.FromEnv(os.Getenv); err != nil {
+		if err := cfg.LoadEnv(); err != nil {
 			return err
 		}
 		fs := newFlagSet(role, stderr)
@@ -108,24 +79,18 @@ func serveUntilDone(ctx context.Context, a *wiring.App, log *slog.Logger) error 
 }
 
 func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg := wiring.Defaults()
-	cfg.LogFormat = "text"
-	if err := cfg.FromEnv(os.Getenv); err != nil {
+	cfg := devDefaults()
+	if err := cfg.LoadEnv(); err != nil {
 		return err
-	}
-	if os.Getenv("FLASHSALE_DRAIN_PERIOD") == "" {
-		// No load balancer in front of dev: Ctrl-C stops it at once.
-		cfg.DrainPeriod = 0
 	}
 	fs := newFlagSet("dev", stderr)
 	commonFlags(fs, &cfg)
-	fs.IntVar(&cfg.KafkaPort, "kafka-port", cfg.KafkaPort, "port of the embedded Kafka broker on 127.0.0.1, so other processes (a second gateway) can use it (FLASHSALE_KAFKA_PORT; 0: any)")
+	cfg.RegisterFlags(fs, "FLASHSALE_KAFKA_PORT", "FLASHSALE_DATA_DIR", "FLASHSALE_KAFKA_DATA_DIR")
 	demo := fs.Bool("demo", false, "create a demo sale opening a minute from now and print URLs and tokens")
-	dataDir := fs.String("data-dir", envOr("FLASHSALE_DATA_DIR", ".flashsale"), "where local Redis, PostgreSQL and the embedded Kafka keep their data (FLASHSALE_DATA_DIR)")
-	fs.StringVar(&cfg.KafkaDataDir, "kafka-data-dir", cfg.KafkaDataDir, "where the embedded Kafka broker keeps its data, every batch written before it is acknowledged (FLASHSALE_KAFKA_DATA_DIR; default <data-dir>/kafka)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	dataDir := &cfg.DataDir
 	if cfg.KafkaDataDir == "" {
 		// The embedded broker persists like the local Redis and
 		// PostgreSQL, so a restart of dev keeps every acknowledged order.
@@ -168,11 +133,14 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return serveUntilDone(ctx, a, log)
 }
 
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
+// devDefaults are the defaults of `flashsale dev`: text logs, and no
+// drain period, since no load balancer is in front of it and Ctrl-C stops
+// it at once.
+func devDefaults() wiring.Config {
+	cfg := wiring.Defaults()
+	cfg.LogFormat = "text"
+	cfg.DrainPeriod = 0
+	return cfg
 }
 
 func migrate(ctx context.Context, url string) error {

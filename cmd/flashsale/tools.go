@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"time"
 
@@ -19,7 +18,11 @@ func cmdToken(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	user := fs.String("user", "", "user id (a positive decimal int64)")
 	role := fs.String("role", "", `"operator" for an operator token`)
 	ttl := fs.Duration("ttl", time.Hour, "lifetime")
-	secret := fs.String("secret", os.Getenv("FLASHSALE_JWT_SECRET"), "HS256 secret (default $FLASHSALE_JWT_SECRET)")
+	cfg := wiring.Defaults()
+	if err := cfg.LoadEnv(); err != nil {
+		return err
+	}
+	secret := fs.String("secret", cfg.JWTSecret, "HS256 secret (default $FLASHSALE_JWT_SECRET)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -43,11 +46,11 @@ func cmdToken(_ context.Context, args []string, stdout, stderr io.Writer) error 
 
 func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := wiring.Defaults()
-	if err := cfg.FromEnv(os.Getenv); err != nil {
+	if err := cfg.LoadEnv(); err != nil {
 		return err
 	}
 	fs := newFlagSet("migrate", stderr)
-	fs.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "PostgreSQL URL (FLASHSALE_DATABASE_URL)")
+	cfg.RegisterFlags(fs, "FLASHSALE_DATABASE_URL")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

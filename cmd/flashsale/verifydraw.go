@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/flashsale/flashsale/internal/adapter/postgres"
@@ -17,7 +16,7 @@ import (
 
 func cmdVerifyDraw(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := wiring.Defaults()
-	if err := cfg.FromEnv(os.Getenv); err != nil {
+	if err := cfg.LoadEnv(); err != nil {
 		return err
 	}
 	fs := newFlagSet("verify-draw", stderr)
@@ -29,7 +28,7 @@ func cmdVerifyDraw(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.StringVar(&rf.commitment, "commitment", "", "with --url: the commitment you noted before opening (hex)")
 	fs.BoolVar(&rf.list, "list", false, "with --url: print every place and its ticket")
 	redisFlags(fs, &cfg)
-	fs.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "postgres://... (FLASHSALE_DATABASE_URL)")
+	cfg.RegisterFlags(fs, "FLASHSALE_DATABASE_URL")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

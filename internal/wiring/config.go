@@ -1,9 +1,11 @@
 // Package wiring is the composition root: the one package that builds the
 // adapters and components and wires them into running roles (gateway,
 // writer, expiry) from one resolved configuration. No other package
-// imports the components together. cmd/flashsale builds the
-// configuration from the environment and flags; tests, the load harness and
-// the browser tests start a whole stack in-process through Start.
+// imports the components together. Its configuration spec (Settings, in
+// settings.go) declares every operator setting and is the one place the
+// environment is read; cmd/flashsale builds the configuration from it and
+// the flags. Tests, the load harness and the browser tests start a whole
+// stack in-process through Start.
 package wiring
 
 import (
@@ -11,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -42,6 +43,12 @@ type Config struct {
 	// KafkaPort fixes the embedded broker's port on 127.0.0.1 (0: any free
 	// port), so other processes can reach it (FLASHSALE_KAFKA_PORT).
 	KafkaPort int
+	// KafkaHost is the listen and advertised address of `flashsale
+	// broker` (FLASHSALE_KAFKA_HOST).
+	KafkaHost string
+	// DataDir is where `flashsale dev` keeps its local Redis, PostgreSQL
+	// and Kafka data (FLASHSALE_DATA_DIR).
+	DataDir string
 	// KafkaDataDir keeps the embedded broker's data across restarts,
 	// every batch written before it is acknowledged (FLASHSALE_KAFKA_DATA_DIR; dev: .flashsale/kafka;
 	// "": in memory).
@@ -93,10 +100,6 @@ type Config struct {
 	// (writer.Config.InstanceID, FLASHSALE_WRITER_INSTANCE_ID).
 	WriterInstanceID string
 
-	// WaitingPushes and StatusEvery pace the waiting room's WAITING
-	// statuses (waitroom.Config); 0: its defaults.
-	WaitingPushes int
-	StatusEvery   time.Duration
 	// OpeningHold holds position updates back for this long from an
 	// opening (waitroom.Config.OpeningHold, FLASHSALE_OPENING_HOLD); 0:
 	// its default; negative: none.
@@ -178,6 +181,8 @@ const DefaultDrainPeriod = 5 * time.Second
 func Defaults() Config {
 	return Config{
 		HTTPAddr:               "127.0.0.1:8080",
+		KafkaHost:              "127.0.0.1",
+		DataDir:                ".flashsale",
 		AdminAddr:              "127.0.0.1:9090",
 		PaymentWindow:          10 * time.Minute,
 		ExpiryInterval:         30 * time.Second,
@@ -194,6 +199,9 @@ func Defaults() Config {
 		DrawLead:               DefaultDrawLead,
 		WSMaxConnsPerAddr:      waitroom.DefaultMaxConnsPerIP,
 		MaxPendingConnsPerAddr: gateway.DefaultMaxPendingPerAddr,
+		DrawIdentityMax:        gateway.DefaultDrawIdentityMax,
+		OpeningHold:            waitroom.DefaultOpeningHold,
+		KafkaTopics:            kafka.TopicSettings{Partitions: kafka.DefaultPartitions},
 		JWTMaxLifetime:         auth.DefaultMaxLifetime,
 		AdmittedGrace:          waitroom.DefaultAdmittedGrace,
 		QueueKeyTTL:            waitroom.DefaultQueueKeyTTL,
@@ -208,216 +216,6 @@ func Defaults() Config {
 		WebhookMaxAttempts: events.DefaultWebhookMaxAttempts,
 		DrainPeriod:        DefaultDrainPeriod,
 	}
-}
-
-// FromEnv overlays FLASHSALE_* environment variables on c.
-func (c *Config) FromEnv(getenv func(string) string) error {
-	var errs []error
-	str := func(name string, dst *string) {
-		if v := getenv(name); v != "" {
-			*dst = v
-		}
-	}
-	// durOrOff reads a duration where 0 turns the feature off; negative
-	// or malformed values are refused with want.
-	durOrOff := func(name, want string, set func(time.Duration)) {
-		if v := getenv(name); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 {
-				errs = append(errs, fmt.Errorf("%s=%q: want %s", name, v, want))
-				return
-			}
-			set(d)
-		}
-	}
-	dur := func(name string, dst *time.Duration) {
-		if v := getenv(name); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				errs = append(errs, fmt.Errorf("%s=%q: want a positive duration like 30s or 10m", name, v))
-				return
-			}
-			*dst = d
-		}
-	}
-	integer := func(name string, dst *int) {
-		if v := getenv(name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n <= 0 {
-				errs = append(errs, fmt.Errorf("%s=%q: want a positive integer", name, v))
-				return
-			}
-			*dst = n
-		}
-	}
-	str("FLASHSALE_HTTP_ADDR", &c.HTTPAddr)
-	str("FLASHSALE_ADMIN_ADDR", &c.AdminAddr)
-	str("FLASHSALE_REDIS_URL", &c.RedisURL)
-	if v := getenv("FLASHSALE_REDIS_CLUSTER"); v != "" {
-		c.RedisCluster = splitList(v)
-	}
-	if v := getenv("FLASHSALE_REDIS_SENTINELS"); v != "" {
-		c.RedisSentinels = splitList(v)
-	}
-	str("FLASHSALE_REDIS_MASTER", &c.RedisMaster)
-	str("FLASHSALE_REDIS_PASSWORD", &c.RedisPassword)
-	str("FLASHSALE_REDIS_TLS_CA", &c.RedisTLSCA)
-	str("FLASHSALE_DATABASE_URL", &c.DatabaseURL)
-	if v := getenv("FLASHSALE_KAFKA_BROKERS"); v != "" {
-		c.KafkaBrokers = splitList(v)
-	}
-	integer("FLASHSALE_KAFKA_PORT", &c.KafkaPort)
-	str("FLASHSALE_KAFKA_DATA_DIR", &c.KafkaDataDir)
-	if v := getenv("FLASHSALE_KAFKA_TLS"); v != "" {
-		on, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("FLASHSALE_KAFKA_TLS=%q: want 1 or 0", v))
-		}
-		c.KafkaSecurity.TLS = on
-	}
-	str("FLASHSALE_KAFKA_TLS_CA", &c.KafkaSecurity.CAFile)
-	str("FLASHSALE_KAFKA_TLS_CERT", &c.KafkaSecurity.CertFile)
-	str("FLASHSALE_KAFKA_TLS_KEY", &c.KafkaSecurity.KeyFile)
-	str("FLASHSALE_KAFKA_SASL_MECHANISM", &c.KafkaSecurity.SASLMechanism)
-	str("FLASHSALE_KAFKA_USERNAME", &c.KafkaSecurity.Username)
-	str("FLASHSALE_KAFKA_PASSWORD", &c.KafkaSecurity.Password)
-	if v := getenv("FLASHSALE_KAFKA_PARTITIONS"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 32)
-		if err != nil || n <= 0 {
-			errs = append(errs, fmt.Errorf("FLASHSALE_KAFKA_PARTITIONS=%q: want a positive integer", v))
-		}
-		c.KafkaTopics.Partitions = int32(n)
-	}
-	if v := getenv("FLASHSALE_KAFKA_REPLICATION_FACTOR"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 16)
-		if err != nil || n <= 0 {
-			errs = append(errs, fmt.Errorf("FLASHSALE_KAFKA_REPLICATION_FACTOR=%q: want a positive integer", v))
-		}
-		c.KafkaTopics.ReplicationFactor = int16(n)
-	}
-	str("FLASHSALE_JWT_SECRET", &c.JWTSecret)
-	if v := getenv("FLASHSALE_JWT_PUBLIC_KEYS"); v != "" {
-		c.JWTPublicKeys = splitList(v)
-	}
-	str("FLASHSALE_JWT_JWKS_URL", &c.JWTJWKSURL)
-	str("FLASHSALE_JWT_ISSUER", &c.JWTIssuer)
-	str("FLASHSALE_JWT_AUDIENCE", &c.JWTAudience)
-	str("FLASHSALE_ADMISSION_KEY", &c.AdmissionKey)
-	dur("FLASHSALE_PAYMENT_WINDOW", &c.PaymentWindow)
-	dur("FLASHSALE_EXPIRY_INTERVAL", &c.ExpiryInterval)
-	dur("FLASHSALE_ADMISSION_TTL", &c.AdmissionTTL)
-	dur("FLASHSALE_RECONCILE_AFTER", &c.ReconcileAfter)
-	dur("FLASHSALE_KAFKA_SESSION_TIMEOUT", &c.KafkaSessionTimeout)
-	str("FLASHSALE_WRITER_INSTANCE_ID", &c.WriterInstanceID)
-	if v := getenv("FLASHSALE_TRUSTED_PROXIES"); v != "" {
-		p, err := ParsePrefixes(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("FLASHSALE_TRUSTED_PROXIES: %w", err))
-		}
-		c.TrustedProxies = p
-	}
-	if v := getenv("FLASHSALE_CORS_ORIGINS"); v != "" {
-		c.CORSOrigins = splitList(v)
-	}
-	var n int
-	if integer("FLASHSALE_DB_MAX_CONNS", &n); n > 0 {
-		c.DBMaxConns = int32(n)
-	}
-	n = 0
-	if integer("FLASHSALE_DB_MIN_CONNS", &n); n > 0 {
-		c.DBMinConns = int32(n)
-	}
-	integer("FLASHSALE_WRITER_BATCH_SIZE", &c.WriterBatchSize)
-	integer("FLASHSALE_WRITER_IN_FLIGHT", &c.WriterInFlight)
-	integer("FLASHSALE_KAFKA_PRODUCERS", &c.KafkaProducers)
-	n = 0
-	if integer("FLASHSALE_WRITER_MAX_CONNS", &n); n > 0 {
-		c.WriterMaxConns = int32(n)
-	}
-	if v := getenv("FLASHSALE_CAPACITY_FACTOR"); v != "" {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f <= 0 {
-			errs = append(errs, fmt.Errorf("FLASHSALE_CAPACITY_FACTOR=%q: want a positive number", v))
-		}
-		c.CapacityFactor = f
-	}
-	durOrOff("FLASHSALE_DRAW_LEAD", "a duration like 3s, or 0 to draw at the opening", func(d time.Duration) { c.DrawLead = d })
-	if v := getenv("FLASHSALE_WAITING_PUSHES"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n == 0 || n < -1 {
-			errs = append(errs, fmt.Errorf("FLASHSALE_WAITING_PUSHES=%q: want a positive integer, or -1 for no cap", v))
-		}
-		c.WaitingPushes = n
-	}
-	dur("FLASHSALE_STATUS_EVERY", &c.StatusEvery)
-	durOrOff("FLASHSALE_OPENING_HOLD", "a duration, 0s for none", func(d time.Duration) {
-		c.OpeningHold = d
-		if d == 0 {
-			c.OpeningHold = -1 // waitroom's 0 is its default
-		}
-	})
-	integer("FLASHSALE_WS_MAX_CONNS_PER_ADDR", &c.WSMaxConnsPerAddr)
-	integer("FLASHSALE_MAX_PENDING_CONNS_PER_ADDR", &c.MaxPendingConnsPerAddr)
-	integer("FLASHSALE_DRAW_IDENTITY_MAX", &c.DrawIdentityMax)
-	dur("FLASHSALE_JWT_MAX_LIFETIME", &c.JWTMaxLifetime)
-	durOrOff("FLASHSALE_QUEUE_KEY_TTL", "a duration like 24h, or 0 to keep the keys", func(d time.Duration) { c.QueueKeyTTL = d })
-	dur("FLASHSALE_ADMITTED_GRACE", &c.AdmittedGrace)
-	dur("FLASHSALE_CLOCK_MAX_OFFSET", &c.ClockMaxOffset)
-	if v := getenv("FLASHSALE_CLOCK_SKEW"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("FLASHSALE_CLOCK_SKEW=%q: want a duration like 2s or -2s", v))
-		}
-		c.ClockSkew = d
-	}
-	if c.AdmittedGrace > 30*time.Second {
-		errs = append(errs, fmt.Errorf("FLASHSALE_ADMITTED_GRACE=%s: at most 30s (a gone shopper's place is freed after it)", c.AdmittedGrace))
-	}
-	if v := getenv("FLASHSALE_DEFENSE_SHARE_INTERVAL"); v != "" {
-		// The fleet's overshoot grows with the interval: past a second it
-		// is no longer a fleet-wide limit.
-		d, err := time.ParseDuration(v)
-		if v == "0" {
-			d, err = 0, nil
-		}
-		if err != nil || d < 0 || d > time.Second {
-			errs = append(errs, fmt.Errorf("FLASHSALE_DEFENSE_SHARE_INTERVAL=%q: want a duration up to 1s like 100ms, or 0 for none", v))
-		} else {
-			c.DefenseShareInterval = d
-		}
-	}
-	if v := getenv("FLASHSALE_GATEWAY_ID"); v != "" {
-		if len(v) > 64 || strings.ContainsFunc(v, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
-			errs = append(errs, fmt.Errorf("FLASHSALE_GATEWAY_ID=%q: want at most 64 characters without spaces", v))
-		} else {
-			c.GatewayID = v
-		}
-	}
-	str("FLASHSALE_PAYMENT_SECRET", &c.PaymentSecret)
-	if v := getenv("FLASHSALE_PAYMENT_URL"); v != "" {
-		if err := checkPaymentURL(v); err != nil {
-			errs = append(errs, err)
-		}
-		c.PaymentURL = v
-	}
-
-	str("FLASHSALE_WEBHOOK_URL", &c.WebhookURL)
-	str("FLASHSALE_WEBHOOK_SECRET", &c.WebhookSecret)
-	integer("FLASHSALE_WEBHOOK_MAX_ATTEMPTS", &c.WebhookMaxAttempts)
-	if v := getenv("FLASHSALE_DRAIN_PERIOD"); v != "" {
-		d, err := time.ParseDuration(v)
-		if v == "0" {
-			d, err = 0, nil
-		}
-		if err != nil || d < 0 {
-			errs = append(errs, fmt.Errorf("FLASHSALE_DRAIN_PERIOD=%q: want a duration like 5s, or 0 for none", v))
-		} else {
-			c.DrainPeriod = d
-		}
-	}
-	str("FLASHSALE_LOG_FORMAT", &c.LogFormat)
-	str("FLASHSALE_LOG_LEVEL", &c.LogLevel)
-	return errors.Join(errs...)
 }
 
 // Validate checks what every role needs.

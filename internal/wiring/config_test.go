@@ -11,8 +11,6 @@ import (
 func TestConfigFromEnv(t *testing.T) {
 	env := map[string]string{
 		"FLASHSALE_CAPACITY_FACTOR":       "1.5",
-		"FLASHSALE_WAITING_PUSHES":        "-1",
-		"FLASHSALE_STATUS_EVERY":          "5s",
 		"FLASHSALE_ADMISSION_TTL":         "30s",
 		"FLASHSALE_DB_MAX_CONNS":          "32",
 		"FLASHSALE_DB_MIN_CONNS":          "12",
@@ -24,14 +22,12 @@ func TestConfigFromEnv(t *testing.T) {
 	if err := c.FromEnv(func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
-	if c.CapacityFactor != 1.5 || c.WaitingPushes != -1 || c.StatusEvery != 5*time.Second ||
+	if c.CapacityFactor != 1.5 ||
 		c.AdmissionTTL != 30*time.Second || c.DBMaxConns != 32 || c.DBMinConns != 12 || c.KafkaProducers != 2 ||
 		c.WriterInFlight != 3 || c.WSMaxConnsPerAddr != 5000 {
 		t.Errorf("got %+v", c)
 	}
 	for name, bad := range map[string]string{
-		"FLASHSALE_WAITING_PUSHES":           "-2",
-		"FLASHSALE_STATUS_EVERY":             "soon",
 		"FLASHSALE_CAPACITY_FACTOR":          "0",
 		"FLASHSALE_DB_MAX_CONNS":             "many",
 		"FLASHSALE_DB_MIN_CONNS":             "0",
@@ -76,13 +72,13 @@ func TestDrawLeadFromEnv(t *testing.T) {
 	}
 }
 
-// FLASHSALE_OPENING_HOLD: unset leaves waitroom's default, 0 turns the
+// FLASHSALE_OPENING_HOLD: unset is waitroom's default, 0 turns the
 // hold off, a negative or malformed value is refused naming the variable.
 func TestOpeningHoldFromEnv(t *testing.T) {
 	env := func(v string) func(string) string {
 		return func(k string) string { return map[string]string{"FLASHSALE_OPENING_HOLD": v}[k] }
 	}
-	for v, want := range map[string]time.Duration{"": 0, "0": -1, "0s": -1, "1500ms": 1500 * time.Millisecond} {
+	for v, want := range map[string]time.Duration{"": waitroom.DefaultOpeningHold, "0": -1, "0s": -1, "1500ms": 1500 * time.Millisecond} {
 		c := Defaults()
 		if err := c.FromEnv(env(v)); err != nil || c.OpeningHold != want {
 			t.Errorf("FLASHSALE_OPENING_HOLD=%q: %v, %v; want %v", v, c.OpeningHold, err, want)

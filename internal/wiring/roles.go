@@ -78,8 +78,6 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		Holds:          roomHolds{a.stock},
 		CapacityFactor: cfg.CapacityFactor,
 		DrawLead:       cfg.DrawLead,
-		WaitingPushes:  cfg.WaitingPushes,
-		StatusEvery:    cfg.StatusEvery,
 		OpeningHold:    cfg.OpeningHold,
 		MaxConns:       maxWebSockets(),
 		MaxConnsPerIP:  cfg.WSMaxConnsPerAddr,

@@ -1,16 +1,77 @@
+// Command flashsale-load is the load harness: it drives a running flashsale
+// stack from outside, through its public interface, with a scenario of
+// simulated shoppers, checks the invariants and writes a JSON and an HTML
+// report (the loadtest package). It is a binary of its own so that the
+// production binary, cmd/flashsale, does not carry it (TestNotShipped).
+// Large runs fork worker processes of this same binary (loadtest.WorkerArg).
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
+	"github.com/flashsale/flashsale/internal/wiring"
 	"github.com/flashsale/flashsale/loadtest"
 	"github.com/flashsale/flashsale/waitroom"
 )
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if len(os.Args) > 1 && os.Args[1] == loadtest.WorkerArg {
+		// A forked load-generator worker: it reads its share from stdin.
+		err := loadtest.RunWorker(ctx)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "flashsale-load worker:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	err := cmdLoadtest(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "flashsale-load:", err)
+		os.Exit(1)
+	}
+}
+
+// errUsage marks an error already explained to the user by the flag set.
+var errUsage = errors.New("usage")
+
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected argument %q\n", fs.Arg(0))
+		return errUsage
+	}
+	return nil
+}
+
+func splitComma(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
 
 type urlList []string
 
@@ -18,12 +79,19 @@ func (u *urlList) String() string     { return strings.Join(*u, ",") }
 func (u *urlList) Set(v string) error { *u = append(*u, splitComma(v)...); return nil }
 
 func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("loadtest", stderr)
+	fs := flag.NewFlagSet("flashsale-load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	scenario := fs.String("scenario", "smoke", "preset: "+strings.Join(loadtest.ScenarioNames(), ", "))
 	var urls urlList
 	fs.Var(&urls, "url", "public address of a gateway (repeat or comma-separate to spread shoppers over several); default http://127.0.0.1:8080")
 	adminURL := fs.String("admin-url", "", "admin address: wait for /readyz first")
-	secret := fs.String("secret", os.Getenv("FLASHSALE_JWT_SECRET"), "JWT secret to mint tokens (default $FLASHSALE_JWT_SECRET)")
+	// The defaults are the server's settings (wiring's spec), so a run on
+	// the stack's host needs no flags for them.
+	env := wiring.Defaults()
+	if err := env.LoadEnv(); err != nil {
+		return err
+	}
+	secret := fs.String("secret", env.JWTSecret, "JWT secret to mint tokens (default $FLASHSALE_JWT_SECRET)")
 	sale := fs.Int64("sale", 0, "use this sale instead of creating one")
 	shoppers := fs.Int("shoppers", -1, "simulated shoppers (default: the scenario's)")
 	quantity := fs.Int("quantity", -1, "units of the created sale")
@@ -47,9 +115,9 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	procs := fs.Int("processes", -1, "worker processes (to pass the per-process open-file limit)")
 	duration := fs.Duration("duration", 0, "hard bound on the run")
 	quiet := fs.Duration("quiet-timeout", 0, "how long to wait for conservation after the shoppers (default: 15s, at most a fifth of the duration); cover the server's FLASHSALE_RECONCILE_AFTER when publishes may fail")
-	dbURL := fs.String("database-url", os.Getenv("FLASHSALE_DATABASE_URL"), "PostgreSQL URL for the invariant checks (optional)")
-	redisURL := fs.String("redis-url", os.Getenv("FLASHSALE_REDIS_URL"), "Redis URL for the command counter (optional)")
-	redisCluster := fs.String("redis-cluster", os.Getenv("FLASHSALE_REDIS_CLUSTER"), "Redis Cluster seeds for the command counter, summed over every master (optional)")
+	dbURL := fs.String("database-url", env.DatabaseURL, "PostgreSQL URL for the invariant checks (optional)")
+	redisURL := fs.String("redis-url", env.RedisURL, "Redis URL for the command counter (optional)")
+	redisCluster := fs.String("redis-cluster", strings.Join(env.RedisCluster, ","), "Redis Cluster seeds for the command counter, summed over every master (optional)")
 	keepWaiting := fs.Bool("keep-waiting", false, "shoppers who saw SOLD_OUT stay in the room until the run ends, or until the sale has been sold out with nothing on its way back for -sold-out-quiet, so stock that comes back sells again (default: the scenario's)")
 	soldOutQuiet := fs.Duration("sold-out-quiet", 0, "with -keep-waiting: how long the sale stays sold out, nothing pending, before the shoppers leave and stranded units are judged (default 10s)")
 	untilPaid := fs.Bool("until-paid", false, "end the shopper phase once paid = quantity (default: the scenario's)")
@@ -61,6 +129,7 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	serverPIDs := fs.String("server-pids", "", "server processes whose CPU-seconds the report's \"cpu\" section counts, as role=pid,… (gateway=812,gateway=815,redis=640,postgres=700: a PostgreSQL postmaster counts its backends, live and exited); the load tool and its workers count as \"load\" in any case")
 	profileDir := fs.String("profile-dir", "", "write CPU profiles of the opening here: of every --profile-urls server and of each load worker process (loadtest-worker-<k>.pprof)")
 	profileURLs := fs.String("profile-urls", "", "servers to profile at the opening, as name=admin-url,… (gateway1=http://127.0.0.1:19081): each one's /debug/pprof/profile lands in --profile-dir as <name>.pprof")
+	workerProfileDir := fs.String("worker-cpuprofile", "", "write a CPU profile of each load worker process's whole run here (loadtest-worker-<pid>.pprof), to see what the load generator itself costs")
 	profileSeconds := fs.Int("profile-seconds", loadtest.DefaultProfileSeconds, fmt.Sprintf("length of the opening profiles, from %v before the opening", loadtest.DefaultProfileBefore))
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -78,8 +147,8 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	// The counter connects like the server (redisconn): a URL, a cluster
 	// or Sentinel, with the same password and CA settings.
 	cfg.Redis.URL, cfg.Redis.Cluster = *redisURL, splitComma(*redisCluster)
-	cfg.Redis.Sentinels, cfg.Redis.Master = splitComma(os.Getenv("FLASHSALE_REDIS_SENTINELS")), os.Getenv("FLASHSALE_REDIS_MASTER")
-	cfg.Redis.Password, cfg.Redis.TLSCA = os.Getenv("FLASHSALE_REDIS_PASSWORD"), os.Getenv("FLASHSALE_REDIS_TLS_CA")
+	cfg.Redis.Sentinels, cfg.Redis.Master = env.RedisSentinels, env.RedisMaster
+	cfg.Redis.Password, cfg.Redis.TLSCA = env.RedisPassword, env.RedisTLSCA
 	cfg.Progress = stderr
 	setInt := func(dst *int, v int) {
 		if v >= 0 {
@@ -147,6 +216,7 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return errors.New("--profile-urls needs --profile-dir")
 	}
 	cfg.Profile.Dir, cfg.Profile.Seconds = *profileDir, *profileSeconds
+	cfg.WorkerCPUProfileDir = *workerProfileDir
 	rep, runErr := loadtest.Run(ctx, cfg)
 	if rep == nil {
 		return runErr
