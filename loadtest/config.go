@@ -243,6 +243,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PayAfter < 0 || c.Preconnect < 0 || c.Linger < 0 || c.Reaction < 0 {
 		return c, errors.New("loadtest: PayAfter, Preconnect, Linger and Reaction must not be negative")
 	}
+	if c.DuplicateIdentities < 0 || c.DuplicateIdentities >= 1 {
+		return c, errors.New("loadtest: DuplicateIdentities must be from 0 to below 1")
+	}
 	if c.FastShare < 0 || c.FastShare > 1 {
 		return c, errors.New("loadtest: FastShare must be from 0 to 1")
 	}

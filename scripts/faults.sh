@@ -39,7 +39,7 @@
 #
 # Each fault gets a fresh stack under out/faults/<fault>/: redis-server,
 # PostgreSQL, `flashsale broker`, `flashsale writer`, two `flashsale expiry`,
-# GATEWAYS `flashsale gateway` processes; `flashsale loadtest --scenario drop`
+# GATEWAYS `flashsale gateway` processes; `flashsale-load --scenario drop`
 # runs over every gateway, and the fault is injected FAULT_AT after the
 # sale's opening (draw-kill: at the draw). out/faults/summary.json gets one
 # object per fault; the suite exits non-zero when any fault broke an
