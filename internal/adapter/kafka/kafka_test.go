@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -390,20 +389,7 @@ func TestPublishOutcomeAfterTheBound(t *testing.T) {
 				}
 				// Answered with a retriable error: the record, whose own
 				// context ended long ago, is then failed for sure.
-				preq := req.(*kmsg.ProduceRequest)
-				resp := preq.ResponseKind().(*kmsg.ProduceResponse)
-				for _, rt := range preq.Topics {
-					st := kmsg.NewProduceResponseTopic()
-					st.Topic, st.TopicID = rt.Topic, rt.TopicID
-					for _, rp := range rt.Partitions {
-						sp := kmsg.NewProduceResponseTopicPartition()
-						sp.Partition = rp.Partition
-						sp.ErrorCode = kerr.NotLeaderForPartition.Code
-						st.Partitions = append(st.Partitions, sp)
-					}
-					resp.Topics = append(resp.Topics, st)
-				}
-				return resp, nil, true
+				return testenv.RefuseProduce(req), nil, true
 			})
 			err := p.Publish(ctx, flashsale.OrderPlaced{OrderID: "late-" + name, ItemID: 1})
 			var pe *PublishError
