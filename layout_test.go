@@ -70,9 +70,10 @@ var layout = map[string]imports{
 	"purchase": {code: "flashsale internal/adapter/postgres/orderstore internal/adapter/prom internal/adapter/redisstock",
 		tests: "internal/adapter/kafka internal/adapter/redisconn sales sales/salestest internal/harness/localsvc internal/harness/testenv"},
 	"sales": {code: "flashsale internal/adapter/postgres internal/adapter/postgres/orderstore internal/adapter/redisstock lua", tests: "internal/harness/testenv"},
-	// The waiting room signs the admission tokens it hands out.
+	// The waiting room signs the admission tokens it hands out. Its
+	// allocation tests hold through the real stock (redisstock).
 	"waitroom": {code: "flashsale admission internal/adapter/postgres internal/adapter/prom lua",
-		tests: "auth internal/harness/localsvc internal/harness/testenv"},
+		tests: "auth internal/adapter/redisstock internal/harness/localsvc internal/harness/testenv"},
 	// The writer's tests reserve and publish through purchase, the
 	// writer's upstream. Its consumer takes the brokers, TLS, SASL and
 	// logger from the Kafka adapter, the one place they are built.

@@ -57,8 +57,15 @@
 # (FAST_SHARE), so units sell from the opening until about 3 × REACTION
 # after it, and a fault at FAULT_AT lands before most of them.
 #
+# The shoppers come from SOURCE_ADDRS addresses, few enough per address
+# that one gateway can hold them all: a gateway refuses an address's
+# connections past FLASHSALE_WS_MAX_CONNS_PER_ADDR (200), and when one of
+# two gateways dies its shoppers all move to the other. With 40 addresses
+# (250 shoppers each) 2,000 of the movers met 429 until the end, and the
+# holders among them lost their claim window (draw-kill).
+#
 # Knobs (defaults in brackets): SHOPPERS [10000] QUANTITY [2000] ITEMS [4]
-#   RATE [1000] GATEWAYS [2] PROCESSES [1] SOURCE_ADDRS [40] STARTS_IN [20s]
+#   RATE [1000] GATEWAYS [2] PROCESSES [1] SOURCE_ADDRS [100] STARTS_IN [20s]
 #   FAULT_AT [1] (seconds after opening) DURATION [240s] QUIET_TIMEOUT [90s]
 #   ALLOCATION [queue] REACTION [4s] FAST_SHARE [0.1] CLAIM_WINDOW [45s]
 #   FLASHSALE_RECONCILE_AFTER [15s] FLASHSALE_DRAW_LEAD [3s] PG_DOWN [20]
@@ -388,7 +395,7 @@ run_fault() { # fault
 	# sold out with nothing on its way back for 10 s: longer than the
 	# slowest return path of the longest fault (the broker down 30 s, then
 	# a hold's window).
-	args+=(--source-addrs "${SOURCE_ADDRS:-40}" --duration "${DURATION:-240s}" --quiet-timeout "${QUIET_TIMEOUT:-90s}")
+	args+=(--source-addrs "${SOURCE_ADDRS:-100}" --duration "${DURATION:-240s}" --quiet-timeout "${QUIET_TIMEOUT:-90s}")
 	# The sale's shape, so that the fault lands mid-sale (the header).
 	args+=(--allocation "${ALLOCATION:-queue}" --reaction "${REACTION:-4s}" --fast-share "${FAST_SHARE:-0.1}")
 	# A hold not used within CLAIM_WINDOW goes to the next in line within

@@ -144,10 +144,14 @@ func (r *Room) allocate(ctx context.Context, sr *saleRoom, sale *flashsale.Sale,
 	for _, it := range sale.Items {
 		left[it.ID] = max(rem[it.ID], 0)
 	}
-	if freeUnits(left) == 0 {
+	holding, err := readHolding(ctx, r.rdb, sale.ID)
+	if err != nil {
+		return rem, st.Serving, err
+	}
+	if freeUnits(left) == 0 && holding <= st.Serving {
 		return rem, st.Serving, nil
 	}
-	p := pass{start: windowStart(sale, now), left: left, budget: maxHoldsPerTick, fixUntil: now.Add(fixFor).UnixMilli()}
+	p := pass{start: windowStart(sale, now), left: left, budget: maxHoldsPerTick, fixUntil: now.Add(fixFor).UnixMilli(), holdingTo: holding, marked: holding}
 	p.until = p.start.Add(sale.Window())
 	// Places passed over for want of their chosen item come first, so a
 	// unit goes to the earliest place that wants it.
@@ -197,6 +201,11 @@ type pass struct {
 	admits       []heldAdmit
 	passes       []heldAdmit // new places passed over (user, place)
 	fixed        []int64     // users whose choice the pass fixed
+	// holdingTo is the place before which an earlier pass may have taken
+	// holds it never admitted (markHolding, read at the pass's start):
+	// those places are served from their holds first, whatever the free
+	// units. marked is the mark as this pass has left it.
+	holdingTo, marked int64
 }
 
 func freeUnits(left map[int64]int64) int64 {
@@ -259,13 +268,22 @@ func (r *Room) servePassed(ctx context.Context, sale *flashsale.Sale, p *pass) e
 func (r *Room) serveNew(ctx context.Context, sr *saleRoom, sale *flashsale.Sale, st queueState, p *pass) (int64, error) {
 	pos := st.Serving
 	for range maxChoiceRounds {
-		k := min(freeUnits(p.left), st.Seq-pos, p.budget)
+		k := min(freeUnits(p.left)+max(p.holdingTo-pos, 0), st.Seq-pos, p.budget)
 		if k <= 0 {
 			break
 		}
 		users, err := r.placeUsers(ctx, sr, sale, st, pos, k)
 		if err != nil {
 			return pos, err
+		}
+		if to := pos + int64(len(users)); to > p.marked {
+			// Before any hold of these places: a leader cut short
+			// between its holds and its admissions leaves the mark, and
+			// the next pass serves the places from their holds.
+			if ok, err := markHolding(ctx, r.rdb, sale.ID, r.id, to); err != nil || !ok {
+				return pos, err
+			}
+			p.marked = to
 		}
 		var present []int64
 		for _, u := range users {
@@ -292,6 +310,10 @@ func (r *Room) serveNew(ctx context.Context, sr *saleRoom, sale *flashsale.Sale,
 			var res holdResult
 			if t := tried[j]; t.done {
 				at, item, res = t.at, t.item, holdDone
+			} else if a, it, ok, err := r.heldBefore(ctx, sale, u, pos, p); err != nil {
+				return pos, err
+			} else if ok {
+				at, item, res = a, it, holdDone
 			} else {
 				at, item, res = r.holdFor(ctx, sale, u, choice, p)
 			}
@@ -563,6 +585,62 @@ func admitHeld(ctx context.Context, rdb redis.UniversalClient, saleID int64, me 
 		return false, fmt.Errorf("waitroom.admitHeld: %w", err)
 	}
 	return n == 1, nil
+}
+
+// heldBefore serves a place below p.holdingTo from the hold an earlier
+// pass took for it and never admitted (a leader killed or frozen between
+// its holds and admitHeld): ok with the hold's admission time and item.
+// Without this, a first wave held by a leader that died at the draw has
+// every unit held and none admitted, and the next leader, finding no free
+// unit, would wait for those holds to lapse: a whole claim window with
+// nobody buying.
+func (r *Room) heldBefore(ctx context.Context, sale *flashsale.Sale, u, place int64, p *pass) (at, item int64, ok bool, err error) {
+	if place >= p.holdingTo {
+		return 0, 0, false, nil
+	}
+	item, end, held, err := r.cfg.Holds.Held(ctx, sale.ID, u)
+	if err != nil || !held {
+		return 0, 0, false, err
+	}
+	return end.Add(-sale.Window()).UnixMilli(), item, true, nil
+}
+
+// fieldHolding is the state's holding mark (markHolding): the place
+// before which a leader's pass may have taken holds.
+const fieldHolding = "holding"
+
+// markHoldingScript raises the state's holding mark to ARGV[2] for the
+// lease's holder: the pass is about to hold units for the places below
+// it. Only the holder of the lease moves it, and it never goes down.
+//
+//	KEYS: state, lease
+//	ARGV: me, to, fieldHolding
+//	returns 1 marked, 0 not the leader
+var markHoldingScript = redis.NewScript(`
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+if tonumber(ARGV[2]) > tonumber(redis.call('HGET', KEYS[1], ARGV[3]) or '0') then
+  redis.call('HSET', KEYS[1], ARGV[3], ARGV[2])
+end
+return 1
+`)
+
+// markHolding runs markHoldingScript; ok false: this gateway no longer
+// leads the sale and must not hold.
+func markHolding(ctx context.Context, rdb redis.UniversalClient, saleID int64, me string, to int64) (ok bool, err error) {
+	n, err := markHoldingScript.Run(ctx, rdb, saleKeys(saleID, keyState, keyLease), me, to, fieldHolding).Int()
+	if err != nil {
+		return false, fmt.Errorf("waitroom.markHolding: %w", err)
+	}
+	return n == 1, nil
+}
+
+// readHolding returns the state's holding mark (0: none).
+func readHolding(ctx context.Context, rdb redis.UniversalClient, saleID int64) (int64, error) {
+	n, err := rdb.HGet(ctx, lua.QueueKey(saleID, keyState), fieldHolding).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("waitroom.readHolding: %w", err)
+	}
+	return n, nil
 }
 
 // readHeldItems returns the item held for each user of a queue sale (0:

@@ -1,0 +1,151 @@
+package waitroom
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/adapter/redisstock"
+	"github.com/flashsale/flashsale/lua"
+)
+
+// stockHolds is the real stock's holds (redisstock) as the wiring gives
+// them to the room, with a hook after each HoldMany.
+type stockHolds struct {
+	st            *redisstock.Store
+	afterHoldMany func()
+}
+
+func (h stockHolds) Hold(ctx context.Context, saleID, itemID, userID int64, orderID string, until time.Time) error {
+	return h.st.Hold(ctx, saleID, itemID, userID, orderID, until)
+}
+
+func (h stockHolds) HoldMany(ctx context.Context, saleID int64, reqs []HoldReq, until time.Time) ([]error, error) {
+	rs := make([]redisstock.HoldReq, len(reqs))
+	for i, r := range reqs {
+		rs[i] = redisstock.HoldReq{ItemID: r.ItemID, UserID: r.UserID, OrderID: r.OrderID}
+	}
+	out, err := h.st.HoldMany(ctx, saleID, rs, until)
+	if h.afterHoldMany != nil {
+		h.afterHoldMany()
+	}
+	return out, err
+}
+
+func (h stockHolds) Held(ctx context.Context, saleID, userID int64) (int64, time.Time, bool, error) {
+	return h.st.Held(ctx, saleID, userID)
+}
+
+func (h stockHolds) Lapse(ctx context.Context, saleID int64, now time.Time, limit int64) (int, error) {
+	l, err := h.st.Lapse(ctx, saleID, now, limit)
+	return len(l), err
+}
+
+func (h stockHolds) LapseAll(ctx context.Context, saleID int64) (int, error) {
+	l, err := h.st.Lapse(ctx, saleID, redisstock.EndOfTime(), 0)
+	return len(l), err
+}
+
+func (h stockHolds) ExtendHolds(ctx context.Context, saleID int64, pausedAt, resumedAt time.Time, window time.Duration) (int, error) {
+	return h.st.ExtendHolds(ctx, saleID, pausedAt, resumedAt, window)
+}
+
+func (h stockHolds) HoldEnds(ctx context.Context, saleID int64) (map[int64]time.Time, error) {
+	return h.st.HoldEnds(ctx, saleID)
+}
+
+// TestNewLeaderServesHoldsOfACutShortPass: the leader of a queue sale
+// takes the first wave's holds at the draw and loses its lease before it
+// admits them (frozen or killed between the two: the draw-kill fault).
+// Every unit is then held and no place admitted. The next leader serves
+// those places from their holds at its first tick, in the holds' own
+// window; before, finding no free unit, it waited a whole claim window
+// for the holds to lapse while nobody could buy.
+func TestNewLeaderServesHoldsOfACutShortPass(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	st := redisstock.New(e.rdb)
+	if err := st.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	opens := e.clock.Now().Add(time.Second)
+	sale := newSale(t, 71, opens, 10, 2)
+	sale.Allocation, sale.ClaimWindow = flashsale.AllocationQueue, time.Minute
+	e.sales.put(sale)
+	item := sale.Items[0].ID
+	if err := st.Load(ctx, sale.ID, map[int64]int64{item: 2}); err != nil {
+		t.Fatal(err)
+	}
+	lease := lua.QueueKey(sale.ID, keyLease)
+	room := func(h stockHolds) *Room {
+		cfg := Config{Holds: h}
+		e.testDefaults(&cfg)
+		return New(cfg, e.rdb, e.sales, st, e.access, e.signer, nil, nil, nil)
+	}
+	// a loses its lease right after its holds (as if frozen past the
+	// lease's lapse): its admissions are refused.
+	a := room(stockHolds{st: st, afterHoldMany: func() { e.rdb.Del(ctx, lease) }})
+	b := room(stockHolds{st: st})
+	// The shoppers join through a running gateway, stopped before the
+	// draw; a and b are driven tick by tick.
+	j := room(stockHolds{st: st})
+	jctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = j.Run(jctx) }()
+	for u := int64(1); u <= 3; u++ {
+		if _, err := j.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop()
+	<-done
+	e.rdb.Del(ctx, lease)
+	e.clock.Advance(2 * time.Second)
+	if _, err := a.refresh(ctx, sale.ID, e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.HoldCount(ctx, sale.ID); err != nil || n != 2 {
+		t.Fatalf("holds after a's pass = %d, %v; want 2 (the test proves nothing)", n, err)
+	}
+	if adm, _ := e.rdb.HLen(ctx, lua.QueueKey(sale.ID, keyAdmitted)).Result(); adm != 0 {
+		t.Fatalf("a admitted %d places without its lease", adm)
+	}
+
+	e.clock.Advance(100 * time.Millisecond)
+	if _, err := b.refresh(ctx, sale.ID, e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.saleRoom(sale.ID, false); got == nil {
+		t.Fatal("b has no room for the sale")
+	}
+	serving, err := e.rdb.HGet(ctx, lua.QueueKey(sale.ID, keyState), fieldServing).Int64()
+	if err != nil || serving != 2 {
+		t.Fatalf("cursor after b's first tick = %d, %v; want 2 (both held places served)", serving, err)
+	}
+	recs, err := e.rdb.HGetAll(ctx, lua.QueueKey(sale.ID, keyAdmitted)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 {
+		t.Fatalf("admission records %v, want the two holders'", recs)
+	}
+	for u, rec := range recs {
+		uid, _ := strconv.ParseInt(u, 10, 64)
+		held, until, ok, err := st.Held(ctx, sale.ID, uid)
+		if err != nil || !ok || held != item {
+			t.Fatalf("user %d admitted without its hold (%d, %v, %v)", uid, held, ok, err)
+		}
+		// The record's time is the hold's window start: the window the
+		// shopper was given is the one the hold lasts for.
+		at, _ := strconv.ParseInt(rec[strings.IndexByte(rec, '|')+1:], 10, 64)
+		if want := until.Add(-sale.Window()).UnixMilli(); at != want {
+			t.Fatalf("user %d admitted at %d, want its hold's window start %d", uid, at, want)
+		}
+	}
+	if n, _ := st.HoldCount(ctx, sale.ID); n != 2 {
+		t.Fatalf("holds after b's pass = %d, want the same 2", n)
+	}
+}
