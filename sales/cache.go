@@ -3,6 +3,7 @@ package sales
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +23,15 @@ type Cache struct {
 	log      *slog.Logger
 	interval time.Duration
 	snap     atomic.Pointer[snapshot]
+	// started numbers the refreshes in the order they begin; stored is
+	// the number of the one in snap. A refresh that began before the one
+	// stored read older rows and is dropped: without it, the timer's
+	// refresh, begun just before a sale was created and done just after
+	// the creating gateway's own refresh, put back a snapshot without the
+	// sale, and that gateway answered 404 for the sale it had just created.
+	started atomic.Uint64
+	mu      sync.Mutex // guards stored and the store into snap
+	stored  uint64
 }
 
 type itemRef struct {
@@ -48,6 +58,7 @@ func NewCache(store *Store, rdb redis.UniversalClient, interval time.Duration, l
 // Refresh reloads every sale from the database.
 func (c *Cache) Refresh(ctx context.Context) (err error) {
 	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
+	n := c.started.Add(1)
 	all, err := c.store.List(ctx)
 	if err != nil {
 		return err
@@ -61,7 +72,12 @@ func (c *Cache) Refresh(ctx context.Context) (err error) {
 			s.items[it.ID] = itemRef{sale: sl, item: it}
 		}
 	}
-	c.snap.Store(s)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n > c.stored {
+		c.stored = n
+		c.snap.Store(s)
+	}
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -169,5 +170,40 @@ func TestCache(t *testing.T) {
 	}
 	if len(c.Sales()) != 1 {
 		t.Fatalf("Sales() = %d, want 1", len(c.Sales()))
+	}
+}
+
+// TestCacheReadsItsOwnCreate: a Refresh run after a sale's creation finds
+// the sale, however many refreshes run beside it. A refresh that began
+// before the creation and ended after the creator's own refresh used to
+// put the older snapshot back: the gateway that had just created a sale
+// answered 404 for it.
+func TestCacheReadsItsOwnCreate(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	s := NewStore(testenv.Postgres(t), rdb, redisstock.New(rdb), nil)
+	c := NewCache(s, rdb, time.Hour, slog.New(slog.DiscardHandler))
+	bg, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for bg.Err() == nil {
+				_ = c.Refresh(bg)
+			}
+		})
+	}
+	defer func() { stop(); wg.Wait() }()
+	for i := range 100 {
+		sl, err := s.Create(ctx, flashsale.Sale{Name: "x", StartsAt: time.Now(), AdmissionRatePerSecond: 1,
+			Items: []flashsale.Item{{ProductID: 1, Quantity: 1, PriceCents: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := c.Sale(sl.ID); !ok {
+			t.Fatalf("creation %d: sale %d not in the cache after a refresh begun after it", i, sl.ID)
+		}
 	}
 }
