@@ -67,6 +67,7 @@ func putSettings(t *testing.T, s *stack, body string) {
 func TestBlocklistReachesBothGatewaysWithin2s(t *testing.T) {
 	a, b := twoGateways(t)
 	saleID, items := a.createSale(10)
+	b.waitSale(saleID)
 	blocked := int64(4242)
 	for _, s := range []*stack{a, b} {
 		if typ, _ := wsJoin(t, s, saleID, s.Token(blocked, false)); typ != "status" {
