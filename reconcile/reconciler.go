@@ -1,4 +1,22 @@
-package purchase
+// Package reconcile settles what the purchase path leaves unsettled: the
+// reservations that never reached the database (the reconcile pass), the
+// reservations in flight under a gateway's lapsed placement lease (the
+// reclaim, reclaim.go), and a sale's stock records after Redis lost them
+// (the rebuild). It runs in the gateway role beside the purchase service
+// and shares no memory with it: both read and write the reservation
+// records through redisstock, the order rows through the order store, and
+// the reconciler asks Kafka through OrderLog.
+//
+// It imports no other component. The purchase path's bounds it counts on
+// (a reservation's script call, its record's publish) are redisstock's
+// constants, read by both. The placement Leaser stays in purchase: the
+// purchase service consults it on every reservation (Slot, Holds) and the
+// reconciler only needs the lease TTL (Config.LeaseTTL) and the leases'
+// records in Redis (redisstock).
+//
+// Its metrics are named flashsale_purchase_reconciler_*, not after this
+// package: the alerts and dashboards (deploy/) read those names.
+package reconcile
 
 import (
 	"context"
@@ -35,8 +53,8 @@ type OrderLog interface {
 	Unconsumed(ctx context.Context, committed, end map[int32]int64) ([]flashsale.OrderPlaced, error)
 }
 
-// ReconcilerConfig configures a Reconciler. Zero fields take the defaults.
-type ReconcilerConfig struct {
+// Config configures a Reconciler. Zero fields take the defaults.
+type Config struct {
 	// After is the age past which a reservation still pending in Redis
 	// (neither confirmed by the writer nor given back) is looked at
 	// (default 2m). It is declared lost only when Kafka proves its record
@@ -48,8 +66,8 @@ type ReconcilerConfig struct {
 	// (for tests of the database rules only; every role wires it).
 	Orders OrderLog
 	// PublishTimeout is the purchase service's publish bound (default
-	// DefaultPublishTimeout). A record acknowledged at all was so within
-	// DefaultRedisTimeout + PublishTimeout of its reservation, and a
+	// redisstock.DefaultPublishTimeout, the purchase service's default). A record acknowledged at all was so within
+	// redisstock.DefaultReserveTimeout + PublishTimeout of its reservation, and a
 	// reservation taken before Redis lost its data was published within
 	// PublishTimeout of the loss being seen.
 	PublishTimeout time.Duration
@@ -63,19 +81,20 @@ type ReconcilerConfig struct {
 	// Batch is the number of pending reservations read per round trip
 	// (default 500).
 	Batch int64
-	// LeaseTTL is the gateways' placement lease TTL (Leaser.TTL); 0: no
+	// LeaseTTL is the gateways' placement lease TTL (purchase's
+	// Leaser.TTL); 0: no
 	// leases to watch. The reservations in flight under a lease that
 	// lapsed are settled at once (reclaim.go).
 	LeaseTTL time.Duration
 	Now      func() time.Time // nil: time.Now
 }
 
-// Defaults of ReconcilerConfig.
+// Defaults of Config.
 const (
-	DefaultReconcileAfter    = 2 * time.Minute
-	DefaultReconcileInterval = 10 * time.Second
-	DefaultPaymentWindow     = 10 * time.Minute
-	DefaultLossCheck         = time.Second
+	DefaultAfter         = 2 * time.Minute
+	DefaultInterval      = 10 * time.Second
+	DefaultPaymentWindow = 10 * time.Minute
+	DefaultLossCheck     = time.Second
 )
 
 // RejectLost is the reject_reason of a tombstone row.
@@ -145,13 +164,13 @@ type Reconciler struct {
 	stale prometheus.Gauge
 }
 
-// NewReconciler returns a Reconciler. reg may be nil.
-func NewReconciler(cfg ReconcilerConfig, pool *pgxpool.Pool, st *redisstock.Store, sales SaleLister, logger *slog.Logger, reg prometheus.Registerer) *Reconciler {
+// New returns a Reconciler. reg may be nil.
+func New(cfg Config, pool *pgxpool.Pool, st *redisstock.Store, sales SaleLister, logger *slog.Logger, reg prometheus.Registerer) *Reconciler {
 	if cfg.After <= 0 {
-		cfg.After = DefaultReconcileAfter
+		cfg.After = DefaultAfter
 	}
 	if cfg.Interval <= 0 {
-		cfg.Interval = DefaultReconcileInterval
+		cfg.Interval = DefaultInterval
 	}
 	if cfg.PaymentWindow <= 0 {
 		cfg.PaymentWindow = DefaultPaymentWindow
@@ -163,7 +182,7 @@ func NewReconciler(cfg ReconcilerConfig, pool *pgxpool.Pool, st *redisstock.Stor
 		cfg.Now = time.Now
 	}
 	if cfg.PublishTimeout <= 0 {
-		cfg.PublishTimeout = DefaultPublishTimeout
+		cfg.PublishTimeout = redisstock.DefaultPublishTimeout
 	}
 	if cfg.LossCheck <= 0 {
 		cfg.LossCheck = DefaultLossCheck
@@ -295,7 +314,7 @@ func (r *Reconciler) mayDeclareLost(p redisstock.Pending, v kafkaView) bool {
 		c, ok := v.committed[p.Partition]
 		return ok && c > p.Offset
 	default:
-		return v.caughtUp() && p.ReservedAt.Add(DefaultRedisTimeout+r.publish).Before(v.at)
+		return v.caughtUp() && p.ReservedAt.Add(redisstock.DefaultReserveTimeout+r.publish).Before(v.at)
 	}
 }
 
@@ -326,7 +345,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (returned int, err error) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		r.failures.Inc()
-		return returned, fmt.Errorf("purchase.Reconciler.RunOnce: %w", err)
+		return returned, fmt.Errorf("reconcile.Reconciler.RunOnce: %w", err)
 	}
 	return returned, nil
 }
@@ -509,7 +528,7 @@ func (r *Reconciler) checkIncarnation(ctx context.Context) error {
 		r.lostMu.Lock()
 		r.incarnation = prev
 		r.lostMu.Unlock()
-		return fmt.Errorf("purchase.Reconciler: drop after a Redis failover: %w", err)
+		return fmt.Errorf("reconcile.Reconciler: drop after a Redis failover: %w", err)
 	}
 	return nil
 }
