@@ -72,9 +72,10 @@ var layout = map[string]imports{
 	// reconcile settles what the purchase path leaves unsettled, through
 	// Redis, PostgreSQL and Kafka only: it imports no component. Its tests
 	// drive the purchase service and its placement Leaser beside it (a
-	// reservation left uncertain, a gateway whose lease lapses).
+	// reservation left uncertain, a gateway whose lease lapses); lua names
+	// the stock key the rebuild's tests take items out of.
 	"reconcile": {code: "flashsale internal/adapter/postgres/orderstore internal/adapter/prom internal/adapter/redisstock",
-		tests: "purchase internal/adapter/kafka sales sales/salestest internal/harness/testenv"},
+		tests: "lua purchase internal/adapter/kafka sales sales/salestest internal/harness/testenv"},
 	"sales": {code: "flashsale internal/adapter/postgres internal/adapter/postgres/orderstore internal/adapter/redisstock lua", tests: "internal/harness/testenv"},
 	// The waiting room signs the admission tokens it hands out.
 	"waitroom": {code: "flashsale admission internal/adapter/postgres internal/adapter/prom lua",
