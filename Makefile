@@ -3,7 +3,7 @@
 GO        ?= go
 PKGS      ?= ./...
 # Run a second time on a local 3-master Redis Cluster (testenv).
-CLUSTER_PKGS ?= ./internal/harness/testenv/ ./internal/adapter/redisstock/ ./waitroom/ ./defense/ ./purchase/ ./internal/wiring/
+CLUSTER_PKGS ?= ./internal/harness/testenv/ ./internal/adapter/redisstock/ ./waitroom/ ./defense/ ./purchase/ ./reconcile/ ./internal/wiring/
 BIN       := bin/flashsale
 GOFLAGS   ?=
 export GOTOOLCHAIN ?= local

@@ -32,10 +32,10 @@ type imports struct{ code, tests string }
 //
 // The tree is sorted by kind (TestKinds): the root and the leaves lua and
 // static; components at the top (admission, auth, defense, expiry,
-// gateway, orders, purchase, sales, waitroom, writer); adapters named after
-// their dependency under internal/adapter; the composition root,
-// internal/wiring; the harness of dev and tests under internal/harness;
-// benchmark tooling under internal/bench. Components share the root's types
+// gateway, orders, purchase, reconcile, sales, waitroom, writer); adapters
+// named after their dependency under internal/adapter; the composition
+// root, internal/wiring; the harness of dev and tests under
+// internal/harness; benchmark tooling under internal/bench. Components share the root's types
 // and talk through Redis and Kafka; they import each other only where a
 // comment says why. Tests import more freely: the harness, sales/salestest,
 // internal/wiring/apptest and the parts a test drives beside the package
@@ -67,18 +67,26 @@ var layout = map[string]imports{
 	"orders": {code: "flashsale events internal/adapter/postgres internal/adapter/postgres/orderstore internal/adapter/redisstock",
 		tests: "sales sales/salestest internal/harness/testenv"},
 	// purchase's tests freeze and kill their own redis-server (localsvc).
-	"purchase": {code: "flashsale internal/adapter/postgres/orderstore internal/adapter/prom internal/adapter/redisstock",
+	"purchase": {code: "flashsale internal/adapter/prom internal/adapter/redisstock",
 		tests: "internal/adapter/kafka internal/adapter/redisconn sales sales/salestest internal/harness/localsvc internal/harness/testenv"},
+	// reconcile settles what the purchase path leaves unsettled, through
+	// Redis, PostgreSQL and Kafka only: it imports no component. Its tests
+	// drive the purchase service and its placement Leaser beside it (a
+	// reservation left uncertain, a gateway whose lease lapses); lua names
+	// the stock key the rebuild's tests take items out of.
+	"reconcile": {code: "flashsale internal/adapter/postgres/orderstore internal/adapter/prom internal/adapter/redisstock",
+		tests: "lua purchase internal/adapter/kafka sales sales/salestest internal/harness/testenv"},
 	"sales": {code: "flashsale internal/adapter/postgres internal/adapter/postgres/orderstore internal/adapter/redisstock lua", tests: "internal/harness/testenv"},
 	// The waiting room signs the admission tokens it hands out. Its
 	// allocation tests hold through the real stock (redisstock).
 	"waitroom": {code: "flashsale admission internal/adapter/postgres internal/adapter/prom lua",
 		tests: "auth internal/adapter/redisstock internal/harness/localsvc internal/harness/testenv"},
 	// The writer's tests reserve and publish through purchase, the
-	// writer's upstream. Its consumer takes the brokers, TLS, SASL and
+	// writer's upstream, and settle what it leaves with reconcile. Its
+	// consumer takes the brokers, TLS, SASL and
 	// logger from the Kafka adapter, the one place they are built.
 	"writer": {code: "flashsale internal/adapter/kafka internal/adapter/postgres/orderstore internal/adapter/prom internal/adapter/redisstock",
-		tests: "lua purchase internal/adapter/kafka internal/adapter/postgres sales sales/salestest internal/harness/localsvc internal/harness/testenv"},
+		tests: "lua purchase reconcile internal/adapter/kafka internal/adapter/postgres sales sales/salestest internal/harness/localsvc internal/harness/testenv"},
 
 	// Adapters, named after their dependency. prom registers every
 	// component's collectors: one rule for a metric registered twice.
@@ -98,7 +106,7 @@ var layout = map[string]imports{
 	"internal/adapter/redisconn": {tests: "lua internal/adapter/redisstock internal/harness/localsvc internal/harness/testenv"},
 
 	// The composition root and the binaries.
-	"internal/wiring": {code: "flashsale admission auth defense events expiry gateway orders purchase sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn internal/adapter/redisclock",
+	"internal/wiring": {code: "flashsale admission auth defense events expiry gateway orders purchase reconcile sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn internal/adapter/redisclock",
 		// lua names the queue keys the Redis-loss tests mark, as the
 		// leader marks them when it sees the stock lost.
 		tests: "lua internal/wiring/apptest internal/harness/localsvc internal/harness/testenv"},
@@ -139,8 +147,8 @@ var notShipped = []string{"internal/bench", "loadtest", "internal/harness/testen
 // (code, and tests besides). fiber is the edge's framework and stays in the
 // gateway. franz-go serves the Kafka adapter, the writer's consumer, the
 // composition root's broker check and embedded broker, and the harness's
-// broker (kfake); the purchase and cmd/flashsale tests read and write
-// topics with it. The events relay produces the order events and reads
+// broker (kfake); the purchase, reconcile and cmd/flashsale tests read and
+// write topics with it. The events relay produces the order events and reads
 // back what it produced (its exactly-once recovery).
 var confined = []struct {
 	prefix      string
@@ -148,7 +156,7 @@ var confined = []struct {
 }{
 	{prefix: "github.com/gofiber/", code: "gateway"},
 	{prefix: "github.com/twmb/franz-go/", code: "internal/adapter/kafka internal/wiring internal/harness/testenv writer events",
-		tests: "purchase cmd/flashsale"},
+		tests: "purchase reconcile cmd/flashsale"},
 }
 
 // TestKinds checks that every package of internal/ sits in the directory

@@ -1,7 +1,7 @@
 -- A gateway's placement lease: the slot named in the owners record of each
 -- reservation it makes (reserve.lua, hold_claim.lua), so that when the
 -- gateway dies or freezes its reservations still in flight can be found
--- and settled at once (purchase.Reconciler). Times are Redis's TIME, the
+-- and settled at once (reconcile.Reconciler). Times are Redis's TIME, the
 -- one clock every gateway reads the same.
 -- KEYS[1] leases HASH slot -> token, KEYS[2] renewals ZSET slot scored by
 -- the last renewal (ms), KEYS[3] clock STRING: the time of the last op

@@ -15,10 +15,11 @@ import (
 
 // DefaultLeaseTTL is how long a gateway's placement lease lives without a
 // renewal (it is renewed every sixth of it). A gateway that dies or
-// freezes has its reservations in flight settled by the Reconciler about
-// this long after its last renewal: the bound of "units back within 5 s of
-// a lost gateway". Shorter would free units sooner but let a gateway
-// starved of CPU for that long lose its lease and answer 503s.
+// freezes has its reservations in flight settled by the reconciler
+// (reconcile.Reconciler) about this long after its last renewal: the bound
+// of "units back within 5 s of a lost gateway". Shorter would free units
+// sooner but let a gateway starved of CPU for that long lose its lease and
+// answer 503s.
 const DefaultLeaseTTL = 3 * time.Second
 
 // leaseMargin is cut from the lease's local validity, so that the gateway

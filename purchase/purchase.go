@@ -1,8 +1,11 @@
 // Package purchase is the reservation service: it takes one unit in Redis
 // (internal/adapter/redisstock, one script call), publishes the order to Kafka with a
 // bound, keeps a local sold-out flag per item so refused requests never reach
-// Redis, and reconciles reservations that never reached the database
-// (Reconciler).
+// Redis, and holds the gateway's placement lease (Leaser), which it asks on
+// every reservation. What it leaves unsettled (reservations that never
+// reached the database, those in flight under a lapsed lease, stock Redis
+// lost) is the Reconciler's, in package reconcile, which shares no memory
+// with it: the two meet in Redis, PostgreSQL and Kafka.
 package purchase
 
 import (
@@ -72,8 +75,10 @@ type Config struct {
 // Defaults of Config.
 const (
 	DefaultSoldOutRecheck = 500 * time.Millisecond
-	DefaultPublishTimeout = 5 * time.Second
-	DefaultRedisTimeout   = 2 * time.Second
+	// The publish and reservation bounds are redisstock's: the reconciler
+	// counts on the same values when it reads a pending reservation.
+	DefaultPublishTimeout = redisstock.DefaultPublishTimeout
+	DefaultRedisTimeout   = redisstock.DefaultReserveTimeout
 )
 
 // Reservation outcomes, the values of the outcome label of

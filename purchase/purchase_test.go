@@ -269,68 +269,6 @@ func TestReservePublishFailureGivesBack(t *testing.T) {
 	}
 }
 
-// The broker dies while the producer holds a connection: the request may
-// have been written, so nobody knows whether the order will land. Reserve
-// still answers within the bound; the reservation is left to the
-// reconciler, which returns it once it is older than its bound.
-func TestReservePublishUncertainLeftToReconciler(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, 5)
-	k := testenv.NewKafka(t)
-	const bound = time.Second
-	p := newProducer(t, k, bound)
-	clk := newClock(t0)
-	s := New(Config{Now: clk.now, PublishTimeout: bound}, e.st, p, nil, nil)
-	item := e.item(0)
-	if _, err := s.Reserve(context.Background(), e.sale, item, 1); err != nil {
-		t.Fatalf("Reserve with Kafka up: %v", err)
-	}
-	k.Cluster.Close()
-	_, err := reserveBounded(t, s, e, item, 2, bound)
-	var fe *flashsale.Error
-	if !errors.As(err, &fe) || fe.Code != flashsale.CodeUnavailable {
-		t.Fatalf("Reserve with Kafka gone: %v, want UNAVAILABLE", err)
-	}
-	if !kafka.IsUncertain(err) {
-		// The producer found out nothing was sent: given back at once.
-		if r := e.remaining(t, item); r != 4 {
-			t.Errorf("definite failure: remaining %d, want 4", r)
-		}
-		t.Skip("the producer could tell that nothing was sent; the uncertain path did not happen")
-	}
-	if fe.OrderID == "" {
-		t.Error("uncertain UNAVAILABLE without the order id")
-	}
-	if b, ok := e.buyer(t, 2); !ok || b.OrderID != fe.OrderID {
-		t.Fatalf("buyer record %+v %v, want the uncertain order %s held", b, ok, fe.OrderID)
-	}
-	// User 1's order reached Kafka; here the writer never runs, so it is
-	// pending too. Store it the way the writer would before the bound.
-	insertOrder(t, e, orderOf(t, e, 1), item.ID, 1, flashsale.OrderPending)
-	r := NewReconciler(ReconcilerConfig{Now: clk.now}, e.pool, e.st, e, nil, nil)
-	clk.add(DefaultReconcileAfter + time.Second)
-	n, err := r.RunOnce(context.Background())
-	if err != nil || n != 1 {
-		t.Fatalf("RunOnce = %d, %v; want 1 returned", n, err)
-	}
-	if got := e.remaining(t, item); got != 4 {
-		t.Errorf("remaining %d, want 4 (user 1 holds one)", got)
-	}
-	if _, ok := e.buyer(t, 2); ok {
-		t.Error("uncertain reservation still held after the reconciler")
-	}
-	assertOrder(t, e.pool, fe.OrderID, flashsale.OrderRejected)
-}
-
-func orderOf(t *testing.T, e *env, user int64) string {
-	t.Helper()
-	b, ok := e.buyer(t, user)
-	if !ok {
-		t.Fatalf("user %d holds nothing", user)
-	}
-	return b.OrderID
-}
-
 func TestReserveDefiniteFailureFake(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 3)

@@ -26,6 +26,7 @@ import (
 	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/lua"
 	"github.com/flashsale/flashsale/purchase"
+	"github.com/flashsale/flashsale/reconcile"
 	"github.com/flashsale/flashsale/sales"
 	"github.com/flashsale/flashsale/sales/salestest"
 )
@@ -280,7 +281,7 @@ func intResult(t testing.TB, cmd *redis.IntCmd) int64 {
 // rebuildPastPublishTimeout checks that user's purchase is refused while
 // the stock record is missing, then runs the reconciler with every
 // publish past its timeout, so that it rebuilds the record.
-func rebuildPastPublishTimeout(t testing.TB, svc *purchase.Service, sale *flashsale.Sale, item flashsale.Item, user int64, clk *offsetClock, rec *purchase.Reconciler) {
+func rebuildPastPublishTimeout(t testing.TB, svc *purchase.Service, sale *flashsale.Sale, item flashsale.Item, user int64, clk *offsetClock, rec *reconcile.Reconciler) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := svc.Reserve(ctx, sale, item, user); flashsale.ErrorCode(err) != flashsale.CodeUnavailable {

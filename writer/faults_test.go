@@ -23,6 +23,7 @@ import (
 	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/lua"
 	"github.com/flashsale/flashsale/purchase"
+	"github.com/flashsale/flashsale/reconcile"
 	"github.com/flashsale/flashsale/sales"
 )
 
@@ -30,7 +31,7 @@ import (
 // the broker restarted. Each goes through the real parts: the purchase
 // service publishing to kfake, the writer, the reconciler asking Kafka.
 
-// saleList is a purchase.SaleLister of fixed sales.
+// saleList is a reconcile.SaleLister of fixed sales.
 type saleList []*flashsale.Sale
 
 func (l saleList) Sales() []*flashsale.Sale { return l }
@@ -123,7 +124,7 @@ func TestReconcilerNeverRejectsWhatKafkaHolds(t *testing.T) {
 	lost := e.reserve(t, item, 101)
 
 	clk := &offsetClock{ahead: time.Hour}
-	rec := purchase.NewReconciler(purchase.ReconcilerConfig{After: time.Minute, Now: clk.now, Orders: newOrderLog(t, e.kafka.Brokers)},
+	rec := reconcile.New(reconcile.Config{After: time.Minute, Now: clk.now, Orders: newOrderLog(t, e.kafka.Brokers)},
 		e.pool, e.stock, saleList{&sale}, testLogger(t), nil)
 	ctx := context.Background()
 	if n, err := rec.RunOnce(ctx); err != nil || n != 0 {
@@ -154,8 +155,8 @@ func TestReconcilerNeverRejectsWhatKafkaHolds(t *testing.T) {
 	if got := rows[landed.OrderID].status; got != string(flashsale.OrderPending) {
 		t.Errorf("landed order is %q, want PENDING", got)
 	}
-	if got := rows[lost.OrderID]; got.status != string(flashsale.OrderRejected) || got.reason != purchase.RejectLost {
-		t.Errorf("lost reservation row %+v, want REJECTED %q", got, purchase.RejectLost)
+	if got := rows[lost.OrderID]; got.status != string(flashsale.OrderRejected) || got.reason != reconcile.RejectLost {
+		t.Errorf("lost reservation row %+v, want REJECTED %q", got, reconcile.RejectLost)
 	}
 	// Conservation: remaining + live = quantity.
 	if left, live := remainingOf(t, e.stock, sale.ID, item.ID), sold(t, e.pool, item.ID); left+live != 20 || live != 9 {
@@ -205,7 +206,7 @@ func TestRebuildCountsOrdersInKafka(t *testing.T) {
 		t.Fatal("the sold-out flag was set by a lost stock record")
 	}
 	clk := &offsetClock{}
-	rec := purchase.NewReconciler(purchase.ReconcilerConfig{Now: clk.now, Orders: newOrderLog(t, e.kafka.Brokers)},
+	rec := reconcile.New(reconcile.Config{Now: clk.now, Orders: newOrderLog(t, e.kafka.Brokers)},
 		e.pool, e.stock, saleList{&sale}, testLogger(t), nil)
 	if _, err := rec.RunOnce(ctx); err != nil {
 		t.Fatal(err)
@@ -349,7 +350,7 @@ func TestWriterKilledAndRestarted(t *testing.T) {
 	}
 	// The reconciler, with every reservation past its bound, while no
 	// writer runs: it rejects nothing.
-	rec := purchase.NewReconciler(purchase.ReconcilerConfig{After: time.Minute, Now: (&offsetClock{ahead: time.Hour}).now,
+	rec := reconcile.New(reconcile.Config{After: time.Minute, Now: (&offsetClock{ahead: time.Hour}).now,
 		Orders: newOrderLog(t, brokers)}, pool, st, saleList{&sale}, testLogger(t), nil)
 	if _, err := rec.RunOnce(context.Background()); err != nil {
 		t.Fatal(err)
@@ -536,7 +537,7 @@ func TestFailoverToStaleReplica(t *testing.T) {
 	item := sale.Items[0]
 	svc := startService(t, e.stock, newProducer(t, e.kafka.Brokers))
 	clk := &offsetClock{}
-	rec := purchase.NewReconciler(purchase.ReconcilerConfig{Now: clk.now, Orders: newOrderLog(t, e.kafka.Brokers)},
+	rec := reconcile.New(reconcile.Config{Now: clk.now, Orders: newOrderLog(t, e.kafka.Brokers)},
 		e.pool, e.stock, saleList{&sale}, testLogger(t), nil)
 	if _, err := rec.RunOnce(ctx); err != nil { // sees the master's dataset
 		t.Fatal(err)

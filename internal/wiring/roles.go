@@ -17,6 +17,7 @@ import (
 	"github.com/flashsale/flashsale/internal/adapter/postgres"
 	"github.com/flashsale/flashsale/orders"
 	"github.com/flashsale/flashsale/purchase"
+	"github.com/flashsale/flashsale/reconcile"
 	"github.com/flashsale/flashsale/static"
 	"github.com/flashsale/flashsale/waitroom"
 	"github.com/flashsale/flashsale/writer"
@@ -39,7 +40,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	wcancel()
 
 	// The placement lease: a gateway that dies or freezes has its
-	// reservations in flight settled once it lapses (purchase/reclaim.go).
+	// reservations in flight settled once it lapses (reconcile/reclaim.go).
 	lease := purchase.NewLeaser(a.stock, purchase.DefaultLeaseTTL, a.log, a.reg)
 	a.goRun("lease", func() error { return lease.Run(runCtx) })
 	buy := purchase.New(purchase.Config{Now: a.clock.Now, Lease: lease}, a.stock, producer, a.log, a.reg)
@@ -53,7 +54,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		return err
 	}
 	a.onClose(func(context.Context) error { orderLog.Close(); return nil })
-	rec := purchase.NewReconciler(purchase.ReconcilerConfig{After: cfg.ReconcileAfter, PaymentWindow: cfg.PaymentWindow, Orders: orderLog,
+	rec := reconcile.New(reconcile.Config{After: cfg.ReconcileAfter, PaymentWindow: cfg.PaymentWindow, Orders: orderLog,
 		LeaseTTL: lease.TTL(), Now: a.clock.Now},
 		a.pool, a.stock, a.cache, a.log, a.reg)
 	a.goRun("reconciler", func() error { return rec.Run(runCtx) })

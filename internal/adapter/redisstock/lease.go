@@ -22,7 +22,7 @@ import (
 // shard's owners HASH (lua.KindOwners), in the same script. When a gateway
 // dies or freezes, its lease lapses within the time to live, and the
 // reservations it still had in flight are found by slot (Owned) and
-// settled at once (purchase.Reconciler), not after the reconcile bound.
+// settled at once (reconcile.Reconciler), not after the reconcile bound.
 // A lapsed lease is never renewed: a gateway that wakes up finds it lost,
 // answers no 202 for what it made under it, and takes another slot. The
 // slot stays taken until the reclaim has settled every reservation made

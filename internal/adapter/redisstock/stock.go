@@ -453,6 +453,18 @@ func (s *Store) BuyerCount(ctx context.Context, saleID int64) (int64, error) {
 	return total, nil
 }
 
+// The purchase path's bounds, which whoever reads a pending reservation
+// relies on: a reservation's script call is given up after
+// DefaultReserveTimeout and its record's publish after
+// DefaultPublishTimeout, so a record Kafka acknowledged at all was
+// acknowledged within their sum of the reservation's ReservedAt. They live
+// here, beside Pending, so the purchase service that keeps them and the
+// reconciler that counts on them read one value.
+const (
+	DefaultReserveTimeout = 2 * time.Second
+	DefaultPublishTimeout = 5 * time.Second
+)
+
 // Pending is a reservation not yet confirmed in PostgreSQL.
 type Pending struct {
 	SaleID     int64

@@ -1,4 +1,22 @@
-package purchase
+// Package reconcile settles what the purchase path leaves unsettled: the
+// reservations that never reached the database (the reconcile pass), the
+// reservations in flight under a gateway's lapsed placement lease (the
+// reclaim, reclaim.go), and a sale's stock records after Redis lost them
+// (the rebuild, rebuild.go). It runs in the gateway role beside the purchase service
+// and shares no memory with it: both read and write the reservation
+// records through redisstock, the order rows through the order store, and
+// the reconciler asks Kafka through OrderLog.
+//
+// It imports no other component. The purchase path's bounds it counts on
+// (a reservation's script call, its record's publish) are redisstock's
+// constants, read by both. The placement Leaser stays in purchase: the
+// purchase service consults it on every reservation (Slot, Holds) and the
+// reconciler only needs the lease TTL (Config.LeaseTTL) and the leases'
+// records in Redis (redisstock).
+//
+// Its metrics are named flashsale_purchase_reconciler_*, not after this
+// package: the alerts and dashboards (deploy/) read those names.
+package reconcile
 
 import (
 	"context"
@@ -35,8 +53,8 @@ type OrderLog interface {
 	Unconsumed(ctx context.Context, committed, end map[int32]int64) ([]flashsale.OrderPlaced, error)
 }
 
-// ReconcilerConfig configures a Reconciler. Zero fields take the defaults.
-type ReconcilerConfig struct {
+// Config configures a Reconciler. Zero fields take the defaults.
+type Config struct {
 	// After is the age past which a reservation still pending in Redis
 	// (neither confirmed by the writer nor given back) is looked at
 	// (default 2m). It is declared lost only when Kafka proves its record
@@ -48,8 +66,8 @@ type ReconcilerConfig struct {
 	// (for tests of the database rules only; every role wires it).
 	Orders OrderLog
 	// PublishTimeout is the purchase service's publish bound (default
-	// DefaultPublishTimeout). A record acknowledged at all was so within
-	// DefaultRedisTimeout + PublishTimeout of its reservation, and a
+	// redisstock.DefaultPublishTimeout, the purchase service's default). A record acknowledged at all was so within
+	// redisstock.DefaultReserveTimeout + PublishTimeout of its reservation, and a
 	// reservation taken before Redis lost its data was published within
 	// PublishTimeout of the loss being seen.
 	PublishTimeout time.Duration
@@ -63,19 +81,20 @@ type ReconcilerConfig struct {
 	// Batch is the number of pending reservations read per round trip
 	// (default 500).
 	Batch int64
-	// LeaseTTL is the gateways' placement lease TTL (Leaser.TTL); 0: no
+	// LeaseTTL is the gateways' placement lease TTL (purchase's
+	// Leaser.TTL); 0: no
 	// leases to watch. The reservations in flight under a lease that
 	// lapsed are settled at once (reclaim.go).
 	LeaseTTL time.Duration
 	Now      func() time.Time // nil: time.Now
 }
 
-// Defaults of ReconcilerConfig.
+// Defaults of Config.
 const (
-	DefaultReconcileAfter    = 2 * time.Minute
-	DefaultReconcileInterval = 10 * time.Second
-	DefaultPaymentWindow     = 10 * time.Minute
-	DefaultLossCheck         = time.Second
+	DefaultAfter         = 2 * time.Minute
+	DefaultInterval      = 10 * time.Second
+	DefaultPaymentWindow = 10 * time.Minute
+	DefaultLossCheck     = time.Second
 )
 
 // RejectLost is the reject_reason of a tombstone row.
@@ -145,13 +164,13 @@ type Reconciler struct {
 	stale prometheus.Gauge
 }
 
-// NewReconciler returns a Reconciler. reg may be nil.
-func NewReconciler(cfg ReconcilerConfig, pool *pgxpool.Pool, st *redisstock.Store, sales SaleLister, logger *slog.Logger, reg prometheus.Registerer) *Reconciler {
+// New returns a Reconciler. reg may be nil.
+func New(cfg Config, pool *pgxpool.Pool, st *redisstock.Store, sales SaleLister, logger *slog.Logger, reg prometheus.Registerer) *Reconciler {
 	if cfg.After <= 0 {
-		cfg.After = DefaultReconcileAfter
+		cfg.After = DefaultAfter
 	}
 	if cfg.Interval <= 0 {
-		cfg.Interval = DefaultReconcileInterval
+		cfg.Interval = DefaultInterval
 	}
 	if cfg.PaymentWindow <= 0 {
 		cfg.PaymentWindow = DefaultPaymentWindow
@@ -163,7 +182,7 @@ func NewReconciler(cfg ReconcilerConfig, pool *pgxpool.Pool, st *redisstock.Stor
 		cfg.Now = time.Now
 	}
 	if cfg.PublishTimeout <= 0 {
-		cfg.PublishTimeout = DefaultPublishTimeout
+		cfg.PublishTimeout = redisstock.DefaultPublishTimeout
 	}
 	if cfg.LossCheck <= 0 {
 		cfg.LossCheck = DefaultLossCheck
@@ -295,7 +314,7 @@ func (r *Reconciler) mayDeclareLost(p redisstock.Pending, v kafkaView) bool {
 		c, ok := v.committed[p.Partition]
 		return ok && c > p.Offset
 	default:
-		return v.caughtUp() && p.ReservedAt.Add(DefaultRedisTimeout+r.publish).Before(v.at)
+		return v.caughtUp() && p.ReservedAt.Add(redisstock.DefaultReserveTimeout+r.publish).Before(v.at)
 	}
 }
 
@@ -326,7 +345,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (returned int, err error) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		r.failures.Inc()
-		return returned, fmt.Errorf("purchase.Reconciler.RunOnce: %w", err)
+		return returned, fmt.Errorf("reconcile.Reconciler.RunOnce: %w", err)
 	}
 	return returned, nil
 }
@@ -509,152 +528,7 @@ func (r *Reconciler) checkIncarnation(ctx context.Context) error {
 		r.lostMu.Lock()
 		r.incarnation = prev
 		r.lostMu.Unlock()
-		return fmt.Errorf("purchase.Reconciler: drop after a Redis failover: %w", err)
-	}
-	return nil
-}
-
-// rebuildIfLost rebuilds the sale's Redis stock and buyer records when
-// Redis has no stock record for some of its items, from PostgreSQL's live
-// orders and the orders still in flight in Kafka. It waits PublishTimeout
-// after the loss was first seen, so that the records of reservations taken
-// before the loss are in Kafka when it reads; until then, and while Kafka
-// cannot be read, the sale's reservations answer 503.
-func (r *Reconciler) rebuildIfLost(ctx context.Context, sale *flashsale.Sale) error {
-	if len(sale.Items) == 0 {
-		return nil
-	}
-	r.st.SetShards(sale.ID, sale.Shards())
-	ids := make([]int64, len(sale.Items))
-	for i, it := range sale.Items {
-		ids[i] = it.ID
-	}
-	left, err := r.st.ItemsRemaining(ctx, sale.ID, ids)
-	if err != nil {
-		return err
-	}
-	missing := map[int64]bool{}
-	for i, n := range left {
-		if n < 0 {
-			missing[ids[i]] = true
-		}
-	}
-	now := r.now()
-	r.lostMu.Lock()
-	if len(missing) == 0 {
-		delete(r.lost, sale.ID)
-		r.lostMu.Unlock()
-		return nil
-	}
-	seen, ok := r.lost[sale.ID]
-	if !ok {
-		seen = now
-		r.lost[sale.ID] = now
-	}
-	r.lostMu.Unlock()
-	if !ok {
-		r.log.Warn("Redis lost the sale's stock; rebuilding once publishes in flight have settled", "sale", sale.ID, "items", len(missing), "wait", r.publish)
-		if r.st.Shards(sale.ID) > 1 {
-			// A node lost some shards of the sale only. The database
-			// knows how many units remain, not on which shard, and the
-			// shards still there keep selling: drop them all, so the
-			// whole sale stands still until it is rebuilt from exact
-			// counts, as one shard would after losing its node.
-			if err := r.st.Drop(ctx, sale.ID); err != nil {
-				r.lostMu.Lock()
-				delete(r.lost, sale.ID)
-				r.lostMu.Unlock()
-				return fmt.Errorf("drop the sale's shards: %w", err)
-			}
-			for _, id := range ids {
-				missing[id] = true
-			}
-		}
-	}
-	if now.Before(seen.Add(r.publish)) {
-		return nil
-	}
-
-	// Kafka before PostgreSQL: an order the writer stores between the two
-	// reads is then found in the database, never missed by both.
-	var inflight []flashsale.OrderPlaced
-	if r.orders != nil {
-		kctx, cancel := context.WithTimeout(ctx, kafkaTimeout)
-		committed, end, err := r.orders.Progress(kctx)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("rebuild: %w", err)
-		}
-		// Reading the backlog may take longer than one question.
-		all, err := r.orders.Unconsumed(ctx, committed, end)
-		if err != nil {
-			return fmt.Errorf("rebuild: %w", err)
-		}
-		seenID := map[string]bool{}
-		for _, o := range all {
-			if o.SaleID != sale.ID || seenID[o.OrderID] {
-				continue
-			}
-			if _, err := uuid.Parse(o.OrderID); err != nil {
-				continue // the writer dead-letters it
-			}
-			if _, ok := sale.Item(o.ItemID); !ok {
-				continue
-			}
-			seenID[o.OrderID] = true
-			inflight = append(inflight, o)
-		}
-	}
-	inflightIDs := make([]string, len(inflight))
-	for i, o := range inflight {
-		inflightIDs[i] = o.OrderID
-	}
-
-	// One snapshot of items, live orders and which in-flight orders have
-	// a row already (live or not: a REJECTED, EXPIRED or CANCELLED one
-	// holds no unit). A live stock addition still in its outbox
-	// (stock_adds) is in quantity but not yet in Redis: it is added onto
-	// the rebuilt record afterwards, so the snapshot leaves it out.
-	snap, err := r.store.ReadSnapshot(ctx, sale.ID, inflightIDs)
-	if err != nil {
-		return fmt.Errorf("rebuild: read database: %w", err)
-	}
-	quantity, stored := snap.Quantity, snap.Stored
-	live := map[int64]int64{}
-	buyers := map[int64]redisstock.Buyer{}
-	for _, o := range snap.Live {
-		live[o.ItemID]++
-		buyers[o.UserID] = redisstock.Buyer{OrderID: o.ID, ItemID: o.ItemID, CreatedAt: o.CreatedAt}
-	}
-	fromKafka := 0
-	for _, o := range inflight {
-		if stored[o.OrderID] {
-			continue
-		}
-		if _, ok := buyers[o.UserID]; ok {
-			// The user holds another live order: the database refuses
-			// this one (one live order per user per sale).
-			continue
-		}
-		live[o.ItemID]++
-		buyers[o.UserID] = redisstock.Buyer{OrderID: o.OrderID, ItemID: o.ItemID, CreatedAt: time.UnixMilli(o.CreatedAtMs)}
-		fromKafka++
-	}
-	remaining := make(map[int64]int64, len(missing))
-	for id := range missing {
-		q, ok := quantity[id]
-		if !ok {
-			continue // not in the database: nothing to rebuild from
-		}
-		remaining[id] = max(q-live[id], 0)
-	}
-	n, err := r.st.Restore(ctx, sale.ID, remaining, buyers)
-	if err != nil {
-		return fmt.Errorf("rebuild: %w", err)
-	}
-	if n > 0 {
-		r.rebuilt.Add(float64(n))
-		r.log.Warn("rebuilt stock after Redis lost it", "sale", sale.ID, "items", n, "liveOrders", len(buyers), "inFlightInKafka", fromKafka)
+		return fmt.Errorf("reconcile.Reconciler: drop after a Redis failover: %w", err)
 	}
 	return nil
 }

@@ -1,7 +1,8 @@
-package purchase
+package reconcile
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/flashsale/flashsale/internal/adapter/kafka"
 	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 	"github.com/flashsale/flashsale/internal/harness/testenv"
+	"github.com/flashsale/flashsale/purchase"
 )
 
 // insertOrder stores an order row the way the writer does (live orders count
@@ -66,7 +68,7 @@ func TestReconcilerReturnsLostReservation(t *testing.T) {
 	if err := e.st.Reserve(ctx, e.sale.ID, item.ID, 77, id, t0); err != nil {
 		t.Fatal(err)
 	}
-	r := NewReconciler(ReconcilerConfig{Now: clk.now, PaymentWindow: 10 * time.Minute}, e.pool, e.st, e, nil, nil)
+	r := New(Config{Now: clk.now, PaymentWindow: 10 * time.Minute}, e.pool, e.st, e, nil, nil)
 
 	clk.add(time.Minute)
 	if n, err := r.RunOnce(ctx); err != nil || n != 0 {
@@ -139,7 +141,7 @@ func TestReconcilerConfirmsStoredOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	insertOrder(t, e, id, item.ID, 8, flashsale.OrderPending)
-	r := NewReconciler(ReconcilerConfig{Now: clk.now}, e.pool, e.st, e, nil, nil)
+	r := New(Config{Now: clk.now}, e.pool, e.st, e, nil, nil)
 	clk.add(time.Hour)
 	if n, err := r.RunOnce(ctx); err != nil || n != 0 {
 		t.Fatalf("RunOnce = %d, %v; want 0 returned", n, err)
@@ -172,7 +174,7 @@ func TestReconcilerFinishesInterruptedReturn(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, `INSERT INTO stock_returns (order_id, sale_id, item_id, user_id) VALUES ($1, $2, $3, 3)`, id, e.sale.ID, item.ID); err != nil {
 		t.Fatal(err)
 	}
-	r := NewReconciler(ReconcilerConfig{Now: clk.now}, e.pool, e.st, e, nil, nil)
+	r := New(Config{Now: clk.now}, e.pool, e.st, e, nil, nil)
 	clk.add(time.Hour)
 	if n, err := r.RunOnce(ctx); err != nil || n != 1 {
 		t.Fatalf("RunOnce = %d, %v; want 1", n, err)
@@ -201,7 +203,7 @@ func TestReconcilersConcurrentReturnOnce(t *testing.T) {
 	results := make([]int, 3)
 	errs := make([]error, 3)
 	for i := range results {
-		r := NewReconciler(ReconcilerConfig{Now: clk.now, Batch: 7}, e.pool, e.st, e, nil, nil)
+		r := New(Config{Now: clk.now, Batch: 7}, e.pool, e.st, e, nil, nil)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -269,7 +271,7 @@ func TestReconcilerRebuildsAfterRedisLoss(t *testing.T) {
 		t.Fatalf("Reserve with the stock lost: %v, want NOT_FOUND", err)
 	}
 	clk := newClock(t0)
-	r := NewReconciler(ReconcilerConfig{Now: clk.now}, e.pool, e.st, e, nil, nil)
+	r := New(Config{Now: clk.now}, e.pool, e.st, e, nil, nil)
 	if _, err := r.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +279,7 @@ func TestReconcilerRebuildsAfterRedisLoss(t *testing.T) {
 	if got, _ := e.st.ItemsRemaining(ctx, e.sale.ID, []int64{a.ID}); got[0] != -1 {
 		t.Fatalf("stock rebuilt before the publish bound: %d", got[0])
 	}
-	clk.add(DefaultPublishTimeout)
+	clk.add(redisstock.DefaultPublishTimeout)
 	if _, err := r.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +318,7 @@ func TestReconcilerRebuildsAfterRedisLoss(t *testing.T) {
 func TestReconcilerRunStops(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
-	r := NewReconciler(ReconcilerConfig{Interval: 10 * time.Millisecond}, e.pool, e.st, e, nil, nil)
+	r := New(Config{Interval: 10 * time.Millisecond}, e.pool, e.st, e, nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
@@ -378,7 +380,7 @@ func TestReconcilerPagesPastHeldReservations(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer orders.Close()
-	r := NewReconciler(ReconcilerConfig{Now: newClock(t0.Add(time.Hour)).now, Batch: 2, Orders: orders}, e.pool, e.st, e, nil, nil)
+	r := New(Config{Now: newClock(t0.Add(time.Hour)).now, Batch: 2, Orders: orders}, e.pool, e.st, e, nil, nil)
 	if n, err := r.RunOnce(ctx); err != nil || n != 1 {
 		t.Fatalf("RunOnce = %d, %v; want 1 (the consumed reservation without a row)", n, err)
 	}
@@ -420,11 +422,11 @@ func TestReconcilerRebuildLeavesPendingStockAdds(t *testing.T) {
 		t.Fatal("an addition onto a lost stock record succeeded")
 	}
 	clk := newClock(t0)
-	r := NewReconciler(ReconcilerConfig{Now: clk.now}, e.pool, e.st, e, nil, nil)
+	r := New(Config{Now: clk.now}, e.pool, e.st, e, nil, nil)
 	if _, err := r.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	clk.add(DefaultPublishTimeout)
+	clk.add(redisstock.DefaultPublishTimeout)
 	if _, err := r.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -439,4 +441,57 @@ func TestReconcilerRebuildLeavesPendingStockAdds(t *testing.T) {
 	if got := e.remaining(t, a); got != 15 {
 		t.Fatalf("remaining after the pending addition %d, want 15", got)
 	}
+}
+
+// The broker dies while the producer holds a connection: the request may
+// have been written, so nobody knows whether the order will land. Reserve
+// still answers within the bound; the reservation is left to the
+// reconciler, which returns it once it is older than its bound.
+func TestReservePublishUncertainLeftToReconciler(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 5)
+	k := testenv.NewKafka(t)
+	const bound = time.Second
+	p := newProducer(t, k, bound)
+	clk := newClock(t0)
+	s := purchase.New(purchase.Config{Now: clk.now, PublishTimeout: bound}, e.st, p, nil, nil)
+	item := e.item(0)
+	if _, err := s.Reserve(context.Background(), e.sale, item, 1); err != nil {
+		t.Fatalf("Reserve with Kafka up: %v", err)
+	}
+	k.Cluster.Close()
+	_, err := reserveBounded(t, s, e, item, 2, bound)
+	var fe *flashsale.Error
+	if !errors.As(err, &fe) || fe.Code != flashsale.CodeUnavailable {
+		t.Fatalf("Reserve with Kafka gone: %v, want UNAVAILABLE", err)
+	}
+	if !kafka.IsUncertain(err) {
+		// The producer found out nothing was sent: given back at once.
+		if r := e.remaining(t, item); r != 4 {
+			t.Errorf("definite failure: remaining %d, want 4", r)
+		}
+		t.Skip("the producer could tell that nothing was sent; the uncertain path did not happen")
+	}
+	if fe.OrderID == "" {
+		t.Error("uncertain UNAVAILABLE without the order id")
+	}
+	if b, ok := e.buyer(t, 2); !ok || b.OrderID != fe.OrderID {
+		t.Fatalf("buyer record %+v %v, want the uncertain order %s held", b, ok, fe.OrderID)
+	}
+	// User 1's order reached Kafka; here the writer never runs, so it is
+	// pending too. Store it the way the writer would before the bound.
+	insertOrder(t, e, orderOf(t, e, 1), item.ID, 1, flashsale.OrderPending)
+	r := New(Config{Now: clk.now}, e.pool, e.st, e, nil, nil)
+	clk.add(DefaultAfter + time.Second)
+	n, err := r.RunOnce(context.Background())
+	if err != nil || n != 1 {
+		t.Fatalf("RunOnce = %d, %v; want 1 returned", n, err)
+	}
+	if got := e.remaining(t, item); got != 4 {
+		t.Errorf("remaining %d, want 4 (user 1 holds one)", got)
+	}
+	if _, ok := e.buyer(t, 2); ok {
+		t.Error("uncertain reservation still held after the reconciler")
+	}
+	assertOrder(t, e.pool, fe.OrderID, flashsale.OrderRejected)
 }

@@ -1,4 +1,4 @@
-package purchase
+package reconcile
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 )
 
 // Reclaim: the reservations a gateway had in flight when it died or froze
-// are settled as soon as its placement lease lapses (lease.go), not after
+// are settled as soon as its placement lease lapses (purchase/lease.go), not after
 // the reconcile bound. The reservations made under the lease's slot are
 // found in the owners records (redisstock.Owned); each one the writer has
 // not stored is declared lost once Kafka proves it was not in the log when
@@ -20,7 +20,7 @@ import (
 // stopped being valid at its gateway, so before the lapse and the mark:
 // the writer has stored it, and declareLost then confirms it instead. A
 // record the gateway sends later (it wakes from a freeze) meets the
-// tombstone, and the gateway answers it 503 (Leaser.Holds). Once every
+// tombstone, and the gateway answers it 503 (purchase.Leaser.Holds). Once every
 // reservation of the slot is settled, the slot is freed for another
 // gateway.
 
@@ -162,7 +162,7 @@ func (r *Reconciler) ReclaimOnce(ctx context.Context) (int, error) {
 		delete(r.lapses, slot)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return returned, fmt.Errorf("purchase.Reconciler.ReclaimOnce: %w", err)
+		return returned, fmt.Errorf("reconcile.Reconciler.ReclaimOnce: %w", err)
 	}
 	return returned, nil
 }
