@@ -19,6 +19,11 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
+// hangBound is the publish bound of the tests not about the bound: it
+// only guards against a hang (a first publish on a machine under load
+// waits for metadata and a producer ID well past a few seconds).
+const hangBound = 30 * time.Second
+
 func newProducer(t testing.TB, brokers []string, timeout time.Duration) *Producer {
 	t.Helper()
 	p, err := NewProducer(ProducerConfig{Brokers: brokers, PublishTimeout: timeout, CloseTimeout: time.Second}, nil)
@@ -38,7 +43,7 @@ func consume(t *testing.T, brokers []string, topic string, n int) []*kgo.Record 
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hangBound)
 	defer cancel()
 	var out []*kgo.Record
 	for len(out) < n {
@@ -54,7 +59,7 @@ func consume(t *testing.T, brokers []string, topic string, n int) []*kgo.Record 
 func TestPublishKeyedByItem(t *testing.T) {
 	t.Parallel()
 	k := testenv.NewKafka(t)
-	p := newProducer(t, k.Brokers, 3*time.Second)
+	p := newProducer(t, k.Brokers, hangBound)
 	ctx := context.Background()
 	if err := p.Ping(ctx); err != nil {
 		t.Fatalf("Ping: %v", err)
@@ -144,7 +149,7 @@ func TestPublishSpreadOverProducers(t *testing.T) {
 func TestPublishDeadLetterCarriesReason(t *testing.T) {
 	t.Parallel()
 	k := testenv.NewKafka(t)
-	p := newProducer(t, k.Brokers, 3*time.Second)
+	p := newProducer(t, k.Brokers, hangBound)
 	o := flashsale.OrderPlaced{OrderID: "x", SaleID: 1, ItemID: 5, UserID: 9}
 	if err := p.PublishDeadLetter(context.Background(), o, "oversold"); err != nil {
 		t.Fatal(err)
@@ -225,7 +230,7 @@ func TestPublishBoundedWhenBrokerGone(t *testing.T) {
 func TestPublishCallerGivesUp(t *testing.T) {
 	t.Parallel()
 	k := testenv.NewKafka(t)
-	p := newProducer(t, k.Brokers, 3*time.Second)
+	p := newProducer(t, k.Brokers, hangBound)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	err := p.Publish(ctx, flashsale.OrderPlaced{OrderID: "c", ItemID: 1})

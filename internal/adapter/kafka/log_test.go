@@ -19,7 +19,7 @@ import (
 func TestOrderLogProgressAndUnconsumed(t *testing.T) {
 	t.Parallel()
 	k := testenv.NewKafka(t)
-	p := newProducer(t, k.Brokers, 3*time.Second)
+	p := newProducer(t, k.Brokers, hangBound)
 	ctx := context.Background()
 	at := map[string][2]int64{}
 	for i := range 6 {
