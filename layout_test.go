@@ -70,8 +70,11 @@ var layout = map[string]imports{
 	"purchase": {code: "flashsale internal/adapter/postgres/orderstore internal/adapter/prom internal/adapter/redisstock",
 		tests: "internal/adapter/kafka internal/adapter/redisconn sales sales/salestest internal/harness/localsvc internal/harness/testenv"},
 	"sales": {code: "flashsale internal/adapter/postgres internal/adapter/postgres/orderstore internal/adapter/redisstock lua", tests: "internal/harness/testenv"},
-	// The waiting room signs the admission tokens it hands out.
-	"waitroom": {code: "flashsale admission internal/adapter/postgres internal/adapter/prom lua",
+	// The waiting room signs the admission tokens it hands out. Its
+	// capacity cap asks the stock adapter (redisstock) for the
+	// reservation counters and buyer records of every stock shard, so
+	// that the keys of a sale's stock are named in one package.
+	"waitroom": {code: "flashsale admission internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock lua",
 		tests: "auth internal/harness/localsvc internal/harness/testenv"},
 	// The writer's tests reserve and publish through purchase, the
 	// writer's upstream. Its consumer takes the brokers, TLS, SASL and
