@@ -78,9 +78,12 @@ var layout = map[string]imports{
 		tests: "lua purchase internal/adapter/kafka sales sales/salestest internal/harness/testenv"},
 	"sales": {code: "flashsale internal/adapter/postgres internal/adapter/postgres/orderstore internal/adapter/redisstock lua", tests: "internal/harness/testenv"},
 	// The waiting room signs the admission tokens it hands out. Its
-	// allocation tests hold through the real stock (redisstock).
-	"waitroom": {code: "flashsale admission internal/adapter/postgres internal/adapter/prom lua",
-		tests: "auth internal/adapter/redisstock internal/harness/localsvc internal/harness/testenv"},
+	// capacity cap asks the stock adapter (redisstock) for the
+	// reservation counters and buyer records of every stock shard, so
+	// that the keys of a sale's stock are named in one package; its
+	// allocation tests hold through the real stock.
+	"waitroom": {code: "flashsale admission internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock lua",
+		tests: "auth internal/harness/localsvc internal/harness/testenv"},
 	// The writer's tests reserve and publish through purchase, the
 	// writer's upstream, and settle what it leaves with reconcile. Its
 	// consumer takes the brokers, TLS, SASL and

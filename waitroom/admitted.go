@@ -60,8 +60,9 @@ func (r *Room) requeue(ctx context.Context, sr *saleRoom, users []int64, now tim
 		}
 		users = rest
 	}
-	// Each user's buyer record is on its home shard (shards.go).
-	recs, err := buyers(ctx, r.rdb, sale, users, false)
+	// Each user's buyer record is on its home shard, which the stock
+	// knows (redisstock).
+	recs, err := r.reservations.BuyerRecords(ctx, sale, users)
 	if err != nil {
 		return nil, nil, fmt.Errorf("waitroom.requeue: %w", err)
 	}

@@ -87,7 +87,7 @@ func (r *Room) restore(ctx context.Context, sr *saleRoom, now time.Time) error {
 	// In ticket order: the script appends tickets beyond its list in turn.
 	slices.SortFunc(in.conns, func(a, b heldConn) int { return cmp.Compare(a.ticket, b.ticket) })
 	if sale, ok := r.sales.Sale(sr.id); ok {
-		if err := restoreShardArgs(ctx, r.rdb, sale, &in); err != nil {
+		if err := restoreShardArgs(ctx, r.reservations, sale, &in); err != nil {
 			return fmt.Errorf("waitroom.restore: sale %d: %w", sr.id, err)
 		}
 	}

@@ -48,6 +48,7 @@ import (
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/admission"
 	"github.com/flashsale/flashsale/internal/adapter/postgres"
+	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -82,16 +83,21 @@ type Blocker interface {
 
 // Room is the waiting room of every sale, on one gateway.
 type Room struct {
-	cfg    Config
-	rdb    redis.UniversalClient
-	sales  SaleSource
-	stock  StockSource
-	access AccessVerifier
-	signer *admission.Signer
-	guard  JoinGuard
-	log    *slog.Logger
-	m      *metrics
-	id     string // leader lease owner id
+	cfg   Config
+	rdb   redis.UniversalClient
+	sales SaleSource
+	stock StockSource
+	// reservations answers what the queue needs of the stock's
+	// reservation records (the counters and buyer records of every stock
+	// shard): the stock adapter names those keys, on the Redis the
+	// queue's scripts read shard 0's from, rdb.
+	reservations *redisstock.Store
+	access       AccessVerifier
+	signer       *admission.Signer
+	guard        JoinGuard
+	log          *slog.Logger
+	m            *metrics
+	id           string // leader lease owner id
 	// restores numbers this gateway's restores (their epochs).
 	restores atomic.Int64
 
@@ -138,7 +144,8 @@ func New(cfg Config, rdb redis.UniversalClient, sales SaleSource, stock StockSou
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
 	r := &Room{
-		cfg: cfg, rdb: rdb, sales: sales, stock: stock, access: access, signer: signer, guard: guard,
+		cfg: cfg, rdb: rdb, sales: sales, stock: stock, reservations: redisstock.New(rdb),
+		access: access, signer: signer, guard: guard,
 		log: logger, m: m, id: hex.EncodeToString(idb[:]),
 		joins:   make(chan *joinReq, 4*cfg.MaxJoinBatch),
 		drawn:   make(chan struct{}, 1),

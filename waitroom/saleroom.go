@@ -34,8 +34,8 @@ type saleRoom struct {
 	out       *itemsOut
 	backSince map[int64]time.Time
 	perm      *Permuter
-	entering  []dueStatus // scratch of broadcast
-	moved     []dueStatus // scratch of broadcast
+	entering  []dueStatus // scratch of the sweep (keepScratch)
+	moved     []dueStatus // scratch of the sweep (keepScratch)
 	touched   time.Time   // last polling use
 	samples   [rateSamples]struct{ ms, serving int64 }
 	nsample   int

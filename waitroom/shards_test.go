@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -27,24 +28,28 @@ func usersOnShards(t *testing.T, shards, n int, homes ...int) []int64 {
 	return out
 }
 
-// buyOnHome stands in for a purchase in a sharded sale: one unit less,
-// then the buyer record and the reservation counter on the user's home
-// shard. The reserve script does all three at once; a room tick between
-// them must not see a reservation with its unit still in stock (a free
-// place under a cap of units that are gone), so the unit goes first.
+// buyOnHome makes user's purchase in a sharded sale: one unit less in
+// the room's stock source, then a reservation by the stock adapter
+// (redisstock), which writes the buyer record and counts it on the user's
+// home shard, borrowing the unit of another shard when the home one is
+// dry. The unit goes first: a room tick between the two must not see a
+// reservation with its unit still in stock (a free place under a cap of
+// units that are gone).
 func (e *env) buyOnHome(sale *flashsale.Sale, user int64) {
 	e.t.Helper()
 	ctx := context.Background()
-	home := lua.HomeShard(user, sale.Shards())
-	item := sale.Items[0].ID
-	e.stock.mu.Lock()
-	e.stock.m[sale.ID][item]--
-	e.stock.mu.Unlock()
-	if err := e.rdb.HSet(ctx, shardKey(sale, home, lua.KindBuyers), user,
-		lua.BuyerValue("order-"+strconv.FormatInt(user, 10), item, 1)).Err(); err != nil {
+	item := sale.Items[0]
+	st := redisstock.New(e.rdb)
+	st.SetShards(sale.ID, sale.Shards())
+	// Redis's copy of the item's units, written where missing only, so
+	// that each purchase finds the units the ones before it left.
+	if _, err := st.Restore(ctx, sale.ID, map[int64]int64{item.ID: item.Quantity}, nil); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := e.rdb.Incr(ctx, shardKey(sale, home, lua.KindReserved)).Err(); err != nil {
+	e.stock.mu.Lock()
+	e.stock.m[sale.ID][item.ID]--
+	e.stock.mu.Unlock()
+	if err := st.Reserve(ctx, sale.ID, item.ID, user, "order-"+strconv.FormatInt(user, 10), e.clock.Now()); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -143,55 +148,6 @@ func TestShardedBuyerKeepsAdmission(t *testing.T) {
 	}
 }
 
-// TestShardBuyers: buyers asks each user's home shard; with one shard it
-// asks the sale's buyers hash, and skipHome0 leaves shard 0's users out.
-func TestShardBuyers(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	one := newSale(t, 73, e.clock.Now(), 1, 10)
-	three := newSale(t, 74, e.clock.Now(), 1, 10)
-	three.StockShards = 3
-	e.addSale(one)
-	e.addSale(three)
-	on := func(home int) int64 { return usersOnShards(t, 3, 1, home)[0] }
-	users := []int64{on(0), on(1), on(2), usersOnShards(t, 3, 2, 2)[1]}
-	for _, sale := range []*flashsale.Sale{one, three} {
-		for _, u := range users[:3] {
-			e.buyOnHome(sale, u)
-		}
-	}
-	cases := []struct {
-		name      string
-		sale      *flashsale.Sale
-		skipHome0 bool
-		want      []bool
-	}{
-		{"one shard", one, false, []bool{true, true, true, false}},
-		{"one shard, shard 0 skipped", one, true, []bool{false, false, false, false}},
-		{"three shards", three, false, []bool{true, true, true, false}},
-		{"three shards, shard 0 skipped", three, true, []bool{false, true, true, false}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got, err := buyers(ctx, e.rdb, c.sale, users, c.skipHome0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range users {
-				if got[i] != c.want[i] {
-					t.Errorf("user %d (home %d): got %v, want %v", users[i], lua.HomeShard(users[i], c.sale.Shards()), got[i], c.want[i])
-				}
-			}
-		})
-	}
-	if n, err := otherReserved(ctx, e.rdb, three); err != nil || n != 2 {
-		t.Errorf("otherReserved of 3 shards: %d, %v; want 2", n, err)
-	}
-	if n, err := otherReserved(ctx, e.rdb, one); err != nil || n != 0 {
-		t.Errorf("otherReserved of 1 shard: %d, %v; want 0", n, err)
-	}
-}
-
 // TestShardedRestoreCountsEveryShard: a restore of a sale with 3 stock
 // shards counts an admitted connection that bought on shard 2 as a buyer,
 // not against the cap, and snapshots the reservation counter of every
@@ -204,18 +160,20 @@ func TestShardedRestoreCountsEveryShard(t *testing.T) {
 	sale := e.addSale(s)
 	buyer, idle := usersOnShards(t, 3, 1, 2)[0], usersOnShards(t, 3, 1, 1)[0]
 	e.buyOnHome(sale, buyer)
-	if err := e.rdb.IncrBy(ctx, shardKey(sale, 1, lua.KindReserved), 4).Err(); err != nil {
-		t.Fatal(err)
+	// Besides the buyer, four purchases on shard 1 and two on shard 0 of
+	// shoppers not connected here: seven on the three counters.
+	for _, u := range usersOnShards(t, 3, 5, 1)[1:] { // [0] is idle
+		e.buyOnHome(sale, u)
 	}
-	if err := e.rdb.IncrBy(ctx, shardKey(sale, 0, lua.KindReserved), 2).Err(); err != nil {
-		t.Fatal(err)
+	for _, u := range usersOnShards(t, 3, 2, 0) {
+		e.buyOnHome(sale, u)
 	}
 	now := e.clock.Now().UnixMilli()
 	at := now - 1000
 	in := restoreInput{nowMs: now, ttlMs: time.Minute.Milliseconds(), epoch: "e1",
 		st:    queueState{Seq: 2, N: 0, Serving: 2},
 		conns: []heldConn{{user: buyer, ticket: 0, place: 0, admittedAt: at}, {user: idle, ticket: 1, place: 1, admittedAt: at}}}
-	if err := restoreShardArgs(ctx, e.rdb, sale, &in); err != nil {
+	if err := restoreShardArgs(ctx, redisstock.New(e.rdb), sale, &in); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := restoreQueue(ctx, e.rdb, sale.ID, in); err != nil {

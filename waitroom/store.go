@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -590,13 +591,13 @@ type tickReply struct {
 }
 
 // tickSale runs tickScript for one sale.
-func tickSale(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.Sale, a tickArgs) (tickReply, error) {
+func tickSale(ctx context.Context, rdb redis.UniversalClient, st *redisstock.Store, sale *flashsale.Sale, a tickArgs) (tickReply, error) {
 	keys := append(saleKeys(sale.ID, keyState, keyLease, keyBuckets), lua.ReservedKey(sale.ID))
 	keys = append(keys, saleKeys(sale.ID, keyPresence, keyGone, keyAdmitted)...)
 	keys = append(keys, lua.BuyersKey(sale.ID), lua.QueueKey(sale.ID, keyHoles))
 	args := []any{a.me, a.nowMs, strconv.FormatInt(a.drawAtMs, 10) + ":" + strconv.FormatInt(sale.StartsAt.UnixMilli(), 10), a.leaseMs, a.rate, a.capLimit, a.ttlMs, a.bucketMs, a.graceMs}
 	args = append(args, a.known.args()...)
-	more, err := tickShardArgs(ctx, rdb, sale, a)
+	more, err := tickShardArgs(ctx, rdb, st, sale, a)
 	if err != nil {
 		return tickReply{}, fmt.Errorf("waitroom.tick: %w", err)
 	}

@@ -89,7 +89,7 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 	}
 	var rep tickReply
 	for attempt := 0; ; attempt++ {
-		rep, err = tickSale(ctx, r.rdb, sale, tickArgs{
+		rep, err = tickSale(ctx, r.rdb, r.reservations, sale, tickArgs{
 			me: r.id, nowMs: now.UnixMilli(), drawAtMs: DrawAt(sale, r.cfg.DrawLead).UnixMilli(), leaseMs: r.cfg.LeaseTTL.Milliseconds(), rate: sale.AdmissionRatePerSecond,
 			capLimit: capLimit, ttlMs: r.cfg.AdmissionTTL.Milliseconds(), bucketMs: bucketMs, graceMs: grace,
 			known: sr.knownNow(),
