@@ -9,6 +9,14 @@
 // unit go back to Redis (idempotent per order), and then the row is deleted.
 // A crash or a Redis outage in between leaves the rows, which the Drainer
 // (orders.Service.DrainReturns) settles later.
+//
+// The worker is the drainer of both stock outboxes: stock_returns (units
+// given back) and stock_adds (units an operator added, whose add to Redis
+// failed after the commit: sales.Store.AddPending, every second). Both
+// are idempotent Redis writes any number of workers may repeat. The
+// order-event outbox has a drainer of its own (events.Relay, in the same
+// role): its events go to Kafka once each and in order, through one
+// leader at a time, which neither stock outbox needs.
 package expiry
 
 import (
@@ -31,6 +39,16 @@ import (
 type Drainer interface {
 	DrainReturns(ctx context.Context, olderThan time.Duration, limit int) (int, error)
 }
+
+// StockAdds retries the stock additions not yet in Redis (*sales.Store).
+type StockAdds interface {
+	AddPending(ctx context.Context) error
+}
+
+// addsEvery is how often the worker retries stock additions: an operator
+// who adds units during a sale sees them sell within about a second of a
+// Redis failure's end.
+const addsEvery = time.Second
 
 // Config configures a Worker.
 type Config struct {
@@ -56,6 +74,7 @@ type Worker struct {
 	store   *orderstore.Store
 	stock   *redisstock.Store
 	returns Drainer
+	adds    StockAdds
 	log     *slog.Logger
 
 	expired  prometheus.Counter
@@ -66,9 +85,9 @@ type Worker struct {
 	oldest  prometheus.Gauge
 }
 
-// New returns a Worker. returns may be nil (stranded outbox rows are then
-// left to another drainer); logger and reg may be nil.
-func New(cfg Config, pool *pgxpool.Pool, st *redisstock.Store, returns Drainer, logger *slog.Logger, reg prometheus.Registerer) *Worker {
+// New returns a Worker. returns and adds may be nil (their outbox rows are
+// then left to another worker); logger and reg may be nil.
+func New(cfg Config, pool *pgxpool.Pool, st *redisstock.Store, returns Drainer, adds StockAdds, logger *slog.Logger, reg prometheus.Registerer) *Worker {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 30 * time.Second
 	}
@@ -90,7 +109,7 @@ func New(cfg Config, pool *pgxpool.Pool, st *redisstock.Store, returns Drainer, 
 	// Several workers in one process share the counters.
 	var errs [5]error
 	w := &Worker{
-		cfg: cfg, store: orderstore.New(pool), stock: st, returns: returns,
+		cfg: cfg, store: orderstore.New(pool), stock: st, returns: returns, adds: adds,
 		log: logger.With("component", "expiry"),
 	}
 	w.expired, errs[0] = prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
@@ -125,6 +144,8 @@ func New(cfg Config, pool *pgxpool.Pool, st *redisstock.Store, returns Drainer, 
 func (w *Worker) Run(ctx context.Context) error {
 	t := time.NewTicker(w.cfg.Interval)
 	defer t.Stop()
+	a := time.NewTicker(addsEvery)
+	defer a.Stop()
 	for {
 		n, err := w.RunOnce(ctx)
 		if err != nil && ctx.Err() == nil {
@@ -132,11 +153,29 @@ func (w *Worker) Run(ctx context.Context) error {
 		} else if n > 0 {
 			w.log.Info("orders expired", "expired", n)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+				break wait
+			case <-a.C:
+				w.retryAdds(ctx)
+			}
 		}
+	}
+}
+
+// retryAdds settles the stock additions not yet in Redis.
+func (w *Worker) retryAdds(ctx context.Context) {
+	if w.adds == nil {
+		return
+	}
+	actx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
+	defer cancel()
+	if err := w.adds.AddPending(actx); err != nil && ctx.Err() == nil {
+		w.log.Warn("stock additions not yet in Redis; retrying", "err", err)
 	}
 }
 

@@ -34,6 +34,7 @@ type fixture struct {
 	pool  *pgxpool.Pool
 	stock *redisstock.Store
 	cache *sales.Cache
+	sales *sales.Store
 	sale  flashsale.Sale
 }
 
@@ -50,6 +51,7 @@ func newShardedFixture(t *testing.T, shards int, quantities ...int64) *fixture {
 	f := &fixture{pool: testenv.Postgres(t), stock: redisstock.New(rdb)}
 	store := sales.NewStore(f.pool, rdb, f.stock, func() time.Time { return t0 })
 	f.sale = salestest.CreateSharded(t, store, t0.Add(-time.Hour), 999, shards, quantities...)
+	f.sales = store
 	f.cache = sales.NewCache(store, rdb, time.Hour, slog.New(slog.DiscardHandler))
 	if err := f.cache.Refresh(ctx); err != nil {
 		t.Fatal(err)
@@ -243,7 +245,7 @@ func TestParallelWorkers(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	workers := make([]*expiry.Worker, 3)
 	for i := range workers {
-		workers[i] = expiry.New(expiry.Config{BatchSize: 37, Now: func() time.Time { return t0 }}, f.pool, f.stock, svc, nil, reg)
+		workers[i] = expiry.New(expiry.Config{BatchSize: 37, Now: func() time.Time { return t0 }}, f.pool, f.stock, svc, nil, nil, reg)
 	}
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -311,7 +313,7 @@ func TestParallelWorkers(t *testing.T) {
 	}
 	// Once its window passes, the pending order expires too; the paid one
 	// never does.
-	later := expiry.New(expiry.Config{Now: func() time.Time { return t0.Add(window) }}, f.pool, f.stock, svc, nil, nil)
+	later := expiry.New(expiry.Config{Now: func() time.Time { return t0.Add(window) }}, f.pool, f.stock, svc, nil, nil, nil)
 	if n, err := later.RunOnce(ctx); err != nil || n != 1 {
 		t.Errorf("later round expired %d (err %v), want 1", n, err)
 	}
@@ -342,7 +344,7 @@ func TestShardedExpiryReturnsUnitsWhereTheyCameFrom(t *testing.T) {
 			t.Fatalf("shard %d before expiry: %v %v, want 0 units", sh, m, err)
 		}
 	}
-	w := expiry.New(expiry.Config{Now: func() time.Time { return t0 }}, f.pool, f.stock, f.service(func() time.Time { return t0 }), nil, nil)
+	w := expiry.New(expiry.Config{Now: func() time.Time { return t0 }}, f.pool, f.stock, f.service(func() time.Time { return t0 }), nil, nil, nil)
 	if n, err := w.RunOnce(ctx); err != nil || n != 6 {
 		t.Fatalf("RunOnce = %d, %v; want 6", n, err)
 	}
@@ -385,7 +387,7 @@ func TestRedisDownAfterCommit(t *testing.T) {
 	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
 	svc := f.service(now)
 	reg := prometheus.NewRegistry()
-	crashed := expiry.New(expiry.Config{Now: now}, f.pool, deadStore(t), nil, nil, reg)
+	crashed := expiry.New(expiry.Config{Now: now}, f.pool, deadStore(t), nil, nil, nil, reg)
 	n, err := crashed.RunOnce(ctx)
 	if err == nil || n != 4 {
 		t.Fatalf("RunOnce with Redis down = %d, %v; want 4 and an error", n, err)
@@ -401,7 +403,7 @@ func TestRedisDownAfterCommit(t *testing.T) {
 	// A healthy worker with the drainer: the rows are young, so it leaves
 	// them (their own writer may still be releasing them).
 	hreg := prometheus.NewRegistry()
-	healthy := expiry.New(expiry.Config{Now: now, StaleReturn: time.Minute}, f.pool, f.stock, svc, nil, hreg)
+	healthy := expiry.New(expiry.Config{Now: now, StaleReturn: time.Minute}, f.pool, f.stock, svc, nil, nil, hreg)
 	if n, err := healthy.RunOnce(ctx); err != nil || n != 0 {
 		t.Fatalf("healthy round = %d, %v", n, err)
 	}
@@ -455,7 +457,7 @@ func TestConcurrentPayCancelExpire(t *testing.T) {
 	// The service still sees the order inside its window; the worker's
 	// clock is past it, so all three transitions are possible.
 	svc := f.service(func() time.Time { return t0 })
-	w := expiry.New(expiry.Config{Now: func() time.Time { return t0.Add(window) }}, f.pool, f.stock, svc, nil, nil)
+	w := expiry.New(expiry.Config{Now: func() time.Time { return t0.Add(window) }}, f.pool, f.stock, svc, nil, nil, nil)
 	outcomes := map[flashsale.OrderStatus]int{}
 	for r := range rounds {
 		o := f.place(t, int64(r+1), 1, t0.Add(-time.Minute))[0]
@@ -518,7 +520,7 @@ func TestConcurrentPayCancelExpire(t *testing.T) {
 func TestRun(t *testing.T) {
 	f := newFixture(t, 5)
 	f.place(t, 1, 3, t0.Add(-window-time.Minute))
-	w := expiry.New(expiry.Config{Interval: time.Hour, Now: func() time.Time { return t0 }}, f.pool, f.stock, f.service(func() time.Time { return t0 }), nil, nil)
+	w := expiry.New(expiry.Config{Interval: time.Hour, Now: func() time.Time { return t0 }}, f.pool, f.stock, f.service(func() time.Time { return t0 }), nil, nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -538,5 +540,34 @@ func TestRun(t *testing.T) {
 	f.conserved(t, s)
 	if s.remaining[f.sale.Items[0].ID] != 5 {
 		t.Errorf("remaining %d, want 5", s.remaining[f.sale.Items[0].ID])
+	}
+}
+
+// TestRunRetriesStockAdds: a stock addition committed but not applied to
+// Redis (the process stopped, or Redis failed, after the commit) is
+// applied by a running worker within about a second, once, and its
+// outbox row goes. The sale cache of every role used to do it.
+func TestRunRetriesStockAdds(t *testing.T) {
+	f := newFixture(t, 5)
+	item := f.sale.Items[0].ID
+	ctx := context.Background()
+	if _, err := f.pool.Exec(ctx, `INSERT INTO stock_adds (sale_id, item_id, units) VALUES ($1, $2, 3)`, f.sale.ID, item); err != nil {
+		t.Fatal(err)
+	}
+	w := expiry.New(expiry.Config{Interval: time.Hour, Now: func() time.Time { return t0 }}, f.pool, f.stock, nil, f.sales, nil, nil)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	left := func() int {
+		var n int
+		if err := f.pool.QueryRow(ctx, `SELECT count(*) FROM stock_adds`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	testenv.Eventually(t, "the stock addition applied", 30*time.Second, func() bool { return left() == 0 })
+	if rem := f.state(t).remaining[item]; rem != 8 {
+		t.Fatalf("remaining %d, want 8 (5 + the 3 added, once)", rem)
 	}
 }

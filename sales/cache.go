@@ -92,10 +92,6 @@ func (c *Cache) Run(ctx context.Context) error {
 		if err := c.Refresh(ctx); err != nil && ctx.Err() == nil {
 			c.log.Warn("refresh failed", "err", err)
 		}
-		// Stock additions whose units did not reach Redis at once.
-		if err := c.store.AddPending(ctx); err != nil && ctx.Err() == nil {
-			c.log.Warn("stock additions not yet in Redis; retrying", "err", err)
-		}
 		select {
 		case <-ctx.Done():
 			return nil

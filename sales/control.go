@@ -146,9 +146,9 @@ func (s *Store) applyAdd(ctx context.Context, addID, saleID, itemID, units int64
 }
 
 // AddPending retries the stock additions whose units have not all reached
-// Redis (the process stopped, or Redis failed, after the commit). Every
-// gateway's sale cache runs it on its refresh timer; two running it at
-// once add nothing twice (AddStock's markers).
+// Redis (the process stopped, or Redis failed, after the commit). The
+// expiry workers run it every second (expiry.StockAdds); two running it
+// at once add nothing twice (AddStock's markers).
 func (s *Store) AddPending(ctx context.Context) error {
 	rows, err := s.pool.Query(ctx, `SELECT a.id, a.sale_id, a.item_id, a.units, s.stock_shards FROM stock_adds a JOIN sales s ON s.id = a.sale_id ORDER BY a.id LIMIT 100`)
 	if err != nil {

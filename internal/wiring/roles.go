@@ -177,7 +177,7 @@ func (a *App) startWriter(ctx, runCtx context.Context) error {
 
 func (a *App) startExpiry(_, runCtx context.Context) error {
 	ord := orders.New(orders.Config{PaymentWindow: a.cfg.PaymentWindow, Now: a.clock.Now}, a.pool, a.stock, a.cache, a.log)
-	w := expiry.New(expiry.Config{Interval: a.cfg.ExpiryInterval, Now: a.clock.Now}, a.pool, a.stock, ord, a.log, a.reg)
+	w := expiry.New(expiry.Config{Interval: a.cfg.ExpiryInterval, Now: a.clock.Now}, a.pool, a.stock, ord, a.sales, a.log, a.reg)
 	a.goRun("expiry", func() error { return w.Run(runCtx) })
 	// The order-event relay runs beside the expiry worker: one of the
 	// expiry processes publishes at a time, the others stand by.
