@@ -33,9 +33,10 @@ type imports struct{ code, tests string }
 // The tree is sorted by kind (TestKinds): the root and the leaves lua and
 // static; components at the top (admission, auth, defense, expiry,
 // gateway, orders, purchase, reconcile, sales, waitroom, writer); adapters
-// named after their dependency under internal/adapter; the composition
-// root, internal/wiring; the harness of dev and tests under
-// internal/harness; benchmark tooling under internal/bench. Components share the root's types
+// named after their dependency under internal/adapter; the connection
+// plumbing of the public port under internal/conn; the composition root,
+// internal/wiring; the harness of dev and tests under internal/harness;
+// benchmark tooling under internal/bench. Components share the root's types
 // and talk through Redis and Kafka; they import each other only where a
 // comment says why. Tests import more freely: the harness, sales/salestest,
 // internal/wiring/apptest and the parts a test drives beside the package
@@ -60,8 +61,10 @@ var layout = map[string]imports{
 	"expiry": {code: "flashsale internal/adapter/postgres/orderstore internal/adapter/prom internal/adapter/redisstock",
 		tests: "orders sales sales/salestest internal/harness/testenv"},
 	// The gateway's Guard interface speaks defense's counters and route
-	// classes; its tests mint the tokens the edge verifies.
-	"gateway": {code: "flashsale defense internal/adapter/prom", tests: "admission auth"},
+	// classes; its tests mint the tokens the edge verifies. Its public
+	// port splits connections and watches their timeouts with
+	// internal/conn.
+	"gateway": {code: "flashsale defense internal/adapter/prom internal/conn/split internal/conn/watchdog", tests: "admission auth"},
 	// orders verifies the shop's payment callbacks with the HMAC header
 	// events signs its webhooks with (one signature scheme).
 	"orders": {code: "flashsale events internal/adapter/postgres internal/adapter/postgres/orderstore internal/adapter/redisstock",
@@ -108,6 +111,15 @@ var layout = map[string]imports{
 	// reserve through redisstock while a cluster node is down.
 	"internal/adapter/redisconn": {tests: "lua internal/adapter/redisstock internal/harness/localsvc internal/harness/testenv"},
 
+	// Connection plumbing of the public port: what happens to a TCP
+	// connection before and around the HTTP server that reads it. It knows
+	// no route and no type of flashsale, so it imports nothing of the
+	// module; split routes a connection by its first head, watchdog
+	// enforces the timeouts of the connections given to fiber. They do not
+	// know each other: the gateway hands one to the other.
+	"internal/conn/split":    {},
+	"internal/conn/watchdog": {},
+
 	// The composition root and the binaries.
 	"internal/wiring": {code: "flashsale admission auth defense events expiry gateway orders purchase reconcile sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn internal/adapter/redisclock",
 		// lua names the queue keys the Redis-loss tests mark, as the
@@ -138,8 +150,11 @@ var layout = map[string]imports{
 }
 
 // kinds are the directories of internal/, one per kind of package. A
-// package of internal/ outside them fails TestKinds.
-var kinds = []string{"internal/adapter/", "internal/bench", "internal/harness/", "internal/wiring"}
+// package of internal/ outside them fails TestKinds. internal/conn/ holds
+// connection plumbing: it speaks to no outside dependency (not an
+// adapter) and does no job of a sale (not a component), but is in the
+// production binary (not the harness or benchmark tooling).
+var kinds = []string{"internal/adapter/", "internal/bench", "internal/conn/", "internal/harness/", "internal/wiring"}
 
 // notShipped are packages that must not be in the production binary,
 // cmd/flashsale, even through another package: benchmark tooling, the load

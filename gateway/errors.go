@@ -199,11 +199,11 @@ func (s *Server) fiberError(c *fiber.Ctx, err error) error {
 }
 
 // lingerOnClose makes the close that follows a refusal of an unread
-// request a lingering one (watchdog.go), so that the client reads the
-// answer.
+// request a lingering one (internal/conn/watchdog), so that the client
+// reads the answer.
 func lingerOnClose(c *fiber.Ctx) {
-	if lc, ok := c.Context().Conn().(interface{ lingerOnClose() }); ok {
-		lc.lingerOnClose()
+	if ec, ok := c.Context().Conn().(*edgeConn); ok {
+		ec.LingerOnClose()
 	}
 }
 

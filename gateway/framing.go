@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"bytes"
+	"net"
 	"strconv"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/conn/watchdog"
 )
 
 // Why a request's framing is refused (badFraming), as its 400 message.
@@ -125,7 +127,7 @@ func refuseFraming(c *fiber.Ctx, why string) error {
 	return nil
 }
 
-// framingRefusal is the whole answer the splitter writes to a first
+// framingRefusal is the whole answer refuseFirstHead writes to a first
 // request head badFraming refused, before any server sees the
 // connection.
 func framingRefusal(why string) []byte {
@@ -139,11 +141,30 @@ func framingRefusal(why string) []byte {
 	return append(b, body...)
 }
 
-// refusalLinger bounds how long the splitter reads (and drops) what a
+// refusalLinger bounds how long refuseFirstHead reads (and drops) what a
 // refused client still sends after its 400, so that closing the socket
 // with unread data does not reset the connection before the client read
 // the answer.
 const refusalLinger = time.Second
+
+// refuseFirstHead is the splitter's check of a connection's first head
+// (split.Deps.Refuse): a head badFirstHead refuses is answered 400 with
+// Connection: close before any server sees it, and the connection closed.
+// What the client sent after the head (the smuggled request) is read and
+// dropped for refusalLinger first: closing a socket with unread data
+// resets the connection, and the client could lose the answer.
+func refuseFirstHead(conn net.Conn, head []byte) bool {
+	why := badFirstHead(head)
+	if why == "" {
+		return false
+	}
+	_ = conn.SetWriteDeadline(time.Now().Add(refusalLinger))
+	if _, err := conn.Write(framingRefusal(why)); err == nil {
+		watchdog.Drain(conn, time.Now().Add(refusalLinger), 64<<10)
+	}
+	_ = conn.Close()
+	return true
+}
 
 // Security headers of every answer of the fiber side (pages and API).
 // The pages load scripts, styles and workers from their own origin only
@@ -171,7 +192,7 @@ func edgeChecks(c *fiber.Ctx) bool {
 		_ = refuseFraming(c, why)
 		return true
 	}
-	if wc, ok := c.Context().Conn().(*watchedConn); ok {
+	if wc, ok := c.Context().Conn().(*edgeConn); ok {
 		switch wc.lines.verdict(c.Context().ConnRequestNum()) {
 		case reqLineBareLF:
 			_ = refuseFraming(c, framingBareLF)

@@ -1,6 +1,9 @@
 // Package gateway is the HTTP edge of flashsale: every public and operator
 // route of the contract, served by fiber, with WebSocket upgrades of the
-// waiting room handed to a net/http server on the same port.
+// waiting room handed to a net/http server on the same port. The public
+// port's connections are routed by internal/conn/split and their timeouts
+// enforced by internal/conn/watchdog; what a first head may not be (its
+// framing) and what a fiber connection records (reqLines) stay here.
 //
 // Of the other components the gateway imports only defense, whose Counter
 // and route classes its Guard interface speaks. It declares the small
@@ -30,6 +33,8 @@ import (
 
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/defense"
+	"github.com/flashsale/flashsale/internal/conn/split"
+	"github.com/flashsale/flashsale/internal/conn/watchdog"
 )
 
 // AccessVerifier checks access tokens (*auth.Cache). The token is passed
@@ -322,14 +327,14 @@ type Server struct {
 	// fwdLn feeds the WebSocket server the upgrades fiber received on a
 	// connection already split to it (a keep-alive connection reused by a
 	// proxy); served from the first Serve call on.
-	fwdLn      *chanListener
+	fwdLn      *split.Listener
 	fwdServing atomic.Bool
 	fwdOnce    sync.Once
 
-	mu        sync.Mutex
-	splitters []*splitter
-	admin     []*http.Server
-	closed    bool
+	mu     sync.Mutex
+	public []*publicPort
+	admin  []*http.Server
+	closed bool
 }
 
 // New builds the gateway and registers its routes and metrics.
@@ -369,7 +374,7 @@ func New(cfg Config, deps Deps) *Server {
 		BodyLimit:             cfg.BodyLimit,
 		ReadBufferSize:        cfg.ReadBufferSize,
 		// ReadTimeout, WriteTimeout and IdleTimeout are enforced by the
-		// splitter's watchdog (watchdog.go), not by per-request deadlines.
+		// watchdog (internal/conn/watchdog), not by per-request deadlines.
 		ErrorHandler:       s.fiberError,
 		DisableDefaultDate: true,
 		StrictRouting:      false,
@@ -377,7 +382,7 @@ func New(cfg Config, deps Deps) *Server {
 	})
 	// Upgrades forwarded from fiber keep their connection (forwardUpgrade).
 	s.app.Server().KeepHijackedConns = true
-	s.fwdLn = newChanListener(&net.TCPAddr{})
+	s.fwdLn = split.NewListener(&net.TCPAddr{})
 	s.routes()
 	s.ws = &http.Server{
 		Handler:           s.wsHandler(),
@@ -396,14 +401,24 @@ func (s *Server) App() *fiber.App { return s.app }
 // new connection is routed by its first request head: `Upgrade: websocket`
 // goes to the net/http server (Deps.Queue), everything else to fiber.
 func (s *Server) Serve(ln net.Listener) error {
-	wd := newWatchdog(s.cfg.ReadTimeout, s.cfg.IdleTimeout, s.cfg.WriteTimeout, s.metrics.timeouts)
-	defer wd.stop()
-	sp := newSplitter(ln, s.cfg.ReadBufferSize, s.cfg.FirstByteTimeout, s.cfg.HeadTimeout, wd, s.log)
-	sp.timeouts = [2]prometheus.Counter{s.metrics.timeouts.WithLabelValues("idle"), s.metrics.timeouts.WithLabelValues("head")}
-	sp.maxPending = max(s.cfg.MaxPendingPerAddr, 0)
-	sp.trusted = s.cfg.TrustedProxies
-	sp.refused = s.metrics.pendingRefused
-	if !s.track(ln, func() { s.splitters = append(s.splitters, sp) }) {
+	wd := watchdog.New(watchdog.Config{Read: s.cfg.ReadTimeout, Idle: s.cfg.IdleTimeout, Write: s.cfg.WriteTimeout}, s.metrics.timeouts)
+	defer wd.Stop()
+	sp := split.New(ln, split.Config{
+		MaxHead:           s.cfg.ReadBufferSize,
+		FirstByteTimeout:  s.cfg.FirstByteTimeout,
+		HeadTimeout:       s.cfg.HeadTimeout,
+		MaxPendingPerAddr: s.cfg.MaxPendingPerAddr,
+		TrustedProxies:    s.cfg.TrustedProxies,
+	}, split.Deps{
+		Refuse:       refuseFirstHead,
+		WrapHTTP:     func(c net.Conn) net.Conn { return &edgeConn{Conn: wd.Watch(c)} },
+		Refused:      s.metrics.pendingRefused,
+		IdleTimeouts: s.metrics.timeouts.WithLabelValues("idle"),
+		HeadTimeouts: s.metrics.timeouts.WithLabelValues("head"),
+		Logger:       s.log,
+	})
+	pp := &publicPort{sp: sp, wd: wd}
+	if !s.track(ln, func() { s.public = append(s.public, pp) }) {
 		return nil
 	}
 
@@ -416,17 +431,17 @@ func (s *Server) Serve(ln net.Listener) error {
 		}()
 	})
 	errc := make(chan error, 3)
-	go func() { errc <- s.app.Listener(sp.httpLn) }()
+	go func() { errc <- s.app.Listener(sp.HTTP()) }()
 	go func() {
-		err := s.ws.Serve(sp.wsLn)
+		err := s.ws.Serve(sp.WebSocket())
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}
 		errc <- err
 	}()
-	go func() { errc <- sp.run() }()
+	go func() { errc <- sp.Run() }()
 	err := <-errc
-	sp.close()
+	pp.close()
 	for range 2 {
 		if e := <-errc; err == nil {
 			err = e
@@ -444,12 +459,12 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
-	sps := s.splitters
+	pps := s.public
 	admins := s.admin
 	s.mu.Unlock()
 
-	for _, sp := range sps {
-		sp.close()
+	for _, pp := range pps {
+		pp.close()
 	}
 	_ = s.fwdLn.Close()
 	var errs []error
@@ -464,8 +479,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	for _, sp := range sps {
-		if err := sp.wait(ctx); err != nil {
+	for _, pp := range pps {
+		if err := pp.sp.Wait(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/conn/split"
 )
 
 // wsHandler is the net/http side of the public port: WebSocket upgrades of
@@ -67,11 +68,11 @@ func (s *Server) forwardUpgrade(c *fiber.Ctx) error {
 		if u, ok := conn.(interface{ UnsafeConn() net.Conn }); ok {
 			conn = u.UnsafeConn() // skip fasthttp's pooled reader
 		}
-		if wc, ok := conn.(*watchedConn); ok {
-			wc.release() // the WebSocket server sets its own deadlines
+		if ec, ok := conn.(*edgeConn); ok {
+			ec.Release() // the WebSocket server sets its own deadlines
 		}
 		_ = conn.SetDeadline(time.Time{})
-		if !s.fwdLn.deliver(&peekedConn{Conn: conn, head: head.Bytes()}) {
+		if !s.fwdLn.Deliver(split.Replay(conn, head.Bytes())) {
 			_ = conn.Close()
 		}
 	})

@@ -1,10 +1,8 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -178,61 +176,6 @@ func FuzzBearerToken(f *testing.F) {
 		}
 		if tok[0] == ' ' || tok[len(tok)-1] == ' ' {
 			t.Fatalf("bearerToken(%q) = %q not trimmed", h, tok)
-		}
-	})
-}
-
-func TestIsWebSocketUpgrade(t *testing.T) {
-	tests := []struct {
-		name string
-		head string
-		want bool
-	}{
-		{"upgrade", "GET /q HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", true},
-		{"case", "GET /q HTTP/1.1\r\nHOST: x\r\nupgrade: WebSocket\r\n\r\n", true},
-		{"list", "GET /q HTTP/1.1\r\nUpgrade: h2c, websocket/13\r\n\r\n", true},
-		{"bare LF", "GET /q HTTP/1.1\nUpgrade: websocket\n\n", true},
-		{"plain", "GET /q HTTP/1.1\r\nHost: x\r\n\r\n", false},
-		{"other protocol", "GET /q HTTP/1.1\r\nUpgrade: h2c\r\n\r\n", false},
-		{"in body only", "POST /q HTTP/1.1\r\nContent-Length: 20\r\n\r\nUpgrade: websocket\r\n", false},
-		{"in request line", "GET /Upgrade:websocket HTTP/1.1\r\n\r\n", false},
-		{"other header value", "GET /q HTTP/1.1\r\nX-Note: Upgrade: websocket\r\n\r\n", false},
-		{"truncated head", "GET /q HTTP/1.1\r\nUpgrade: websocket\r\nHost: x", true},
-		{"empty", "", false},
-	}
-	for _, tt := range tests {
-		if got := isWebSocketUpgrade([]byte(tt.head)); got != tt.want {
-			t.Errorf("%s: isWebSocketUpgrade = %v, want %v", tt.name, got, tt.want)
-		}
-	}
-}
-
-// FuzzIsWebSocketUpgrade checks the splitter's header detection against
-// net/http's parse of the same head.
-func FuzzIsWebSocketUpgrade(f *testing.F) {
-	f.Add("GET /q HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
-	f.Add("GET /q HTTP/1.1\r\nHost: x\r\n\r\n")
-	f.Add("GET /q HTTP/1.1\r\nHost: x\r\nUpgrade: h2c, WebSocket\r\n\r\n")
-	f.Add("GET /q HTTP/1.1\nHost: x\nupgrade:websocket\n\n")
-	f.Fuzz(func(t *testing.T, head string) {
-		got := isWebSocketUpgrade([]byte(head))
-		end := headEnd([]byte(head))
-		if end < 0 {
-			return
-		}
-		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(head[:end])))
-		if err != nil {
-			return
-		}
-		want := false
-		for _, v := range req.Header.Values("Upgrade") {
-			for p := range strings.SplitSeq(v, ",") {
-				p, _, _ = strings.Cut(strings.TrimSpace(p), "/")
-				want = want || strings.EqualFold(p, "websocket")
-			}
-		}
-		if got != want {
-			t.Fatalf("isWebSocketUpgrade(%q) = %v, net/http says %v", head, got, want)
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/conn/split"
 )
 
 // orderJSON is the contract's order object.
@@ -176,7 +177,7 @@ func (s *Server) queueJoin(c *fiber.Ctx) error {
 // item, and a refused choice is the answer. An upgrade that reaches fiber
 // (a reused keep-alive connection) is handed to the WebSocket server.
 func (s *Server) queueStatus(c *fiber.Ctx) error {
-	if hasWebSocketToken([]byte(c.Get(fiber.HeaderUpgrade))) {
+	if split.HasWebSocketToken([]byte(c.Get(fiber.HeaderUpgrade))) {
 		return s.forwardUpgrade(c)
 	}
 	p, ok := s.userRoute(c)

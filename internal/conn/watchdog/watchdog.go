@@ -1,4 +1,26 @@
-package gateway
+// Package watchdog enforces the read, idle and write timeouts of an HTTP
+// server's connections without a socket deadline per request, and closes
+// a connection that refused an unread request with a lingering close.
+//
+// fasthttp's own ReadTimeout, IdleTimeout and WriteTimeout set up to three
+// socket deadlines per request (each a clock read and a runtime timer
+// change), a cost the refusal paths pay on every click of a flood. Here
+// every connection records, on a coarse clock the watchdog advances every
+// tick, when its current blocked Read or Write began and when its current
+// request began; one goroutine closes the connections past a limit:
+//
+//   - read: a request whose first bytes arrived more than Read ago while
+//     the server is still waiting for the rest of it (slow head or body);
+//   - idle: a keep-alive connection waiting for its next request for more
+//     than Idle;
+//   - write: a Write blocked for more than Write (a client that does not
+//     read its responses).
+//
+// A handler's own run time is not limited (no Read or Write is pending
+// then); the server bounds its calls. Limits are enforced to within one
+// tick. The package knows no route and no type of flashsale: it imports
+// nothing of the module (layout_test.go).
+package watchdog
 
 import (
 	"io"
@@ -10,26 +32,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// watchdog enforces the read, idle and write timeouts of the fiber side of
-// the public port without a deadline per request. fasthttp's own
-// ReadTimeout, IdleTimeout and WriteTimeout set up to three socket deadlines
-// per request (each a clock read and a runtime timer change), a cost the
-// refusal paths pay on every click of a flood. Here every connection
-// records, on a coarse clock the watchdog advances every tick, when its
-// current blocked Read or Write began and when its current request began;
-// one goroutine closes the connections past a limit:
-//
-//   - read: a request whose first bytes arrived more than Read ago while
-//     the server is still waiting for the rest of it (slow head or body);
-//   - idle: a keep-alive connection waiting for its next request for more
-//     than Idle;
-//   - write: a Write blocked for more than Write (a client that does not
-//     read its responses).
-//
-// A handler's own run time is not limited (no Read or Write is pending
-// then); RequestTimeout bounds its calls. Limits are enforced to within one
-// tick.
-type watchdog struct {
+// Config holds the three limits; each must be positive.
+type Config struct {
+	Read, Idle, Write time.Duration
+}
+
+// Watchdog watches the connections given to Watch until Stop.
+type Watchdog struct {
 	read, idle, write time.Duration
 	tick              time.Duration
 	closed            [numReasons]prometheus.Counter // by reason; nil entries are not counted
@@ -37,16 +46,16 @@ type watchdog struct {
 	clock atomic.Int64 // coarse now, Unix nanoseconds
 
 	mu        sync.Mutex
-	conns     map[*watchedConn]struct{}
-	lingering map[*watchedConn]struct{} // in a lingering close
-	ending    bool                      // no new lingering close: the server shuts down
+	conns     map[*Conn]struct{}
+	lingering map[*Conn]struct{} // in a lingering close
+	ending    bool               // no new lingering close: the server shuts down
 	done      chan struct{}
 	wg        sync.WaitGroup
 	once      sync.Once
 }
 
-// Reasons a watched connection is closed (the label of
-// flashsale_gateway_connections_timed_out_total).
+// Reasons a watched connection is closed: the values of the reason label
+// of the counter New takes.
 const (
 	reasonNone = iota
 	reasonRead
@@ -57,13 +66,14 @@ const (
 
 var reasonNames = [numReasons]string{"", "read", "idle", "write"}
 
-// newWatchdog starts a watchdog; closed counts the connections it closes
-// by reason (nil: not counted).
-func newWatchdog(read, idle, write time.Duration, closed *prometheus.CounterVec) *watchdog {
-	tick := min(read, idle, write) / 8
+// New starts a watchdog; closed counts the connections it closes, by a
+// reason label of "read", "idle" or "write" (nil: not counted). The tick
+// is an eighth of the smallest limit, within 10 ms and 1 s.
+func New(cfg Config, closed *prometheus.CounterVec) *Watchdog {
+	tick := min(cfg.Read, cfg.Idle, cfg.Write) / 8
 	tick = min(max(tick, 10*time.Millisecond), time.Second)
-	w := &watchdog{read: read, idle: idle, write: write, tick: tick,
-		conns: make(map[*watchedConn]struct{}), lingering: make(map[*watchedConn]struct{}),
+	w := &Watchdog{read: cfg.Read, idle: cfg.Idle, write: cfg.Write, tick: tick,
+		conns: make(map[*Conn]struct{}), lingering: make(map[*Conn]struct{}),
 		done: make(chan struct{})}
 	if closed != nil {
 		for r := reasonRead; r < numReasons; r++ {
@@ -77,13 +87,13 @@ func newWatchdog(read, idle, write time.Duration, closed *prometheus.CounterVec)
 }
 
 // run advances the clock and closes the connections past a limit, every
-// tick, until stop.
-func (w *watchdog) run() {
+// tick, until Stop.
+func (w *Watchdog) run() {
 	defer w.wg.Done()
 	t := time.NewTicker(w.tick)
 	defer t.Stop()
 	type lateConn struct {
-		c      *watchedConn
+		c      *Conn
 		reason int
 	}
 	var late []lateConn
@@ -112,60 +122,58 @@ func (w *watchdog) run() {
 	}
 }
 
-// stop ends the watchdog's goroutine; connections stay open.
-func (w *watchdog) stop() {
+// Stop ends the watchdog's goroutine; connections stay open.
+func (w *Watchdog) Stop() {
 	w.once.Do(func() { close(w.done) })
 	w.wg.Wait()
 }
 
-// watch wraps conn; the connection is watched until it is closed or
+// Watch wraps conn; the connection is watched until it is closed or
 // released.
-func (w *watchdog) watch(conn net.Conn) *watchedConn {
-	c := &watchedConn{Conn: conn, w: w}
+func (w *Watchdog) Watch(conn net.Conn) *Conn {
+	c := &Conn{Conn: conn, w: w}
 	w.mu.Lock()
 	w.conns[c] = struct{}{}
 	w.mu.Unlock()
 	return c
 }
 
-func (w *watchdog) forget(c *watchedConn) {
+func (w *Watchdog) forget(c *Conn) {
 	w.mu.Lock()
 	delete(w.conns, c)
 	w.mu.Unlock()
 }
 
-func (w *watchdog) len() int {
+func (w *Watchdog) len() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.conns)
 }
 
-// watchedConn is a connection the watchdog watches. The times are the
+// Conn is a connection the watchdog watches. The times are the
 // watchdog's coarse clock; 0 means "not now".
-type watchedConn struct {
+type Conn struct {
 	net.Conn
-	w *watchdog
+	w *Watchdog
 
 	reading  atomic.Int64 // a Read is blocked since
 	writing  atomic.Int64 // a Write is blocked since
 	reqStart atomic.Int64 // the current request's first bytes arrived at; 0: between requests
 	released atomic.Bool
 	linger   atomic.Bool // the next Close is a lingering one
-	lines    reqLines    // where each request begins (framing of its request line)
 }
 
-func (c *watchedConn) Read(p []byte) (int, error) {
+func (c *Conn) Read(p []byte) (int, error) {
 	c.reading.Store(c.w.clock.Load())
 	n, err := c.Conn.Read(p)
 	c.reading.Store(0)
-	c.lines.feed(p[:n])
 	if n > 0 && c.reqStart.Load() == 0 {
 		c.reqStart.Store(c.w.clock.Load())
 	}
 	return n, err
 }
 
-func (c *watchedConn) Write(p []byte) (int, error) {
+func (c *Conn) Write(p []byte) (int, error) {
 	c.writing.Store(c.w.clock.Load())
 	n, err := c.Conn.Write(p)
 	c.writing.Store(0)
@@ -174,7 +182,7 @@ func (c *watchedConn) Write(p []byte) (int, error) {
 }
 
 // late returns the limit c is past at now, or reasonNone.
-func (c *watchedConn) late(now int64, w *watchdog) int {
+func (c *Conn) late(now int64, w *Watchdog) int {
 	if r := c.reading.Load(); r != 0 {
 		if s := c.reqStart.Load(); s != 0 {
 			if now-s > int64(w.read) {
@@ -190,18 +198,20 @@ func (c *watchedConn) late(now int64, w *watchdog) int {
 	return reasonNone
 }
 
-// release stops watching c without closing it (a connection handed over
-// to the WebSocket server, which sets its own deadlines).
-func (c *watchedConn) release() {
+// Release stops watching c without closing it (a connection handed over
+// to a server that sets its own deadlines).
+func (c *Conn) Release() {
 	if c.released.CompareAndSwap(false, true) {
 		c.w.forget(c)
 	}
 }
 
-func (c *watchedConn) Close() error {
-	c.release()
+// Close releases c and closes it, lingering first when LingerOnClose
+// asked for it.
+func (c *Conn) Close() error {
+	c.Release()
 	if c.linger.CompareAndSwap(true, false) && c.w.startLinger(c) {
-		drain(c.Conn, time.Now().Add(lingerTime), lingerBytes)
+		Drain(c.Conn, time.Now().Add(lingerTime), lingerBytes)
 		c.w.endLinger(c)
 	}
 	return c.Conn.Close()
@@ -223,12 +233,13 @@ const (
 	maxLingering = 256
 )
 
-// lingerOnClose makes c's next Close a lingering one.
-func (c *watchedConn) lingerOnClose() { c.linger.Store(true) }
+// LingerOnClose makes c's next Close a lingering one: the server refused
+// a request it did not read whole.
+func (c *Conn) LingerOnClose() { c.linger.Store(true) }
 
 // startLinger registers c's lingering close, unless too many linger or the
 // server shuts down.
-func (w *watchdog) startLinger(c *watchedConn) bool {
+func (w *Watchdog) startLinger(c *Conn) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.ending || len(w.lingering) >= maxLingering {
@@ -238,15 +249,15 @@ func (w *watchdog) startLinger(c *watchedConn) bool {
 	return true
 }
 
-func (w *watchdog) endLinger(c *watchedConn) {
+func (w *Watchdog) endLinger(c *Conn) {
 	w.mu.Lock()
 	delete(w.lingering, c)
 	w.mu.Unlock()
 }
 
-// endLingers ends the lingering closes now and refuses new ones (the
+// EndLingers ends the lingering closes now and refuses new ones (the
 // server shuts down: the clients' answers are theirs to have read).
-func (w *watchdog) endLingers() {
+func (w *Watchdog) EndLingers() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.ending = true
@@ -256,10 +267,12 @@ func (w *watchdog) endLingers() {
 	}
 }
 
-// drain half-closes conn and reads what the client still sends, up to
-// limit bytes or deadline. A connection that cannot be half-closed is not
-// drained.
-func drain(conn net.Conn, deadline time.Time, limit int64) {
+// Drain half-closes conn and reads what the client still sends, up to
+// limit bytes or deadline, so that the close that follows does not reset
+// the connection before the client read its answer. A connection that
+// cannot be half-closed is not drained. It is the one drain of the
+// public port: the lingering close here and the splitter's refusals.
+func Drain(conn net.Conn, deadline time.Time, limit int64) {
 	cw, ok := conn.(interface{ CloseWrite() error })
 	if !ok || cw.CloseWrite() != nil {
 		return

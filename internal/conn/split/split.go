@@ -1,4 +1,15 @@
-package gateway
+// Package split routes each connection of one listener to one of two
+// servers by its first request head: WebSocket upgrades to one listener,
+// everything else to the other. The bytes read to decide are replayed to
+// the server that gets the connection. It also bounds the wait for that
+// first head (a first byte within FirstByteTimeout, the rest within
+// HeadTimeout) and how many connections of one client address may wait at
+// once.
+//
+// The package knows no route and no type of flashsale: it imports nothing
+// of the module (layout_test.go). What a first head may not be, and what
+// wraps a connection given to the HTTP side, are its user's (Deps).
+package split
 
 import (
 	"bytes"
@@ -13,26 +24,53 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// splitter routes each connection of one listener by its first request
-// head: WebSocket upgrades to wsLn (net/http), everything else to httpLn
-// (fiber). The bytes read to decide are replayed to the server that gets
-// the connection. Connections given to fiber are watched by wd (the read,
-// idle and write timeouts).
-type splitter struct {
+// Config bounds the routing of new connections.
+type Config struct {
+	// MaxHead is the most bytes read to decide; a first head that does
+	// not fit goes to the HTTP side, whose server refuses it.
+	MaxHead int
+	// FirstByteTimeout is the wait for a new connection's first byte (a
+	// browser or client pool opens connections ahead of use);
+	// HeadTimeout the wait, from it, for the rest of the first head. The
+	// first is never shorter than the second.
+	FirstByteTimeout, HeadTimeout time.Duration
+	// MaxPendingPerAddr caps the connections of one client address (IPv6:
+	// its /64) that have not sent a complete first head; 0: no cap.
+	// Connections from TrustedProxies (a load balancer) are not capped.
+	MaxPendingPerAddr int
+	TrustedProxies    []netip.Prefix
+}
+
+// Deps are what the splitter calls; every field may be nil.
+type Deps struct {
+	// Refuse sees every complete first head before the connection is
+	// routed; when it returns true it has answered and closed conn, and
+	// no server sees the connection.
+	Refuse func(conn net.Conn, head []byte) bool
+	// WrapHTTP wraps each connection given to the HTTP side (its
+	// timeouts).
+	WrapHTTP func(net.Conn) net.Conn
+	// Refused counts the connections closed by MaxPendingPerAddr;
+	// IdleTimeouts those that sent nothing within FirstByteTimeout,
+	// HeadTimeouts those whose first head missed HeadTimeout.
+	Refused, IdleTimeouts, HeadTimeouts prometheus.Counter
+	Logger                              *slog.Logger
+}
+
+// Splitter routes the connections of one listener (Run) to HTTP and
+// WebSocket until Close.
+type Splitter struct {
 	ln      net.Listener
-	httpLn  *chanListener
-	wsLn    *chanListener
+	httpLn  *Listener
+	wsLn    *Listener
 	maxHead int
 	timeout time.Duration
-	wd      *watchdog
-	log     *slog.Logger
 	idle    time.Duration // wait for the first byte
-	// maxPending caps the connections of one client address (IPv6: its
-	// /64) that have not sent a complete first head; 0: no cap.
-	// Connections from trusted prefixes (a load balancer) are not capped.
+	// maxPending caps the connections of one client address that have not
+	// sent a complete first head; 0: no cap.
 	maxPending int
 	trusted    []netip.Prefix
-	refused    prometheus.Counter // connections closed by maxPending; nil: not counted
+	deps       Deps
 	// timeouts count connections closed for sending nothing within idle
 	// ([0]) and for a first head not complete within timeout of its
 	// first byte ([1]); nil entries are not counted.
@@ -46,28 +84,40 @@ type splitter struct {
 	pending map[netip.Addr]int    // connections in route by capKey of their peer
 }
 
-// newSplitter builds a splitter; idle is the wait for a new connection's
-// first byte, timeout the wait for the rest of its first head.
-func newSplitter(ln net.Listener, maxHead int, idle, timeout time.Duration, wd *watchdog, log *slog.Logger) *splitter {
-	sp := &splitter{
-		ln:      ln,
-		httpLn:  newChanListener(ln.Addr()),
-		wsLn:    newChanListener(ln.Addr()),
-		maxHead: maxHead,
-		timeout: timeout,
-		idle:    max(idle, timeout),
-		wd:      wd,
-		log:     log,
-		peeked:  make(map[net.Conn]struct{}),
-		pending: make(map[netip.Addr]int),
+// New builds a splitter of ln's connections; Run starts it.
+func New(ln net.Listener, cfg Config, deps Deps) *Splitter {
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
 	}
-	sp.bufs.New = func() any { b := make([]byte, maxHead); return &b }
+	sp := &Splitter{
+		ln:         ln,
+		httpLn:     NewListener(ln.Addr()),
+		wsLn:       NewListener(ln.Addr()),
+		maxHead:    cfg.MaxHead,
+		timeout:    cfg.HeadTimeout,
+		idle:       max(cfg.FirstByteTimeout, cfg.HeadTimeout),
+		maxPending: max(cfg.MaxPendingPerAddr, 0),
+		trusted:    cfg.TrustedProxies,
+		deps:       deps,
+		timeouts:   [2]prometheus.Counter{deps.IdleTimeouts, deps.HeadTimeouts},
+		peeked:     make(map[net.Conn]struct{}),
+		pending:    make(map[netip.Addr]int),
+	}
+	sp.bufs.New = func() any { b := make([]byte, cfg.MaxHead); return &b }
 	return sp
 }
 
-// run accepts until the listener is closed. Temporary accept errors (out
-// of file descriptors) back off and retry.
-func (sp *splitter) run() error {
+// HTTP is the listener of the connections whose first head is no
+// WebSocket upgrade.
+func (sp *Splitter) HTTP() net.Listener { return sp.httpLn }
+
+// WebSocket is the listener of the connections whose first head is a
+// WebSocket upgrade.
+func (sp *Splitter) WebSocket() net.Listener { return sp.wsLn }
+
+// Run accepts until the listener is closed, then returns nil. Temporary
+// accept errors (out of file descriptors) back off and retry.
+func (sp *Splitter) Run() error {
 	var delay time.Duration
 	for {
 		conn, err := sp.ln.Accept()
@@ -76,7 +126,7 @@ func (sp *splitter) run() error {
 				return nil
 			}
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			sp.log.Warn("accept failed; retrying", "err", err, "delay", delay)
+			sp.deps.Logger.Warn("accept failed; retrying", "err", err, "delay", delay)
 			time.Sleep(delay)
 			continue
 		}
@@ -90,8 +140,8 @@ func (sp *splitter) run() error {
 		}
 		if capped && sp.pending[key] >= sp.maxPending {
 			sp.mu.Unlock()
-			if sp.refused != nil {
-				sp.refused.Inc()
+			if sp.deps.Refused != nil {
+				sp.deps.Refused.Inc()
 			}
 			_ = conn.Close()
 			continue
@@ -108,7 +158,7 @@ func (sp *splitter) run() error {
 
 // pendingKey is the key conn counts under in the per-address cap of
 // connections without a first head, and whether it is capped at all.
-func (sp *splitter) pendingKey(conn net.Conn) (netip.Addr, bool) {
+func (sp *Splitter) pendingKey(conn net.Conn) (netip.Addr, bool) {
 	if sp.maxPending <= 0 {
 		return netip.Addr{}, false
 	}
@@ -149,10 +199,9 @@ func inPrefixes(a netip.Addr, ps []netip.Prefix) bool {
 // browser or client pool opens connections ahead of use, as keep-alive
 // connections wait between requests); from the first byte, the head must
 // be complete within the head timeout. A connection that misses either is
-// closed. A first head whose framing is unsafe (badFirstHead) is answered
-// 400 here and its connection closed. key and capped are the connection's
-// place in the per-address cap (pendingKey).
-func (sp *splitter) route(conn net.Conn, key netip.Addr, capped bool) {
+// closed. A complete first head goes to Deps.Refuse first. key and capped
+// are the connection's place in the per-address cap (pendingKey).
+func (sp *Splitter) route(conn net.Conn, key netip.Addr, capped bool) {
 	defer func() {
 		sp.mu.Lock()
 		delete(sp.peeked, conn)
@@ -176,15 +225,14 @@ func (sp *splitter) route(conn net.Conn, key netip.Addr, capped bool) {
 		from := max(n-3, 0)
 		n += m
 		if e := headEnd(buf[from:n]); e >= 0 {
-			if why := badFirstHead(buf[:from+e]); why != "" {
+			if sp.deps.Refuse != nil && sp.deps.Refuse(conn, buf[:from+e]) {
 				sp.bufs.Put(bp)
-				sp.refuse(conn, why)
 				return
 			}
 			break
 		}
 		if n == len(buf) {
-			break // too large: fiber answers 431
+			break // too large: the HTTP side's server refuses it
 		}
 		if err != nil {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() && !sp.isClosed() {
@@ -202,32 +250,19 @@ func (sp *splitter) route(conn net.Conn, key netip.Addr, capped bool) {
 	if isWebSocketUpgrade(buf[:n]) {
 		target = sp.wsLn
 	}
-	var pc net.Conn = &peekedConn{Conn: conn, head: bytes.Clone(buf[:n])}
+	pc := Replay(conn, bytes.Clone(buf[:n]))
 	sp.bufs.Put(bp)
-	if target == sp.httpLn && sp.wd != nil {
-		pc = sp.wd.watch(pc)
+	if target == sp.httpLn && sp.deps.WrapHTTP != nil {
+		pc = sp.deps.WrapHTTP(pc)
 	}
-	if !target.deliver(pc) {
+	if !target.Deliver(pc) {
 		_ = pc.Close()
 	}
 }
 
-// refuse answers a connection whose first head badFirstHead refused with
-// 400 and Connection: close, then closes it. What the client sent after
-// the head (the smuggled request) is read and dropped for a short while
-// first: closing a socket with unread data resets the connection, and the
-// client could lose the answer.
-func (sp *splitter) refuse(conn net.Conn, why string) {
-	_ = conn.SetWriteDeadline(time.Now().Add(refusalLinger))
-	if _, err := conn.Write(framingRefusal(why)); err == nil {
-		drain(conn, time.Now().Add(refusalLinger), 64<<10)
-	}
-	_ = conn.Close()
-}
-
-// close stops accepting, ends the waits for first heads and closes both
+// Close stops accepting, ends the waits for first heads and closes both
 // inner listeners.
-func (sp *splitter) close() {
+func (sp *Splitter) Close() {
 	sp.mu.Lock()
 	sp.closed = true
 	// A connection still waiting for its first head (up to the idle
@@ -236,18 +271,15 @@ func (sp *splitter) close() {
 		_ = c.SetReadDeadline(time.Now())
 	}
 	sp.mu.Unlock()
-	if sp.wd != nil {
-		sp.wd.endLingers()
-	}
 	_ = sp.ln.Close()
 	_ = sp.httpLn.Close()
 	_ = sp.wsLn.Close()
 }
 
 // setReadDeadline sets the read deadline of a connection in route to d from
-// now, or to now once the splitter is closed. close sets its deadlines
-// under the same lock, so a wait route starts never outlasts close.
-func (sp *splitter) setReadDeadline(conn net.Conn, d time.Duration) {
+// now, or to now once the splitter is closed. Close sets its deadlines
+// under the same lock, so a wait route starts never outlasts Close.
+func (sp *Splitter) setReadDeadline(conn net.Conn, d time.Duration) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	deadline := time.Now()
@@ -257,14 +289,15 @@ func (sp *splitter) setReadDeadline(conn net.Conn, d time.Duration) {
 	_ = conn.SetReadDeadline(deadline)
 }
 
-func (sp *splitter) isClosed() bool {
+func (sp *Splitter) isClosed() bool {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	return sp.closed
 }
 
-// wait waits for the connections being peeked, within ctx.
-func (sp *splitter) wait(ctx context.Context) error {
+// Wait waits, within ctx, for the connections still being routed: after
+// Close, none waits longer than its next read.
+func (sp *Splitter) Wait(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() { sp.peeking.Wait(); close(done) }()
 	select {
@@ -317,16 +350,18 @@ func isWebSocketUpgrade(b []byte) bool {
 			return false // end of head
 		}
 		name, value, ok := bytes.Cut(line, []byte(":"))
-		if ok && bytes.EqualFold(name, []byte("upgrade")) && hasWebSocketToken(value) {
+		if ok && bytes.EqualFold(name, []byte("upgrade")) && HasWebSocketToken(value) {
 			return true
 		}
 	}
 	return false
 }
 
-// hasWebSocketToken reports whether an Upgrade header value lists the
-// websocket protocol (case-insensitive, any version suffix).
-func hasWebSocketToken(value []byte) bool {
+// HasWebSocketToken reports whether an Upgrade header value lists the
+// websocket protocol (case-insensitive, any version suffix). The
+// splitter routes by it, and a server that gets an upgrade on a reused
+// connection must hand it on by the same rule.
+func HasWebSocketToken(value []byte) bool {
 	for proto := range bytes.SplitSeq(value, []byte(",")) {
 		proto = bytes.TrimSpace(proto)
 		if k := bytes.IndexByte(proto, '/'); k >= 0 {
@@ -337,6 +372,12 @@ func hasWebSocketToken(value []byte) bool {
 		}
 	}
 	return false
+}
+
+// Replay returns conn with head read first: the bytes read off conn
+// before a server got it.
+func Replay(conn net.Conn, head []byte) net.Conn {
+	return &peekedConn{Conn: conn, head: head}
 }
 
 // peekedConn replays the bytes read while routing, then reads from the
@@ -367,19 +408,22 @@ func (c *peekedConn) Read(p []byte) (int, error) {
 	return c.Conn.Read(p)
 }
 
-// chanListener is an in-memory listener fed by deliver.
-type chanListener struct {
+// Listener is an in-memory listener fed by Deliver.
+type Listener struct {
 	addr net.Addr
 	ch   chan net.Conn
 	done chan struct{}
 	once sync.Once
 }
 
-func newChanListener(addr net.Addr) *chanListener {
-	return &chanListener{addr: addr, ch: make(chan net.Conn), done: make(chan struct{})}
+// NewListener returns a listener whose Addr is addr.
+func NewListener(addr net.Addr) *Listener {
+	return &Listener{addr: addr, ch: make(chan net.Conn), done: make(chan struct{})}
 }
 
-func (l *chanListener) Accept() (net.Conn, error) {
+// Accept returns the next delivered connection, or net.ErrClosed once l
+// is closed.
+func (l *Listener) Accept() (net.Conn, error) {
 	select {
 	case c := <-l.ch:
 		return c, nil
@@ -388,15 +432,19 @@ func (l *chanListener) Accept() (net.Conn, error) {
 	}
 }
 
-func (l *chanListener) Close() error {
+// Close ends Accept and Deliver; connections not delivered stay the
+// caller's.
+func (l *Listener) Close() error {
 	l.once.Do(func() { close(l.done) })
 	return nil
 }
 
-func (l *chanListener) Addr() net.Addr { return l.addr }
+// Addr is the address New was given.
+func (l *Listener) Addr() net.Addr { return l.addr }
 
-// deliver hands c to the server accepting on l; false once l is closed.
-func (l *chanListener) deliver(c net.Conn) bool {
+// Deliver hands c to the server accepting on l, waiting for it; false
+// once l is closed (c is then still the caller's to close).
+func (l *Listener) Deliver(c net.Conn) bool {
 	select {
 	case <-l.done:
 		return false

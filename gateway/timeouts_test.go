@@ -1,5 +1,9 @@
 package gateway
 
+// The gateway's timeouts end to end: the watchdog (internal/conn/watchdog)
+// on the connections the splitter gives fiber, counted on the gateway's
+// metrics.
+
 import (
 	"bufio"
 	"errors"
@@ -32,47 +36,13 @@ func readResponse(t *testing.T, br *bufio.Reader) {
 // waitClosed waits for the server to close conn. Its deadline only
 // keeps a broken watchdog from hanging the test: which rule closed the
 // connection is read from the timeout counters, and when each rule fires
-// is TestWatchdogLate's.
+// is internal/conn/watchdog's TestWatchdogLate.
 func waitClosed(t *testing.T, conn net.Conn, br *bufio.Reader) {
 	t.Helper()
 	_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
 	n, err := br.Read(make([]byte, 1))
 	if n != 0 || !errors.Is(err, io.EOF) {
 		t.Fatalf("read %d, %v; want EOF (connection closed by the server)", n, err)
-	}
-}
-
-// TestWatchdogLate: each limit fires once its time has passed, not before,
-// and only for the wait it is about.
-func TestWatchdogLate(t *testing.T) {
-	const ms = int64(time.Millisecond)
-	w := &watchdog{read: 300 * time.Millisecond, idle: time.Second, write: 500 * time.Millisecond}
-	for _, tc := range []struct {
-		name                       string
-		reading, reqStart, writing int64 // ms since 0; 0: not now
-		now                        int64 // ms
-		want                       int
-	}{
-		{name: "nothing pending", now: 10_000, want: reasonNone},
-		{name: "idle, within the limit", reading: 1, now: 1 + 1000, want: reasonNone},
-		{name: "idle, past the limit", reading: 1, now: 1 + 1001, want: reasonIdle},
-		{name: "head started, within the read limit", reading: 1, reqStart: 1, now: 1 + 300, want: reasonNone},
-		{name: "head started, past the read limit", reading: 1, reqStart: 1, now: 1 + 301, want: reasonRead},
-		{name: "a long keep-alive wait is not a slow head", reading: 5000, reqStart: 0, now: 5000 + 999, want: reasonNone},
-		{name: "a slow head is read, not idle", reading: 100, reqStart: 1, now: 1 + 301, want: reasonRead},
-		{name: "write, within the limit", writing: 1, now: 1 + 500, want: reasonNone},
-		{name: "write, past the limit", writing: 1, now: 1 + 501, want: reasonWrite},
-		{name: "a handler's run time is not limited", reqStart: 1, now: 1 + 60_000, want: reasonNone},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var c watchedConn
-			c.reading.Store(tc.reading * ms)
-			c.reqStart.Store(tc.reqStart * ms)
-			c.writing.Store(tc.writing * ms)
-			if got := c.late(tc.now*ms, w); got != tc.want {
-				t.Errorf("late = %q, want %q", reasonNames[got], reasonNames[tc.want])
-			}
-		})
 	}
 }
 
@@ -235,28 +205,4 @@ func TestWatchdogClientNotReading(t *testing.T) {
 	if n := timedOut(t, reg, "write"); n != 1 {
 		t.Errorf("write timeouts counted: %v, want 1", n)
 	}
-}
-
-func TestWatchdogForgetsClosedAndReleased(t *testing.T) {
-	w := newWatchdog(time.Hour, time.Hour, time.Hour, nil)
-	defer w.stop()
-	a1, b1 := net.Pipe()
-	a2, b2 := net.Pipe()
-	defer b1.Close()
-	defer b2.Close()
-	c1, c2 := w.watch(a1), w.watch(a2)
-	if n := w.len(); n != 2 {
-		t.Fatalf("watching %d, want 2", n)
-	}
-	_ = c1.Close()
-	_ = c1.Close()
-	c2.release()
-	if n := w.len(); n != 0 {
-		t.Errorf("watching %d after close and release, want 0", n)
-	}
-	go func() { _, _ = b2.Write([]byte("x")) }()
-	if _, err := c2.Read(make([]byte, 1)); err != nil {
-		t.Errorf("released connection: %v, want it still open", err)
-	}
-	_ = c2.Close()
 }
