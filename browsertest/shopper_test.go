@@ -63,14 +63,22 @@ func orderOf(s *stack, user, saleID int64) map[string]any {
 	return r.Body
 }
 
+// prequeueWindow is how long a test gives a started browser to load the
+// shopper page and join the pre-queue before the sale opens.
+const prequeueWindow = 12 * time.Second
+
 // TestShopperCountdownToPaid: countdown → pre-queue → admitted → buy →
 // payable → pay → PAID, on a sale that opens a few seconds after the page.
 func TestShopperCountdownToPaid(t *testing.T) {
 	s := startStack(t)
-	opens := time.Now().Add(6 * time.Second)
-	saleID, items := s.createSale("Countdown drop", opens, 100, 5)
+	// The page must load, show the countdown and join the pre-queue
+	// before the opening: the browser starts first (on a loaded machine
+	// that alone took longer than the old 6 s window), and the sale opens
+	// prequeueWindow after it is up.
 	b := newBrowser(t)
 	tb := b.tab("")
+	opens := time.Now().Add(prequeueWindow)
+	saleID, items := s.createSale("Countdown drop", opens, 100, 5)
 
 	tb.navigate(s.shopperURL(s.App.PublicURL, saleID, 7001, ""))
 	// The countdown runs on server time before the opening.

@@ -271,6 +271,13 @@ func TestRunFakeWebSocket(t *testing.T) {
 	cfg := fakeConfig(f)
 	cfg.SourceAddrs = 4
 	cfg.Hostile = Hostile{PurchaseFlood: 40, EarlyClicks: 10, OneAddrUsers: 3, Concurrency: 8}
+	// Every join must come before the opening (50 in PREQUEUE), after
+	// the sale, the early clicks and half the flood: 800 ms was a speed a
+	// loaded machine with the race detector does not reach. Duration and
+	// QuietTimeout only bound the run, which ends when the shoppers are
+	// done.
+	cfg.StartsIn = 5 * time.Second
+	cfg.Duration, cfg.QuietTimeout = time.Minute, 15*time.Second
 	var prog bytes.Buffer
 	cfg.Progress = &prog
 	r, err := Run(context.Background(), cfg)

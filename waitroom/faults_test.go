@@ -111,7 +111,7 @@ func TestGoneAdmittedFreesPlace(t *testing.T) {
 	u1.untilState(StateWaiting)
 	u2.join(e.token(2))
 	u2.untilState(StateWaiting)
-	eventually(t, "gateway a leads", 5*time.Second, func() bool { return a.leads(sale.ID) })
+	eventually(t, "gateway a leads", hangBound, func() bool { return a.leads(sale.ID) })
 	b := e.newGateway(cfg, nil)
 	u3, u4 := dial(t, b.url(sale.ID)), dial(t, b.url(sale.ID))
 	u3.join(e.token(3))
@@ -595,7 +595,7 @@ func TestLeadingSalesGauge(t *testing.T) {
 	cfg := Config{AdmissionTTL: time.Minute, LeaseTTL: 200 * time.Millisecond}
 	a := e.newKillable(cfg, nil)
 	a.joinUsers(t, sale.ID, 3)
-	eventually(t, "gateway a leads", 5*time.Second, func() bool { return a.leads(sale.ID) })
+	eventually(t, "gateway a leads", hangBound, func() bool { return a.leads(sale.ID) })
 	b := e.newGateway(cfg, nil)
 	b.waitTicks(t, 3)
 	const name = "flashsale_waitroom_leading_sales"

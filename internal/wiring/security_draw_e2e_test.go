@@ -34,13 +34,16 @@ import (
 // HMAC(seed, saleId || userId), so anyone knowing user ids could link
 // tags to them.
 
-// preQueuedSales creates sales opening in 2 s, puts users 1..pre in each
-// one's pre-queue through the API and returns the sales and each user's
-// drawSecret from the join status.
+// preQueuedSales creates sales opening together, puts users 1..pre in
+// each one's pre-queue through the API and returns the sales and each
+// user's drawSecret from the join status. Every join must come before the
+// opening: the window grows with the joins (3 s and 200 ms a join), as a
+// fixed 2 s for up to 48 joins was a pace a loaded machine with the race
+// detector does not keep.
 func preQueuedSales(t *testing.T, s *stack, sales, pre int) ([]flashsale.Sale, map[int64]string) {
 	t.Helper()
 	ctx := context.Background()
-	opens := time.Now().Add(2 * time.Second)
+	opens := time.Now().Add(3*time.Second + time.Duration(sales*pre)*200*time.Millisecond)
 	var out []flashsale.Sale
 	secrets := map[int64]string{}
 	for i := range sales {
