@@ -48,7 +48,7 @@ var layout = map[string]imports{
 
 	// Components.
 	"admission": {code: "flashsale"},
-	"auth":      {code: "flashsale"},
+	"auth":      {code: "flashsale", tests: "internal/harness/testenv"},
 	// Every store behind the gateway answers its outages UNAVAILABLE with
 	// the postgres adapter's Outage or Unavailable (defense's settings,
 	// sales, the waiting room, orders).
@@ -61,7 +61,7 @@ var layout = map[string]imports{
 		tests: "orders sales sales/salestest internal/harness/testenv"},
 	// The gateway's Guard interface speaks defense's counters and route
 	// classes; its tests mint the tokens the edge verifies.
-	"gateway": {code: "flashsale defense internal/adapter/prom", tests: "admission auth"},
+	"gateway": {code: "flashsale defense internal/adapter/prom", tests: "admission auth internal/harness/testenv"},
 	// orders verifies the shop's payment callbacks with the HMAC header
 	// events signs its webhooks with (one signature scheme).
 	"orders": {code: "flashsale events internal/adapter/postgres internal/adapter/postgres/orderstore internal/adapter/redisstock",
@@ -121,7 +121,7 @@ var layout = map[string]imports{
 	// tokens, solves the proof of work and warns against the waiting room's
 	// per-address connection cap; it counts Redis commands over a Redis
 	// connected like the server's (redisconn).
-	"loadtest":       {code: "flashsale auth defense waitroom internal/adapter/redisconn", tests: "internal/harness/localsvc internal/adapter/postgres"},
+	"loadtest":       {code: "flashsale auth defense waitroom internal/adapter/redisconn", tests: "internal/harness/localsvc internal/harness/testenv internal/adapter/postgres"},
 	"loadtest/e2e":   {tests: "internal/wiring internal/harness/testenv loadtest"},
 	"browsertest":    {tests: "static internal/wiring internal/wiring/apptest internal/harness/testenv"},
 	"internal/bench": {code: "flashsale admission auth gateway internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock internal/adapter/redisconn"},
@@ -346,7 +346,7 @@ func words(lists ...string) map[string]bool {
 // that sleeps to wait for something fails when the machine is slower than
 // the sleep; new tests wait with testenv.Eventually or advance an
 // injected clock. The number only goes down: lower it when a sleep goes.
-const maxTestSleeps = 55
+const maxTestSleeps = 11
 
 // TestSleepsOnlyGoDown fails when the tests call time.Sleep more often
 // than maxTestSleeps.

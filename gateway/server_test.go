@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 )
 
 // closeSignalListener closes closed when the server has closed it. The
@@ -496,9 +498,7 @@ func waitRouting(t *testing.T, srv *Server, n int) {
 		}
 		return total
 	}
-	for deadline := time.Now().Add(30 * time.Second); routing() < n; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections routing, want %d", routing(), n)
-		}
-	}
+	testenv.EventuallyF(t, func() string { return fmt.Sprintf("%d connections routing (%d now)", n, routing()) }, 30*time.Second, func() bool {
+		return routing() >= n
+	})
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 )
 
 // admissionFor signs an admission token as the waiting room would at the
@@ -72,21 +74,15 @@ func TestContentionThroughHTTP(t *testing.T) {
 		t.Fatalf("winner's order lookup = %s, want %s", mine.Raw, winner.orderID)
 	}
 	// Once the writer is through: 100 live orders in PostgreSQL, stock 0.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var sold int64
+	testenv.EventuallyF(t, func() string { return fmt.Sprintf("100 sold in PostgreSQL (%d now)", sold) }, 20*time.Second, func() bool {
 		fig := s.figures(saleID)
-		rem, sold := itemFigure(t, fig, item, "remaining"), itemFigure(t, fig, item, "sold")
-		if rem != 0 {
-			t.Fatalf("remaining = %d, want 0", rem)
+		rem := itemFigure(t, fig, item, "remaining")
+		if sold = itemFigure(t, fig, item, "sold"); rem != 0 || sold > 100 {
+			t.Fatalf("sold = %d in PostgreSQL, remaining = %d; want 100 and 0", sold, rem)
 		}
-		if sold == 100 {
-			break
-		}
-		if sold > 100 || time.Now().After(deadline) {
-			t.Fatalf("sold = %d in PostgreSQL, want 100", sold)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return sold == 100
+	})
 }
 
 // TestOnePurchasePerSaleThroughHTTP: with two items in one sale, a shopper

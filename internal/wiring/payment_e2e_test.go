@@ -83,13 +83,7 @@ func (s *payStack) bought(user, saleID, itemID int64) string {
 	r := s.purchase(user, itemID, s.admit(user, saleID))
 	s.Want(r, 202, "")
 	id := r.Body["orderId"].(string)
-	deadline := time.Now().Add(15 * time.Second) // guards against a hang only
-	for s.dbStatus(id) == "" {
-		if time.Now().After(deadline) {
-			s.T.Fatalf("order %s not stored", id)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(s.T, "order "+id+" stored", 15*time.Second, func() bool { return s.dbStatus(id) != "" })
 	return id
 }
 
@@ -432,14 +426,10 @@ func TestShopPaymentRacesExpiry(t *testing.T) {
 	}
 	wg.Wait()
 	var paid int64
-	deadline := time.Now().Add(15 * time.Second) // guards against a hang only
 	for i, o := range orders {
 		a := answers[i]
-		st := s.dbStatus(o.id)
-		for st == "PENDING" && time.Now().Before(deadline) { // the worker has yet to expire it
-			time.Sleep(20 * time.Millisecond)
-			st = s.dbStatus(o.id)
-		}
+		var st string
+		testenv.Wait(15*time.Second, func() bool { st = s.dbStatus(o.id); return st != "PENDING" }) // the worker has yet to expire it
 		evs := s.events(o.id, "order.paid", "order.expired", "payment.refused")
 		switch {
 		case a.Status == 200:

@@ -63,13 +63,7 @@ func crashPostgres(t *testing.T, dir string) {
 	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for syscall.Kill(pid, 0) == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("postmaster %d still running 30s after SIGQUIT", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, fmt.Sprintf("postmaster %d to end after SIGQUIT", pid), 30*time.Second, func() bool { return syscall.Kill(pid, 0) != nil })
 }
 
 // noInternal fails unless r is not a 5xx, or a 503 UNAVAILABLE with a
