@@ -346,7 +346,7 @@ func words(lists ...string) map[string]bool {
 // that sleeps to wait for something fails when the machine is slower than
 // the sleep; new tests wait with testenv.Eventually or advance an
 // injected clock. The number only goes down: lower it when a sleep goes.
-const maxTestSleeps = 11
+const maxTestSleeps = 7
 
 // TestSleepsOnlyGoDown fails when the tests call time.Sleep more often
 // than maxTestSleeps.
