@@ -49,7 +49,7 @@ var layout = map[string]imports{
 
 	// Components.
 	"admission": {code: "flashsale"},
-	"auth":      {code: "flashsale"},
+	"auth":      {code: "flashsale", tests: "internal/harness/testenv"},
 	// Every store behind the gateway answers its outages UNAVAILABLE with
 	// the postgres adapter's Outage or Unavailable (defense's settings,
 	// sales, the waiting room, orders).
@@ -64,7 +64,7 @@ var layout = map[string]imports{
 	// classes; its tests mint the tokens the edge verifies. Its public
 	// port splits connections and watches their timeouts with
 	// internal/conn.
-	"gateway": {code: "flashsale defense internal/adapter/prom internal/conn/split internal/conn/watchdog", tests: "admission auth"},
+	"gateway": {code: "flashsale defense internal/adapter/prom internal/conn/split internal/conn/watchdog", tests: "admission auth internal/harness/testenv"},
 	// orders verifies the shop's payment callbacks with the HMAC header
 	// events signs its webhooks with (one signature scheme).
 	"orders": {code: "flashsale events internal/adapter/postgres internal/adapter/postgres/orderstore internal/adapter/redisstock",
@@ -117,7 +117,7 @@ var layout = map[string]imports{
 	// module; split routes a connection by its first head, watchdog
 	// enforces the timeouts of the connections given to fiber. They do not
 	// know each other: the gateway hands one to the other.
-	"internal/conn/split":    {},
+	"internal/conn/split":    {tests: "internal/harness/testenv"},
 	"internal/conn/watchdog": {},
 
 	// The composition root and the binaries.
@@ -136,7 +136,7 @@ var layout = map[string]imports{
 	// tokens, solves the proof of work and warns against the waiting room's
 	// per-address connection cap; it counts Redis commands over a Redis
 	// connected like the server's (redisconn).
-	"loadtest":       {code: "flashsale auth defense waitroom internal/adapter/redisconn", tests: "internal/harness/localsvc internal/adapter/postgres"},
+	"loadtest":       {code: "flashsale auth defense waitroom internal/adapter/redisconn", tests: "internal/harness/localsvc internal/harness/testenv internal/adapter/postgres"},
 	"loadtest/e2e":   {tests: "internal/wiring internal/harness/testenv loadtest"},
 	"browsertest":    {tests: "static internal/wiring internal/wiring/apptest internal/harness/testenv"},
 	"internal/bench": {code: "flashsale admission auth gateway internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock internal/adapter/redisconn"},
@@ -364,7 +364,7 @@ func words(lists ...string) map[string]bool {
 // that sleeps to wait for something fails when the machine is slower than
 // the sleep; new tests wait with testenv.Eventually or advance an
 // injected clock. The number only goes down: lower it when a sleep goes.
-const maxTestSleeps = 55
+const maxTestSleeps = 7
 
 // TestSleepsOnlyGoDown fails when the tests call time.Sleep more often
 // than maxTestSleeps.

@@ -23,6 +23,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 )
 
 // idpKey is a signing key of the test identity provider.
@@ -280,13 +281,9 @@ func TestJWKSUnreachableAtStart(t *testing.T) {
 	wantRefused(t, "token while the provider is down", err)
 
 	p.set(0, key)
-	deadline := time.Now().Add(30 * time.Second) // guards against a hang only
-	for jwks.Ready(context.Background()) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("keys never loaded after the provider came back")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, "the keys to load after the provider came back", 30*time.Second, func() bool {
+		return jwks.Ready(context.Background()) == nil
+	})
 	pr, err := v.Verify(key.sign(t, "3", nil))
 	wantUser(t, "token once the keys loaded", pr, err, 3)
 }

@@ -12,7 +12,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/internal/wiring"
+	"github.com/flashsale/flashsale/internal/wiring/apptest"
 )
 
 // committedDir holds the screenshots README.md shows.
@@ -103,17 +105,11 @@ func TestScreenshots(t *testing.T) {
 		s.admit(u, winter)
 	}
 	order := s.buy(8101, winterItems[0], first)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		r := s.Do("POST", "/api/flash-sales/orders/"+order+"/pay", s.Token(8101, false), nil)
-		if r.Status == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pay: %d %s", r.Status, r.Raw)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var paid apptest.Resp
+	testenv.EventuallyF(t, func() string { return fmt.Sprintf("the payment (last: %d %s)", paid.Status, paid.Raw) }, 20*time.Second, func() bool {
+		paid = s.Do("POST", "/api/flash-sales/orders/"+order+"/pay", s.Token(8101, false), nil)
+		return paid.Status == 200
+	})
 	for u := int64(8106); u <= 8111; u++ {
 		s.join(u, winter)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/internal/wiring"
 )
 
@@ -326,17 +327,12 @@ func TestPayButtonFollowsPaymentURL(t *testing.T) {
 	// there (an evaluation may meet the old page going away).
 	want := shop.URL + "/checkout/" + orderID
 	var href string
-	for deadline := time.Now().Add(waitFor); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	testenv.EventuallyF(t, func() string { return fmt.Sprintf("the shop's page %q after pay (the browser is at %q)", want, href) }, waitFor, func() bool {
 		ctx, cancel := context.WithTimeout(tb.ctx, 5*time.Second)
+		defer cancel()
 		href, _ = chromedp.Run(ctx, chromedp.Evaluate[string](`document.readyState === 'complete' ? location.href : ''`))
-		cancel()
-		if href == want {
-			break
-		}
-	}
-	if href != want {
-		t.Fatalf("after pay the browser is at %q, want the shop's page %q", href, want)
-	}
+		return href == want
+	})
 	mu.Lock()
 	got := strings.Join(visits, ",")
 	mu.Unlock()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/internal/wiring"
 )
 
@@ -45,11 +46,10 @@ func clickBuy(tb *tab, itemID int64) {
 	tb.b.t.Helper()
 	buy := fmt.Sprintf("#buy-%d", itemID)
 	tb.do("click buy", chromedp.WaitVisible(chromedp.CSS(buy)), chromedp.WaitEnabled(chromedp.CSS(buy)), chromedp.Click(chromedp.CSS(buy)))
-	for range 20 {
-		if evalT[string](tb, `document.getElementById('result').dataset.result || ''`) != "" {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if testenv.Wait(2*time.Second, func() bool {
+		return evalT[string](tb, `document.getElementById('result').dataset.result || ''`) != ""
+	}) {
+		return
 	}
 	tb.b.t.Logf("the buy click hit nothing; clicking %s again", buy)
 	evalT[bool](tb, `(() => { document.querySelector('`+buy+`')?.click(); return true; })()`)

@@ -56,17 +56,12 @@ func (s *stack) join(user, saleID int64) apptest.Resp {
 func (s *stack) admit(user, saleID int64) string {
 	s.T.Helper()
 	s.join(user, saleID)
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	return testenv.EventuallyValue(s.T, fmt.Sprintf("user %d to be admitted to sale %d", user, saleID), 20*time.Second, func() (string, bool) {
 		r := s.Do("GET", queuePath(saleID), s.Token(user, false), nil)
 		s.Want(r, 200, "")
-		if at, ok := r.Body["admissionToken"].(string); ok && at != "" {
-			return at
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	s.T.Fatalf("user %d not admitted to sale %d within 20s", user, saleID)
-	return ""
+		at, _ := r.Body["admissionToken"].(string)
+		return at, at != ""
+	})
 }
 
 // buy purchases an item over HTTP and returns the order id.

@@ -115,7 +115,7 @@ func TestRelayKilledAndRestarted(t *testing.T) {
 		t.Skip("runs relay processes")
 	}
 	t.Parallel()
-	dbURL := testenv.DatabaseURL(t)
+	dbURL := testenv.DurableDatabaseURL(t) // commits wait for the WAL
 	pool, err := pgxpool.New(context.Background(), dbURL)
 	if err != nil {
 		t.Fatal(err)

@@ -525,13 +525,10 @@ func TestRun(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	// The first round runs at start; wait for its effect, not for a time.
-	deadline := time.Now().Add(20 * time.Second)
-	for s := f.state(t); s.byStatus[flashsale.OrderExpired] != 3 || s.outbox != 0 || s.remaining[f.sale.Items[0].ID] != 5; s = f.state(t) {
-		if time.Now().After(deadline) {
-			t.Fatal("orders not expired by the first round")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, "the orders expired by the first round", 20*time.Second, func() bool {
+		s := f.state(t)
+		return s.byStatus[flashsale.OrderExpired] == 3 && s.outbox == 0 && s.remaining[f.sale.Items[0].ID] == 5
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v, want nil", err)

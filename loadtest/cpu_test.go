@@ -1,12 +1,15 @@
 package loadtest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 )
 
 func TestParseProcStat(t *testing.T) {
@@ -137,9 +140,9 @@ func TestProcTreeCountsChild(t *testing.T) {
 	// The child's own figure grows (polled; the deadline only guards
 	// against a hang).
 	var first, childTicks int64 = -1, 0
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		tab, err := procTable("/proc")
-		if err != nil {
+	testenv.EventuallyF(t, func() string { return fmt.Sprintf("the busy child's CPU to grow from %d ticks", first) }, 60*time.Second, func() bool {
+		var err error
+		if tab, err = procTable("/proc"); err != nil {
 			t.Fatal(err)
 		}
 		c, ok := treeTicks(tab, childrenOf(tab), child, nil)
@@ -158,12 +161,10 @@ func TestProcTreeCountsChild(t *testing.T) {
 			if all-without != c {
 				t.Fatalf("tree with the child − tree without = %d ticks, want the child's %d", all-without, c)
 			}
-			break
+			return true
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the busy child's CPU did not grow from %d ticks", first)
-		}
-	}
+		return false
+	})
 	before := tab[self].Children
 	cmd.Process.Kill()
 	cmd.Wait()

@@ -13,6 +13,7 @@ import (
 	"github.com/flashsale/flashsale/internal/adapter/postgres"
 	"github.com/flashsale/flashsale/internal/adapter/redisconn"
 	"github.com/flashsale/flashsale/internal/harness/localsvc"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 )
 
 // TestRealServices checks the Redis command counter and the PostgreSQL
@@ -95,17 +96,11 @@ func TestRealServices(t *testing.T) {
 		('00000000-0000-0000-0000-000000000011', 8, 1002, 20, 'PAID', 100, '` + at(1500*time.Millisecond) + `', now(), '` + at(4*time.Second) + `'),
 		('00000000-0000-0000-0000-000000000012', 8, 1002, 21, 'PENDING', 100, '` + at(3*time.Second) + `', now(), '` + at(3250*time.Millisecond) + `')`)
 	poll := startOrderPoller(ctx, pg.URL, 8, opens, 20*time.Millisecond)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	testenv.Eventually(t, "the poller to count the 2 rows", 30*time.Second, func() bool {
 		poll.mu.Lock()
-		seen := len(poll.series) > 0 && poll.series[len(poll.series)-1].rows == 2
-		poll.mu.Unlock()
-		if seen {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the poller never counted the 2 rows")
-		}
-	}
+		defer poll.mu.Unlock()
+		return len(poll.series) > 0 && poll.series[len(poll.series)-1].rows == 2
+	})
 	pr := poll.stop(2, opens.UnixMilli(), -1)
 	if pr.Error != "" || pr.InsertedError != "" || pr.Rows != 2 || pr.AllPersistedMs < 0 {
 		t.Errorf("persist report = %+v, want 2 rows seen", pr)

@@ -155,18 +155,12 @@ func TestCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if got, item, ok := c.ItemSale(sl.Items[0].ID); ok {
-			if got.ID != sl.ID || item.Quantity != 1 {
-				t.Fatalf("ItemSale = %+v %+v", got, item)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the cache did not pick the new sale up")
-		}
-		time.Sleep(10 * time.Millisecond)
+	testenv.Eventually(t, "the cache to pick the new sale up", 5*time.Second, func() bool {
+		_, _, ok := c.ItemSale(sl.Items[0].ID)
+		return ok
+	})
+	if got, item, _ := c.ItemSale(sl.Items[0].ID); got.ID != sl.ID || item.Quantity != 1 {
+		t.Fatalf("ItemSale = %+v %+v", got, item)
 	}
 	if len(c.Sales()) != 1 {
 		t.Fatalf("Sales() = %d, want 1", len(c.Sales()))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"runtime"
 	"slices"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/auth"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 )
 
 // expectClose reads until the server's error message and close.
@@ -112,14 +114,10 @@ func TestBadInput(t *testing.T) {
 		ok.untilState(StatePrequeue)
 	})
 	// Every goroutine of the rooms, servers and clients is gone.
-	deadline := time.Now().Add(15 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("goroutines: %d before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.EventuallyF(t, func() string {
+		buf := make([]byte, 1<<20)
+		return fmt.Sprintf("the goroutines to end: %d before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+	}, 15*time.Second, func() bool { return runtime.NumGoroutine() <= before })
 }
 
 func TestPerIPCap(t *testing.T) {

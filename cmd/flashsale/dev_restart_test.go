@@ -69,16 +69,6 @@ func call(t *testing.T, method, url, bearer string, hdr ...string) (int, map[str
 	return r.StatusCode, body
 }
 
-// until polls f every 50ms for up to d.
-func until(d time.Duration, f func() bool) bool {
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if f() {
-			return true
-		}
-	}
-	return false
-}
-
 // TestDevRestartKeepsAcknowledgedOrders: an order acknowledged by
 // `flashsale dev` (202) is still in its embedded broker after the process
 // is killed with -9 and started again, and the restarted writer stores it.
@@ -104,7 +94,7 @@ func TestDevRestartKeepsAcknowledgedOrders(t *testing.T) {
 	api := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	ready := func(p *devProc) {
 		t.Helper()
-		if !until(60*time.Second, func() bool {
+		if !testenv.Wait(60*time.Second, func() bool {
 			st, _ := call(t, "GET", fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]), "")
 			return st == 200
 		}) {
@@ -145,7 +135,7 @@ func TestDevRestartKeepsAcknowledgedOrders(t *testing.T) {
 		t.Fatalf("join: %d %v", st, body)
 	}
 	var admission string
-	if !until(20*time.Second, func() bool {
+	if !testenv.Wait(20*time.Second, func() bool {
 		_, body := call(t, "GET", queue, shopper)
 		admission, _ = body["admissionToken"].(string)
 		return admission != ""
@@ -181,7 +171,7 @@ func TestDevRestartKeepsAcknowledgedOrders(t *testing.T) {
 		}
 		fs.EachRecord(func(rec *kgo.Record) { found = found || strings.Contains(string(rec.Value), orderID) })
 	}
-	if !until(30*time.Second, func() bool {
+	if !testenv.Wait(30*time.Second, func() bool {
 		_, body := call(t, "GET", api+"/api/flash-sales/orders/"+orderID, shopper)
 		return body["payable"] == true
 	}) {

@@ -39,7 +39,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1])
 	dev := startDev(t, env, "--data-dir "+t.TempDir())
 	// Ready, and started: the banner comes once every role runs.
-	if !until(60*time.Second, func() bool {
+	if !testenv.Wait(60*time.Second, func() bool {
 		st, _ := call(t, "GET", readyz, "")
 		return st == 200 && strings.Contains(dev.log.String(), "flashsale dev is running")
 	}) {
@@ -48,7 +48,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	if err := dev.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if !until(10*time.Second, func() bool { st, _ := call(t, "GET", readyz, ""); return st == 503 }) {
+	if !testenv.Wait(10*time.Second, func() bool { st, _ := call(t, "GET", readyz, ""); return st == 503 }) {
 		t.Fatalf("/readyz did not turn 503 after SIGTERM:\n%s", dev.log)
 	}
 	select {
@@ -95,7 +95,7 @@ func TestDevBannerPrintsNoSecret(t *testing.T) {
 	api := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	dev := startDev(t, env, "--demo --data-dir "+t.TempDir())
 	link := regexp.MustCompile(`operator +\S+/operator#token=(\S+)`)
-	if !until(60*time.Second, func() bool { return strings.Contains(dev.log.String(), "Ctrl-C stops") }) {
+	if !testenv.Wait(60*time.Second, func() bool { return strings.Contains(dev.log.String(), "Ctrl-C stops") }) {
 		t.Fatalf("flashsale dev --demo not up within 60s:\n%s", dev.log)
 	}
 	out := dev.log.String()

@@ -206,7 +206,7 @@ func TestFleetRateLimitAcrossGatewayProcesses(t *testing.T) {
 		gws = append(gws, startGateway(t, bin, fmt.Sprintf("gw-%d", i), env))
 	}
 	for _, g := range gws {
-		if !until(90*time.Second, func() bool {
+		if !testenv.Wait(90*time.Second, func() bool {
 			st, _ := call(t, "GET", g.admin+"/readyz", "")
 			return st == 200
 		}) {
@@ -237,7 +237,7 @@ func TestFleetRateLimitAcrossGatewayProcesses(t *testing.T) {
 		t.Fatalf("PUT settings: %d, version %d", r.StatusCode, stored.Version)
 	}
 	for _, g := range gws {
-		if !until(30*time.Second, func() bool { return g.settingsVersion() == stored.Version }) {
+		if !testenv.Wait(30*time.Second, func() bool { return g.settingsVersion() == stored.Version }) {
 			t.Fatalf("%s does not enforce settings version %d", g.id, stored.Version)
 		}
 	}
@@ -269,7 +269,7 @@ func TestFleetRateLimitAcrossGatewayProcesses(t *testing.T) {
 	// The figures of any gateway are the fleet's: every 429 the client saw.
 	wantLimited := uint64(refused + stickyRefused)
 	var per map[string]uint64
-	if !until(30*time.Second, func() bool {
+	if !testenv.Wait(30*time.Second, func() bool {
 		var sum uint64
 		var ok bool
 		sum, per, ok = gws[1].perUserLimited(t, op)
@@ -288,7 +288,7 @@ func TestFleetRateLimitAcrossGatewayProcesses(t *testing.T) {
 	<-dead.done
 	killed := time.Now()
 	want := wantLimited - per[dead.id]
-	if !until(30*time.Second, func() bool {
+	if !testenv.Wait(30*time.Second, func() bool {
 		sum, p, ok := gws[0].perUserLimited(t, op)
 		_, still := p[dead.id]
 		return ok && !still && sum == want && len(p) == 2

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/internal/adapter/redisconn"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/internal/wiring/apptest"
 	"github.com/flashsale/flashsale/waitroom"
 )
@@ -53,19 +55,13 @@ func TestVerifyDrawURL(t *testing.T) {
 	}
 
 	// Every shopper polls until admitted: the room records each place.
-	deadline := time.Now().Add(30 * time.Second)
 	for u := int64(1); u <= pre; u++ {
-		for {
-			r := s.Do("GET", path+"/queue", s.Token(u, false), nil)
+		var r apptest.Resp
+		testenv.EventuallyF(t, func() string { return fmt.Sprintf("user %d to be admitted (last: %s)", u, r.Raw) }, 30*time.Second, func() bool {
+			r = s.Do("GET", path+"/queue", s.Token(u, false), nil)
 			s.Want(r, 200, "")
-			if r.Body["admissionToken"] != nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("user %d not admitted: %s", u, r.Raw)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return r.Body["admissionToken"] != nil
+		})
 	}
 	// The room's admitted places, checked against its records in Redis.
 	rdb, err := redisconn.Open(ctx, s.Config.Redis())

@@ -322,7 +322,7 @@ func (a *App) Ready(ctx context.Context) error {
 // clock, and keeps it measured. A first measurement that fails leaves
 // /readyz at 503 until one succeeds.
 func (a *App) startClock(ctx, runCtx context.Context) error {
-	a.clock = redisclock.New(redisclock.Config{Skew: a.cfg.ClockSkew, MaxOffset: a.cfg.ClockMaxOffset}, a.rdb, a.log)
+	a.clock = redisclock.New(redisclock.Config{Skew: a.cfg.ClockSkew, MaxOffset: a.cfg.ClockMaxOffset, Fleet: a.cfg.Clock}, a.rdb, a.log)
 	mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := a.clock.Measure(mctx); err != nil {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,8 +28,23 @@ func skewedGateways(t *testing.T, skewA, skewB time.Duration) (*stack, *stack) {
 	return a, b
 }
 
-// waitUntil blocks until the machine clock reaches at: this test is about
-// true instants, which no injected clock stands for.
+// jumpClock is a fleet clock a test injects (wiring.Config.Clock) and
+// moves forward: it runs with the machine clock and jumps by Advance, so
+// a sale's timeline moves without the test waiting for it.
+type jumpClock struct{ ahead atomic.Int64 }
+
+func (c *jumpClock) Now() time.Time { return time.Now().Add(time.Duration(c.ahead.Load())) }
+
+// AdvanceTo jumps the clock forward to at (never back).
+func (c *jumpClock) AdvanceTo(at time.Time) {
+	if d := at.Sub(c.Now()); d > 0 {
+		c.ahead.Add(int64(d))
+	}
+}
+
+// waitUntil blocks until the machine clock reaches at: for tests about
+// true instants, which no injected clock stands for (the fleet clock is
+// Redis TIME, or another process reads the time).
 func waitUntil(at time.Time) {
 	if d := time.Until(at); d > 0 {
 		<-time.After(d)

@@ -140,6 +140,11 @@ type Config struct {
 	// (redisclock.Config.Skew, FLASHSALE_CLOCK_SKEW, may be negative):
 	// drills and tests inject a wrong clock with it.
 	ClockSkew time.Duration
+	// Clock, when set, is the fleet clock in place of Redis TIME
+	// (redisclock.Config.Fleet): in-process tests move a sale's timeline
+	// with it instead of waiting. No setting reads it; nil, as in every
+	// deployed process, is Redis TIME.
+	Clock func() time.Time
 	// ClockMaxOffset is the offset to the fleet clock (Redis TIME) past
 	// which /readyz notes this process's clock (redisclock.Config.MaxOffset,
 	// FLASHSALE_CLOCK_MAX_OFFSET).

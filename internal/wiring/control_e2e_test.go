@@ -11,6 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/internal/wiring/apptest"
 )
 
@@ -137,12 +138,9 @@ func (s *stack) createSaleWith(rate int, quantities ...int) (int64, []int64) {
 func (s *stack) waitSale(saleID int64) {
 	s.T.Helper()
 	path := fmt.Sprintf("/api/flash-sales/sales/%d", saleID)
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if s.Do("GET", path, "", nil).Status == 200 {
-			return
-		}
-	}
-	s.T.Fatalf("sale %d not on this gateway within 10s", saleID)
+	testenv.Eventually(s.T, fmt.Sprintf("sale %d on this gateway", saleID), 10*time.Second, func() bool {
+		return s.Do("GET", path, "", nil).Status == 200
+	})
 }
 
 func (s *stack) control(saleID int64, action string, body any, hdr ...string) apptest.Resp {
@@ -180,31 +178,19 @@ func TestPauseResumeThroughHTTP(t *testing.T) {
 	if r.Body["state"] != "PAUSED" || r.Body["paused"] != true || r.Header.Get("ETag") != `"2"` {
 		t.Fatalf("pause answered %s (ETag %s)", r.Raw, r.Header.Get("ETag"))
 	}
-	if pub := b.Do("GET", fmt.Sprintf("/api/flash-sales/sales/%d", saleID), "", nil); pub.Body["state"] != "PAUSED" {
-		// The other gateway's cache follows the announcement.
-		deadline := time.Now().Add(2 * time.Second)
-		for pub.Body["state"] != "PAUSED" && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-			pub = b.Do("GET", fmt.Sprintf("/api/flash-sales/sales/%d", saleID), "", nil)
-		}
-		if pub.Body["state"] != "PAUSED" {
-			t.Fatalf("second gateway's sale data %s, want PAUSED within 2s", pub.Raw)
-		}
-	}
+	// The other gateway's cache follows the announcement.
+	var pub apptest.Resp
+	testenv.EventuallyF(t, func() string { return fmt.Sprintf("PAUSED in the second gateway's sale data (last %s)", pub.Raw) }, 2*time.Second, func() bool {
+		pub = b.Do("GET", fmt.Sprintf("/api/flash-sales/sales/%d", saleID), "", nil)
+		return pub.Body["state"] == "PAUSED"
+	})
 	waiting := joinWS(t, b, saleID, 101)
 	waiting.waitFor("PAUSED status", isState("PAUSED"))
 
 	// Refused on both gateways, before any reservation.
 	for _, g := range []*stack{a, b} {
-		deadline := time.Now().Add(2 * time.Second)
 		var p apptest.Resp
-		for {
-			p = g.purchase(100, items[0], held)
-			if p.Status == 409 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testenv.Wait(2*time.Second, func() bool { p = g.purchase(100, items[0], held); return p.Status == 409 })
 		g.Want(p, 409, "SALE_PAUSED")
 		if !strings.Contains(p.Body["message"].(string), "keep your place") {
 			t.Errorf("message %q", p.Body["message"])
@@ -240,15 +226,8 @@ func TestPauseResumeThroughHTTP(t *testing.T) {
 		t.Fatalf("resume answered %s", r.Raw)
 	}
 	waiting.waitFor("admission after the resume", isType("admitted"))
-	deadline := time.Now().Add(10 * time.Second)
 	var p apptest.Resp
-	for {
-		p = b.purchase(100, items[0], held)
-		if p.Status != 409 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Wait(10*time.Second, func() bool { p = b.purchase(100, items[0], held); return p.Status != 409 })
 	b.Want(p, 202, "")
 	acts := auditActions(t, a)
 	if acts["sale.pause"] != 1 || acts["sale.resume"] != 1 {
@@ -312,39 +291,24 @@ func TestAddStockToSoldOutSale(t *testing.T) {
 		t.Fatalf("quantity %v after adding 2, want 3", q)
 	}
 	// The flag clears; the held token buys.
-	deadline := time.Now().Add(10 * time.Second)
 	var p apptest.Resp
-	for {
-		p = s.purchase(101, item, t101)
-		if p.Status != 410 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Wait(10*time.Second, func() bool { p = s.purchase(101, item, t101); return p.Status != 410 })
 	s.Want(p, 202, "")
 	// The room admits the next shopper, who buys the last unit added.
 	s.Want(s.purchase(102, item, s.admit(102, saleID)), 202, "")
 	s.Want(s.Do("POST", path, s.Token(103, false), nil), 200, "")
 	var st apptest.Resp
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if st = s.Do("GET", path, s.Token(103, false), nil); st.Body["state"] == "SOLD_OUT" {
-			break
-		}
-	}
-	if st.Body["state"] != "SOLD_OUT" {
-		t.Fatalf("the fourth shopper sees %s, want SOLD_OUT", st.Raw)
-	}
+	testenv.EventuallyF(t, func() string { return fmt.Sprintf("the fourth shopper to see SOLD_OUT (last %s)", st.Raw) }, 10*time.Second, func() bool {
+		st = s.Do("GET", path, s.Token(103, false), nil)
+		return st.Body["state"] == "SOLD_OUT"
+	})
 	// Every order reaches the database: sold + remaining = quantity.
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	var sold, rem int64
+	testenv.EventuallyF(t, func() string { return fmt.Sprintf("sold 3, remaining 0 (quantity 3; now %d and %d)", sold, rem) }, 15*time.Second, func() bool {
 		fig := s.figures(saleID)
-		sold, rem := itemFigure(t, fig, item, "sold"), itemFigure(t, fig, item, "remaining")
-		if sold == 3 && rem == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sold %d, remaining %d; want 3 and 0 (quantity 3)", sold, rem)
-		}
-	}
+		sold, rem = itemFigure(t, fig, item, "sold"), itemFigure(t, fig, item, "remaining")
+		return sold == 3 && rem == 0
+	})
 	if acts := auditActions(t, s); acts["sale.stock"] != 1 {
 		t.Fatalf("audit %v, want one sale.stock", acts)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/flashsale/flashsale/defense"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/internal/wiring"
 	"github.com/flashsale/flashsale/internal/wiring/apptest"
 )
@@ -79,16 +80,13 @@ func TestBlocklistReachesBothGatewaysWithin2s(t *testing.T) {
 	applied := time.Now()
 	purchase := fmt.Sprintf("/api/flash-sales/items/%d/purchase", items[0])
 	for _, s := range []*stack{b, a} {
-		for {
-			r := s.Do("POST", purchase, s.Token(blocked, false), nil, "X-Admission-Token", "x")
-			if r.Status == 403 && r.Body["error"] == "BLOCKED" {
-				break
-			}
-			if time.Since(applied) > 2*time.Second {
-				t.Fatalf("gateway %s: user not blocked 2s after the change (last %d %s)", s.App.PublicURL, r.Status, r.Raw)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		var r apptest.Resp
+		testenv.EventuallyF(t, func() string {
+			return fmt.Sprintf("gateway %s to block the user within 2s of the change (last %d %s)", s.App.PublicURL, r.Status, r.Raw)
+		}, time.Until(applied.Add(2*time.Second)), func() bool {
+			r = s.Do("POST", purchase, s.Token(blocked, false), nil, "X-Admission-Token", "x")
+			return r.Status == 403 && r.Body["error"] == "BLOCKED"
+		})
 		if typ, code := wsJoin(t, s, saleID, s.Token(blocked, false)); code != "BLOCKED" {
 			t.Fatalf("gateway %s: WebSocket join answered %s/%s, want BLOCKED", s.App.PublicURL, typ, code)
 		}
@@ -106,16 +104,13 @@ func TestBlocklistReachesBothGatewaysWithin2s(t *testing.T) {
 		"pow": {"difficulty": 0}, "blocklist": {"cidrs": ["127.0.0.0/8"], "users": []}}`)
 	applied = time.Now()
 	for _, s := range []*stack{a, b} {
-		for {
-			r := s.Do("POST", purchase, "", nil)
-			if r.Status == 403 && r.Body["error"] == "BLOCKED" {
-				break
-			}
-			if time.Since(applied) > 2*time.Second {
-				t.Fatalf("gateway %s: CIDR not blocked 2s after the change (last %d %s)", s.App.PublicURL, r.Status, r.Raw)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		var r apptest.Resp
+		testenv.EventuallyF(t, func() string {
+			return fmt.Sprintf("gateway %s to block the CIDR within 2s of the change (last %d %s)", s.App.PublicURL, r.Status, r.Raw)
+		}, time.Until(applied.Add(2*time.Second)), func() bool {
+			r = s.Do("POST", purchase, "", nil)
+			return r.Status == 403 && r.Body["error"] == "BLOCKED"
+		})
 		if _, code := wsJoin(t, s, saleID, s.Token(77, false)); code != "BLOCKED" {
 			t.Fatalf("gateway %s: WebSocket join from a blocked CIDR: %s, want BLOCKED", s.App.PublicURL, code)
 		}
@@ -125,17 +120,11 @@ func TestBlocklistReachesBothGatewaysWithin2s(t *testing.T) {
 	if err := b.App.SetDefense(context.Background(), "test", []byte(apptest.Permissive)); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		r := a.Do("GET", fmt.Sprintf("/api/flash-sales/sales/%d", saleID), "", nil)
-		if r.Status == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not unblocked within 2s: %d %s", r.Status, r.Raw)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var r apptest.Resp
+	testenv.EventuallyF(t, func() string { return fmt.Sprintf("the unblock within 2s (last %d %s)", r.Status, r.Raw) }, 2*time.Second, func() bool {
+		r = a.Do("GET", fmt.Sprintf("/api/flash-sales/sales/%d", saleID), "", nil)
+		return r.Status == 200
+	})
 }
 
 func TestShadowModeChangesNoResponseButCounts(t *testing.T) {

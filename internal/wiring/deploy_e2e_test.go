@@ -2,6 +2,7 @@ package wiring_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/internal/wiring"
 )
 
@@ -70,31 +72,26 @@ func TestDeployMetricsExist(t *testing.T) {
 	s.Want(s.Do("GET", "/nope", "", nil), 404, "NOT_FOUND")
 
 	var names map[string]bool
+	var missing []string
 	want := deployMetrics(t)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		names = scrapeNames(t, s)
-		var missing []string
+	testenv.EventuallyF(t, func() string {
+		var have []string
+		for n := range names {
+			if strings.HasPrefix(n, "flashsale_") {
+				have = append(have, n)
+			}
+		}
+		slices.Sort(have)
+		return fmt.Sprintf("the app to serve the metrics deploy/ queries; missing: %v\nserved: %v", missing, have)
+	}, 30*time.Second, func() bool {
+		names, missing = scrapeNames(t, s), nil
 		for _, m := range want {
 			if !names[m] {
 				missing = append(missing, m)
 			}
 		}
-		if len(missing) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			var have []string
-			for n := range names {
-				if strings.HasPrefix(n, "flashsale_") {
-					have = append(have, n)
-				}
-			}
-			slices.Sort(have)
-			t.Fatalf("deploy/ queries metrics the app does not serve: %v\nserved: %v", missing, have)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return len(missing) == 0
+	})
 }
 
 // deployMetrics lists the flashsale_* names used in deploy/: anywhere in

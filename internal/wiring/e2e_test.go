@@ -52,17 +52,12 @@ func (s *stack) admit(user int64, saleID int64) string {
 	tok := s.Token(user, false)
 	path := fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID)
 	s.Want(s.Do("POST", path, tok, nil), 200, "")
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	return testenv.EventuallyValue(s.T, fmt.Sprintf("user %d to be admitted to sale %d", user, saleID), 15*time.Second, func() (string, bool) {
 		r := s.Do("GET", path, tok, nil)
 		s.Want(r, 200, "")
-		if at, ok := r.Body["admissionToken"].(string); ok && at != "" {
-			return at
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	s.T.Fatalf("user %d not admitted to sale %d within 15s", user, saleID)
-	return ""
+		at, _ := r.Body["admissionToken"].(string)
+		return at, at != ""
+	})
 }
 
 func (s *stack) purchase(user, itemID int64, admissionToken string) apptest.Resp {
@@ -72,17 +67,13 @@ func (s *stack) purchase(user, itemID int64, admissionToken string) apptest.Resp
 
 func (s *stack) waitPayable(user int64, orderID string) apptest.Resp {
 	s.T.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		r := s.Do("GET", "/api/flash-sales/orders/"+orderID, s.Token(user, false), nil)
+	var r apptest.Resp
+	testenv.EventuallyF(s.T, func() string { return fmt.Sprintf("order %s to be payable (last %s)", orderID, r.Raw) }, 15*time.Second, func() bool {
+		r = s.Do("GET", "/api/flash-sales/orders/"+orderID, s.Token(user, false), nil)
 		s.Want(r, 200, "")
-		if r.Body["payable"] == true {
-			return r
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	s.T.Fatalf("order %s not payable within 15s", orderID)
-	return apptest.Resp{}
+		return r.Body["payable"] == true
+	})
+	return r
 }
 
 func (s *stack) figures(saleID int64) map[string]any {

@@ -3,6 +3,7 @@ package wiring_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/events"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/internal/wiring"
 )
 
@@ -129,21 +131,15 @@ func TestOrderEventsEndToEnd(t *testing.T) {
 		}
 	}
 
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	var n int
+	var got map[string][]string
+	testenv.EventuallyF(t, func() string { return fmt.Sprintf("6 webhook events %v (got %v)", want, got) }, 60*time.Second, func() bool {
 		hook.mu.Lock()
-		n := len(hook.events)
-		got := typesByOrder(hook.events)
-		hook.mu.Unlock()
-		if n >= 6 {
-			if n != 6 || !slices.Equal(got[paid], want[paid]) || !slices.Equal(got[cancelled], want[cancelled]) || !slices.Equal(got[expired], want[expired]) {
-				t.Errorf("webhook got %d events: %v, want %v", n, got, want)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("webhook got %v within 60s, want %v", got, want)
-		}
-		time.Sleep(50 * time.Millisecond)
+		defer hook.mu.Unlock()
+		n, got = len(hook.events), typesByOrder(hook.events)
+		return n >= 6
+	})
+	if n != 6 || !slices.Equal(got[paid], want[paid]) || !slices.Equal(got[cancelled], want[cancelled]) || !slices.Equal(got[expired], want[expired]) {
+		t.Errorf("webhook got %d events: %v, want %v", n, got, want)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -295,11 +296,9 @@ func TestKafkaRefusedReady(t *testing.T) {
 // against a hang.
 func waitReady(t *testing.T, s *stack, want int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for got := readyz(t, s); got != want; got = readyz(t, s) {
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz = %d, want %d", got, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var got int
+	testenv.EventuallyF(t, func() string { return fmt.Sprintf("/readyz %d (got %d)", want, got) }, 30*time.Second, func() bool {
+		got = readyz(t, s)
+		return got == want
+	})
 }

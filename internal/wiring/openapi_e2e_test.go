@@ -22,6 +22,7 @@ import (
 	"github.com/pb33f/libopenapi/datamodel/high/base"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/internal/wiring/apptest"
 )
 
@@ -240,17 +241,12 @@ func (c *specCheck) admitted(user, saleID int64) string {
 	tok := c.s.Token(user, false)
 	path := fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID)
 	c.s.Want(c.call(false, "POST", path, tok, nil), 200, "")
-	deadline := time.Now().Add(15 * time.Second) // guards against a hang only
-	for time.Now().Before(deadline) {
+	return testenv.EventuallyValue(c.t, fmt.Sprintf("user %d to be admitted to sale %d", user, saleID), 15*time.Second, func() (string, bool) {
 		a := c.call(false, "GET", path, tok, nil)
 		c.s.Want(a, 200, "")
-		if at, _ := a.Body["admissionToken"].(string); at != "" {
-			return at
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	c.t.Fatalf("user %d not admitted to sale %d", user, saleID)
-	return ""
+		at, _ := a.Body["admissionToken"].(string)
+		return at, at != ""
+	})
 }
 
 // untilRecorded repeats an order request until the order is in
@@ -258,20 +254,14 @@ func (c *specCheck) admitted(user, saleID int64) string {
 // rather than 409 NOT_PAYABLE_YET ("retry shortly").
 func (c *specCheck) untilRecorded(do func() apptest.Resp) apptest.Resp {
 	c.t.Helper()
-	deadline := time.Now().Add(15 * time.Second) // guards against a hang only
-	for {
-		a := do()
-		notYet := a.Status == 409 && a.Body["error"] == "NOT_PAYABLE_YET" ||
-			a.Status == 200 && a.Body["status"] == "PENDING" && a.Body["payable"] == false
-		if !notYet {
-			c.s.Want(a, 200, "")
-			return a
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("order not recorded: %s", a.Raw)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var a apptest.Resp
+	testenv.EventuallyF(c.t, func() string { return fmt.Sprintf("the order to be recorded (last %s)", a.Raw) }, 15*time.Second, func() bool {
+		a = do()
+		return !(a.Status == 409 && a.Body["error"] == "NOT_PAYABLE_YET" ||
+			a.Status == 200 && a.Body["status"] == "PENDING" && a.Body["payable"] == false)
+	})
+	c.s.Want(a, 200, "")
+	return a
 }
 
 // TestOpenAPIEndToEnd runs a drop through a whole stack and checks every

@@ -83,13 +83,7 @@ func (s *payStack) bought(user, saleID, itemID int64) string {
 	r := s.purchase(user, itemID, s.admit(user, saleID))
 	s.Want(r, 202, "")
 	id := r.Body["orderId"].(string)
-	deadline := time.Now().Add(15 * time.Second) // guards against a hang only
-	for s.dbStatus(id) == "" {
-		if time.Now().After(deadline) {
-			s.T.Fatalf("order %s not stored", id)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(s.T, "order "+id+" stored", 15*time.Second, func() bool { return s.dbStatus(id) != "" })
 	return id
 }
 
@@ -283,26 +277,22 @@ func TestShopPaymentCallback(t *testing.T) {
 // TestShopPaymentAfterExpiry: a payment after the window, whether the
 // expiry worker has reached the order (EXPIRED) or not yet (PENDING past
 // expires_at), is refused ORDER_EXPIRED with a payment.refused event;
-// nothing is paid and the unit is not taken back from the stock.
+// nothing is paid and the unit is not taken back from the stock. The
+// stack's fleet clock is the test's, which jumps past the window.
 func TestShopPaymentAfterExpiry(t *testing.T) {
 	const window = 2 * time.Second
+	var clock jumpClock
 	// The expiry worker runs at start and then not within the test.
-	s := startPayStack(t, func(c *wiring.Config) { c.PaymentWindow, c.ExpiryInterval = window, time.Hour })
+	s := startPayStack(t, func(c *wiring.Config) { c.PaymentWindow, c.ExpiryInterval, c.Clock = window, time.Hour, clock.Now })
 	saleID, items := s.createSale(3)
 	item := items[0]
 	late := s.bought(100, saleID, item)
-	deadline := time.Now().Add(15 * time.Second) // guards against a hang only
-	for {
-		o := s.Do("GET", "/api/flash-sales/orders/"+late, s.Token(100, false), nil)
-		exp, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(o.Body["expiresAt"]))
-		if time.Now().After(exp.Add(100 * time.Millisecond)) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("order never past its window: %s", o.Raw)
-		}
-		time.Sleep(50 * time.Millisecond)
+	o := s.Do("GET", "/api/flash-sales/orders/"+late, s.Token(100, false), nil)
+	exp, err := time.Parse(time.RFC3339Nano, fmt.Sprint(o.Body["expiresAt"]))
+	if err != nil {
+		t.Fatalf("order %s: expiresAt: %v", o.Raw, err)
 	}
+	clock.AdvanceTo(exp.Add(100 * time.Millisecond))
 	before := s.figures(saleID)
 	// The retry, signed a second earlier than the first (a signature has
 	// a whole-second time: both taken from one clock reading, so they
@@ -432,14 +422,10 @@ func TestShopPaymentRacesExpiry(t *testing.T) {
 	}
 	wg.Wait()
 	var paid int64
-	deadline := time.Now().Add(15 * time.Second) // guards against a hang only
 	for i, o := range orders {
 		a := answers[i]
-		st := s.dbStatus(o.id)
-		for st == "PENDING" && time.Now().Before(deadline) { // the worker has yet to expire it
-			time.Sleep(20 * time.Millisecond)
-			st = s.dbStatus(o.id)
-		}
+		var st string
+		testenv.Wait(15*time.Second, func() bool { st = s.dbStatus(o.id); return st != "PENDING" }) // the worker has yet to expire it
 		evs := s.events(o.id, "order.paid", "order.expired", "payment.refused")
 		switch {
 		case a.Status == 200:

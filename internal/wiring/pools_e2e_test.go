@@ -2,6 +2,7 @@ package wiring_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -33,8 +34,9 @@ func TestPoolsWarmAtStart(t *testing.T) {
 	// One process runs every role: the gateway/expiry pool keeps 8 of
 	// PostgreSQL, the writer's pool all 4, and the Redis client 64.
 	var redisConns, pgConns int
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	testenv.EventuallyF(t, func() string {
+		return fmt.Sprintf("≥ 64 Redis connections of the stack + this test's and ≥ 12 PostgreSQL after start (%d and %d)", redisConns, pgConns)
+	}, 10*time.Second, func() bool {
 		list, err := rdb.ClientList(ctx).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -43,10 +45,6 @@ func TestPoolsWarmAtStart(t *testing.T) {
 		if err := pg.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&pgConns); err != nil {
 			t.Fatal(err)
 		}
-		if redisConns >= 64+1 && pgConns >= 8+4 {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("after start: %d Redis connections (want ≥ 64 of the stack + this test's), %d PostgreSQL (want ≥ 12)", redisConns, pgConns)
+		return redisConns >= 64+1 && pgConns >= 8+4
+	})
 }

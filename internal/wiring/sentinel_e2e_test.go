@@ -15,6 +15,7 @@ import (
 	"github.com/flashsale/flashsale/internal/harness/localsvc"
 	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/internal/wiring"
+	"github.com/flashsale/flashsale/internal/wiring/apptest"
 )
 
 // TestSentinelFailoverMidSale: a stack on Redis through Sentinel (a master,
@@ -76,30 +77,27 @@ func TestSentinelFailoverMidSale(t *testing.T) {
 	soldOut := 0
 	buy := func(u int64) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			r := s.purchase(u, item, tokens[u])
+		var r apptest.Resp
+		testenv.EventuallyF(t, func() string {
+			return fmt.Sprintf("user %d's purchase to be answered other than 503 (last %s)", u, r.Raw)
+		}, 60*time.Second, func() bool {
+			r = s.purchase(u, item, tokens[u])
 			switch {
 			case r.Status == 202:
 				accepted[r.Body["orderId"].(string)] = u
-				return
 			case r.Status == 410 && r.Body["error"] == "SOLD_OUT":
 				soldOut++
-				return
 			case r.Status == 409 && r.Body["error"] == "ALREADY_PURCHASED":
 				// An earlier 503 that carried an order id: it was kept.
 				accepted[r.Body["orderId"].(string)] = u
-				return
 			case r.Status == 503:
 				// Redis switching masters, or the stock being rebuilt.
+				return false
 			default:
 				t.Fatalf("user %d: purchase = %d %s", u, r.Status, r.Raw)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("user %d: still 503 after 60s: %s", u, r.Raw)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return true
+		})
 	}
 	for u := int64(1000); u < 1000+quantity/2; u++ {
 		buy(u)
@@ -133,21 +131,16 @@ func TestSentinelFailoverMidSale(t *testing.T) {
 	// the reconciler, seeing the new replication ID, rebuilds the stock,
 	// and Redis agrees with the database again.
 	var sold, rem int64
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testenv.EventuallyF(t, func() string {
+		return fmt.Sprintf("sold=%d remaining=0 after the sale (now %d and %d)", quantity, sold, rem)
+	}, 60*time.Second, func() bool {
 		fig := s.figures(saleID)
 		sold, rem = itemFigure(t, fig, item, "sold"), itemFigure(t, fig, item, "remaining")
 		if sold > quantity {
 			t.Fatalf("sold %d of %d: oversold", sold, quantity)
 		}
-		if sold == quantity && rem == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the sale sold=%d remaining=%d, want %d and 0", sold, rem, quantity)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return sold == quantity && rem == 0
+	})
 	// Nothing more is sold once the stock is rebuilt.
 	last := int64(1000 + shoppers - 1) // a shopper who found it sold out
 	if r := s.purchase(last, item, tokens[last]); r.Status != 410 {

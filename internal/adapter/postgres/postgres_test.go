@@ -20,10 +20,7 @@ func TestOpenMinConns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for pool.Stat().TotalConns() < tc.want && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
+		testenv.Wait(10*time.Second, func() bool { return pool.Stat().TotalConns() >= tc.want })
 		// Give an over-eager pool a moment to open more than it may (Open's
 		// own check may add one while MinConns are still opening).
 		time.Sleep(200 * time.Millisecond)

@@ -3,6 +3,7 @@ package redisclock_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,5 +77,28 @@ func TestFailedMeasurementKeepsTheOffset(t *testing.T) {
 	}
 	if c.Offset() != off {
 		t.Errorf("offset %s after a failed measurement, want the last one, %s", c.Offset(), off)
+	}
+}
+
+// TestInjectedFleetClock: a clock given a fleet clock reads it (a jump
+// of it at once, no measurement between), the gateway's correction of a
+// request's arrival time follows it, and a measurement needs no Redis
+// and still reports a skewed process clock.
+func TestInjectedFleetClock(t *testing.T) {
+	var ahead atomic.Int64
+	fleet := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	c := redisclock.New(redisclock.Config{Fleet: fleet, Skew: time.Second}, nil, nil)
+	if err := c.Measure(context.Background()); err != nil {
+		t.Fatalf("Measure with an injected clock: %v", err)
+	}
+	if err := c.Check(); err == nil || !strings.Contains(err.Error(), "1s ahead of") {
+		t.Errorf("Check: %v, want the process's clock 1s ahead of the injected one", err)
+	}
+	ahead.Store(int64(time.Hour))
+	if d := time.Until(c.Now()) - time.Hour; d.Abs() > 50*time.Millisecond {
+		t.Errorf("Now is %s off the injected clock after it jumped an hour", d)
+	}
+	if d := time.Now().Add(c.Correction()).Sub(fleet()); d.Abs() > 50*time.Millisecond {
+		t.Errorf("time.Now plus Correction is %s off the injected clock", d)
 	}
 }

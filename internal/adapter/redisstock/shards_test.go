@@ -141,13 +141,9 @@ func clusterNode(t *testing.T) redis.UniversalClient {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(p)})
 	t.Cleanup(func() { _ = rdb.Close() })
-	deadline := time.Now().Add(30 * time.Second) // guards against a hang only
-	for rdb.Ping(context.Background()).Err() != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("cluster-mode redis-server did not answer")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, "the cluster-mode redis-server to answer", 30*time.Second, func() bool {
+		return rdb.Ping(context.Background()).Err() == nil
+	})
 	return rdb
 }
 

@@ -80,6 +80,12 @@ func TestReserveContention(t *testing.T) {
 	})
 }
 
+// pipelineRunning reports whether the pipeline's senders take calls.
+func (st *Store) pipelineRunning() bool {
+	p := st.pipe.Load()
+	return p != nil && p.running.Load()
+}
+
 // runPipeline runs st.RunPipeline until the returned stop is called (or
 // the test ends); stop waits for it to return.
 func runPipeline(t *testing.T, st *Store) (stop func()) {
@@ -98,9 +104,7 @@ func runPipeline(t *testing.T, st *Store) (stop func()) {
 	}
 	t.Cleanup(stop)
 	// wait until the senders take calls
-	for p := st.pipe.Load(); p == nil || !p.running.Load(); p = st.pipe.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, "the pipeline's senders to run", 10*time.Second, st.pipelineRunning)
 	return stop
 }
 
@@ -461,9 +465,7 @@ func benchReserve(b *testing.B, pipelined bool) {
 				b.Error(err)
 			}
 		}()
-		for p := st.pipe.Load(); p == nil || !p.running.Load(); p = st.pipe.Load() {
-			time.Sleep(time.Millisecond)
-		}
+		testenv.Eventually(b, "the pipeline's senders to run", 10*time.Second, st.pipelineRunning)
 	}
 	var user atomic.Int64
 	b.SetParallelism(32) // 64 goroutines on 2 cores

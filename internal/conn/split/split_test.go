@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 )
 
 // start runs a splitter of a new local listener until cleanup and
@@ -225,11 +228,8 @@ func routing(sp *Splitter) int {
 // for their first request head.
 func waitRouting(t *testing.T, sp *Splitter, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); routing(sp) < n; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections routing, want %d", routing(sp), n)
-		}
-	}
+	testenv.EventuallyF(t, func() string { return fmt.Sprintf("%d connections routing, want %d", routing(sp), n) },
+		30*time.Second, func() bool { return routing(sp) >= n })
 }
 
 // counted reads the counter name from reg.

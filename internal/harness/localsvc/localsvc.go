@@ -172,8 +172,15 @@ type Postgres struct {
 type PostgresOptions struct {
 	Dir  string // cluster directory; initialised when empty
 	Port int    // 0: a free port
-	// Fast turns fsync off (tests only).
+	// Fast turns fsync off (tests only), and synchronous_commit with it
+	// unless SyncCommit is set.
 	Fast bool
+	// SyncCommit keeps synchronous_commit on under Fast: a commit returns
+	// only once its WAL record is written out, so a server killed at any
+	// moment comes back with every commit it acknowledged (fsync stays
+	// off: that guards against the machine's crash, not the process's).
+	// Crash tests run on such a server.
+	SyncCommit bool
 }
 
 func findPostgresBin() (string, error) {
@@ -236,7 +243,10 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 		p.Port = o.Port
 		opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=300", o.Port, o.Dir)
 		if o.Fast {
-			opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+			opts += " -c fsync=off -c full_page_writes=off"
+			if !o.SyncCommit {
+				opts += " -c synchronous_commit=off"
+			}
 		}
 		out, err := p.run(ctx, "pg_ctl", "-D", o.Dir, "-o", opts, "-l", logFile, "-w", "-t", "60", "start")
 		if err == nil {

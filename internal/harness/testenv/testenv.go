@@ -55,6 +55,14 @@ var (
 	nextPGDB    atomic.Int64
 	pgCreateMu  sync.Mutex // CREATE DATABASE ... TEMPLATE takes the template exclusively
 
+	// durable is the second PostgreSQL cluster, started on the first
+	// DurableDatabaseURL: synchronous_commit on, for crash tests.
+	durable struct {
+		once sync.Once
+		pg   *localsvc.Postgres
+		err  error
+	}
+
 	// clusterMu guards clusterOwner, the test the cluster was last flushed
 	// for: its later calls share the cluster rather than flush it again.
 	clusterMu    sync.Mutex
@@ -85,6 +93,11 @@ func run(m *testing.M) (int, error) {
 	}
 	env.dir = dir
 	defer os.RemoveAll(dir)
+	defer func() {
+		if durable.pg != nil {
+			_ = durable.pg.Stop()
+		}
+	}()
 	switch mode := os.Getenv(ClusterModeEnv); mode {
 	case "":
 		r, err := localsvc.StartRedis(ctx, localsvc.RedisOptions{Dir: filepath.Join(dir, "redis"), Databases: redisDatabases})
@@ -117,15 +130,15 @@ func run(m *testing.M) (int, error) {
 	}
 	env.pg = pg
 	defer pg.Stop()
-	if err := makeTemplate(ctx); err != nil {
+	if err := makeTemplate(ctx, pg); err != nil {
 		return 1, err
 	}
 	env.started = true
 	return m.Run(), nil
 }
 
-func makeTemplate(ctx context.Context) error {
-	admin, err := pgxpool.New(ctx, env.pg.URL)
+func makeTemplate(ctx context.Context, pg *localsvc.Postgres) error {
+	admin, err := pgxpool.New(ctx, pg.URL)
 	if err != nil {
 		return err
 	}
@@ -133,7 +146,7 @@ func makeTemplate(ctx context.Context) error {
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+templateDB); err != nil {
 		return fmt.Errorf("create template: %w", err)
 	}
-	pool, err := pgxpool.New(ctx, env.pg.DatabaseURL(templateDB))
+	pool, err := pgxpool.New(ctx, pg.DatabaseURL(templateDB))
 	if err != nil {
 		return err
 	}
@@ -251,13 +264,52 @@ func RedisAddr() string {
 }
 
 // DatabaseURL creates a fresh database with the current schema for this test
-// and returns its URL; it is dropped when the test ends.
+// and returns its URL; it is dropped when the test ends. Its server does
+// not wait for the WAL at a commit (synchronous_commit=off): a test that
+// kills PostgreSQL or a writer and checks what was kept takes
+// DurableDatabaseURL.
 func DatabaseURL(t testing.TB) string {
 	t.Helper()
 	mustStarted(t)
+	return newDatabase(t, env.pg)
+}
+
+// DurableDatabaseURL is DatabaseURL on a second PostgreSQL server, started
+// at the first call, whose commits return only once their WAL record is
+// written (localsvc.PostgresOptions.SyncCommit): a crash test's database,
+// where every acknowledged commit survives a kill of the server or of
+// any client.
+func DurableDatabaseURL(t testing.TB) string {
+	t.Helper()
+	mustStarted(t)
+	durable.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		pg, err := localsvc.StartPostgres(ctx, localsvc.PostgresOptions{Dir: filepath.Join(env.dir, "pg-durable"), Fast: true, SyncCommit: true})
+		if err == nil {
+			if err = makeTemplate(ctx, pg); err != nil {
+				_ = pg.Stop()
+			}
+		}
+		if err != nil {
+			durable.err = err
+			return
+		}
+		durable.pg = pg
+	})
+	if durable.err != nil {
+		t.Fatalf("testenv: the durable PostgreSQL: %v", durable.err)
+	}
+	return newDatabase(t, durable.pg)
+}
+
+// newDatabase creates a database from pg's template for this test and
+// returns its URL; it is dropped when the test ends.
+func newDatabase(t testing.TB, pg *localsvc.Postgres) string {
+	t.Helper()
 	name := fmt.Sprintf("t_%d_%d", os.Getpid(), nextPGDB.Add(1))
 	ctx := context.Background()
-	admin, err := pgxpool.New(ctx, env.pg.URL)
+	admin, err := pgxpool.New(ctx, pg.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,14 +321,14 @@ func DatabaseURL(t testing.TB) string {
 		t.Fatalf("testenv: create database: %v", err)
 	}
 	t.Cleanup(func() {
-		a, err := pgxpool.New(context.Background(), env.pg.URL)
+		a, err := pgxpool.New(context.Background(), pg.URL)
 		if err != nil {
 			return
 		}
 		defer a.Close()
 		_, _ = a.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 	})
-	return env.pg.DatabaseURL(name)
+	return pg.DatabaseURL(name)
 }
 
 // Postgres returns a pool on a fresh database with the current schema,

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -78,4 +79,27 @@ func keyCount(t *testing.T, rdb redis.UniversalClient) int64 {
 		t.Fatal(err)
 	}
 	return n.Load()
+}
+
+// TestDurableDatabase: the crash tests' server waits for the WAL at a
+// commit; the shared one does not.
+func TestDurableDatabase(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, url, want string
+	}{
+		{"DatabaseURL", DatabaseURL(t), "off"},
+		{"DurableDatabaseURL", DurableDatabaseURL(t), "on"},
+	} {
+		pool, err := pgxpool.New(ctx, tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		err = pool.QueryRow(ctx, "SHOW synchronous_commit").Scan(&got)
+		pool.Close()
+		if err != nil || got != tc.want {
+			t.Errorf("%s: synchronous_commit = %q (%v), want %q", tc.name, got, err, tc.want)
+		}
+	}
 }
