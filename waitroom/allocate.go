@@ -314,6 +314,11 @@ func (r *Room) serveNew(ctx context.Context, sr *saleRoom, sale *flashsale.Sale,
 				return pos, err
 			} else if ok {
 				at, item, res = a, it, holdDone
+			} else if pos < p.holdingTo && freeUnits(p.left) == 0 {
+				// Below the mark but holding nothing, with no unit free:
+				// the place waits, as it would with no mark (it is not
+				// passed over while every unit is held).
+				return pos, nil
 			} else {
 				at, item, res = r.holdFor(ctx, sale, u, choice, p)
 			}
@@ -513,6 +518,9 @@ type heldAdmit struct {
 }
 
 // admitHeldScript ends an allocation pass: it moves the cursor from..to,
+// sets the holding mark (fieldHolding) to the larger of to and the mark
+// the pass began with (every hold of the pass is of a place before to and
+// admitted here; a mark an earlier leader left past to still stands),
 // writes the admission records (and held items) of the places that hold a
 // unit, takes the passed places it admits off the passed lists, lists the
 // new places passed over under their chosen item, and lifts the fix of
@@ -523,7 +531,7 @@ type heldAdmit struct {
 //	KEYS: state, lease, admitted, helditem, choice, fixed, passed, wants
 //	ARGV: me, from, to, A, P, F, then A × (userId, "place|atMs" or ""
 //	      for a passed place with nothing to give, itemId, passed 0/1),
-//	      P × (userId, place), F × userId (fixed)
+//	      P × (userId, place), F × userId (fixed), then the holding mark
 //	returns 1 moved, 0 not (lease or cursor changed)
 var admitHeldScript = redis.NewScript(wantsMemberLua + `
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
@@ -558,13 +566,14 @@ for _ = 1, nf do
   i = i + 1
 end
 redis.call('HSET', KEYS[1], 'serving', ARGV[3])
+redis.call('HSET', KEYS[1], 'holding', ARGV[i])
 return 1
 `)
 
 // admitHeld runs admitHeldScript for pass p; moved reports whether the
 // pass's changes were made.
 func admitHeld(ctx context.Context, rdb redis.UniversalClient, saleID int64, me string, from, to int64, p *pass) (moved bool, err error) {
-	args := make([]any, 0, 6+4*len(p.admits)+2*len(p.passes)+len(p.fixed))
+	args := make([]any, 0, 7+4*len(p.admits)+2*len(p.passes)+len(p.fixed))
 	args = append(args, me, from, to, len(p.admits), len(p.passes), len(p.fixed))
 	for _, a := range p.admits {
 		rec := ""
@@ -579,6 +588,7 @@ func admitHeld(ctx context.Context, rdb redis.UniversalClient, saleID int64, me 
 	for _, u := range p.fixed {
 		args = append(args, u)
 	}
+	args = append(args, max(to, p.holdingTo))
 	keys := saleKeys(saleID, keyState, keyLease, keyAdmitted, keyHeldItem, keyChoice, keyFixed, keyPassed, keyWants)
 	n, err := admitHeldScript.Run(ctx, rdb, keys, args...).Int()
 	if err != nil {

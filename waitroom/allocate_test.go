@@ -149,3 +149,72 @@ func TestNewLeaderServesHoldsOfACutShortPass(t *testing.T) {
 		t.Fatalf("holds after b's pass = %d, want the same 2", n)
 	}
 }
+
+// TestStaleHoldingMarkPassesNobodyOver: a holding mark past the cursor
+// whose places hold nothing (a pass that marked them and then found no
+// unit) changes nothing while every unit is held: the next place, whose
+// chosen item has no unit free, waits in line as it would with no mark;
+// it is not passed over. And once a pass admits past the mark, the mark
+// follows the cursor.
+func TestStaleHoldingMarkPassesNobodyOver(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	st := redisstock.New(e.rdb)
+	if err := st.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	opens := e.clock.Now().Add(time.Second)
+	sale := newSale(t, 72, opens, 10, 1)
+	sale.Allocation, sale.ClaimWindow = flashsale.AllocationQueue, time.Minute
+	e.sales.put(sale)
+	item := sale.Items[0].ID
+	if err := st.Load(ctx, sale.ID, map[int64]int64{item: 1}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Holds: stockHolds{st: st}}
+	e.testDefaults(&cfg)
+	j := New(cfg, e.rdb, e.sales, st, e.access, e.signer, nil, nil, nil)
+	jctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = j.Run(jctx) }()
+	for u := int64(1); u <= 2; u++ {
+		if _, err := j.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop()
+	<-done
+	e.rdb.Del(ctx, lua.QueueKey(sale.ID, keyLease))
+	a := New(cfg, e.rdb, e.sales, st, e.access, e.signer, nil, nil, nil)
+	e.clock.Advance(2 * time.Second)
+	if _, err := a.refresh(ctx, sale.ID, e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	state := lua.QueueKey(sale.ID, keyState)
+	serving, err := e.rdb.HGet(ctx, state, fieldServing).Int64()
+	if err != nil || serving != 1 {
+		t.Fatalf("cursor after the first wave = %d, %v; want 1 (the one unit held)", serving, err)
+	}
+	if h, err := e.rdb.HGet(ctx, state, fieldHolding).Int64(); err != nil || h != 1 {
+		t.Fatalf("holding mark after the pass = %d, %v; want the cursor, 1", h, err)
+	}
+	// The second place chooses the (held) item, and a stale mark covers it.
+	second := int64(2) // the drawn order decides which user holds
+	if _, _, held, err := st.Held(ctx, sale.ID, 2); err != nil {
+		t.Fatal(err)
+	} else if held {
+		second = 1
+	}
+	e.rdb.HSet(ctx, lua.QueueKey(sale.ID, keyChoice), second, item)
+	e.rdb.HSet(ctx, state, fieldHolding, 5)
+	e.clock.Advance(100 * time.Millisecond)
+	if _, err := a.refresh(ctx, sale.ID, e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := e.rdb.HLen(ctx, lua.QueueKey(sale.ID, keyPassed)).Result(); n != 0 {
+		t.Fatalf("%d places passed over while every unit was held, under a stale mark", n)
+	}
+	if s, _ := e.rdb.HGet(ctx, state, fieldServing).Int64(); s != 1 {
+		t.Fatalf("cursor moved to %d while every unit was held", s)
+	}
+}
