@@ -162,3 +162,44 @@ func TestQueueOrderItemChoice(t *testing.T) {
 	}
 	a.screenshot("queue-choice-held")
 }
+
+// TestResumeAfterTheSaleDataSaidPaused: a queue sale paused before the
+// shopper's page loads; the page reads the sale data (PAUSED) at load and
+// at its two early refreshes, the last about 4 s after load, and next in a
+// minute or more. The sale is resumed after that refresh: the room's word
+// (the first wave's hold, ADMITTED) turns the buy button on at once, not
+// when the sale data is read again. Before, the page kept "Paused: buying
+// resumes with the sale" for that minute (TestQueueOrderItemChoice failed
+// on a loaded machine whenever its resume came after the page's refresh).
+func TestResumeAfterTheSaleDataSaidPaused(t *testing.T) {
+	s := startStack(t)
+	r := s.Do("POST", "/api/admin/sales", s.Token(1, true), map[string]any{
+		"name": "Resume", "startsAt": time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano), "admissionRatePerSecond": 100,
+		"allocation": "queue", "claimWindowSeconds": 60,
+		"items": []map[string]any{{"productId": 611, "quantity": 1, "priceCents": 1999, "name": "Tee"}},
+	})
+	s.Want(r, 201, "")
+	saleID := int64(r.Body["id"].(float64))
+	item := int64(r.Body["items"].([]any)[0].(map[string]any)["id"].(float64))
+	s.Want(s.Do("POST", fmt.Sprintf("/api/admin/sales/%d/pause", saleID), s.Token(1, true), nil), 200, "")
+
+	b := newBrowser(t)
+	a := b.tab("A")
+	a.navigate(s.shopperURL(s.App.PublicURL, saleID, 7401, ""))
+	a.waitState("PAUSED")
+	// Past the page's early refreshes (1.5 s and 4 s after load): the
+	// sale data it holds says PAUSED until the next, a minute away.
+	a.waitJS("the page's early sale refreshes done", `performance.now() > 6000`)
+	if got := a.text("#sale-banner"); got == "" {
+		t.Fatal("no banner while paused")
+	}
+	s.Want(s.Do("POST", fmt.Sprintf("/api/admin/sales/%d/resume", saleID), s.Token(1, true), nil), 200, "")
+	a.waitState("ADMITTED")
+	// waitJS gives up after 30 s, well before the page's next sale
+	// refresh (60–90 s after the last): the button must come from the
+	// room's word.
+	a.waitJS("the buy button on after the resume", fmt.Sprintf(`(() => { const b = document.getElementById('buy-%d'); return !!b && !b.disabled; })()`, item))
+	if st := evalT[string](a, `document.getElementById('sale-banner').dataset.state`); st == "PAUSED" {
+		t.Fatalf("banner state %q after the resume", st)
+	}
+}

@@ -248,7 +248,13 @@ function renderSale() {
 
 function saleState() {
   if (page.queueState === 'SOLD_OUT' || page.queueState === 'ENDED' || page.queueState === 'PAUSED') return page.queueState;
-  return page.sale ? page.sale.state : '';
+  const st = page.sale ? page.sale.state : '';
+  // The room's live word wins over the sale data, a copy up to one
+  // refresh old (a minute or more, and maybe cached): a room that says
+  // WAITING or ADMITTED is not paused. Without this a sale resumed after
+  // the page's last refresh kept its buy buttons off for that minute.
+  if (st === 'PAUSED' && (page.queueState === 'WAITING' || page.queueState === 'ADMITTED')) return 'OPEN';
+  return st;
 }
 
 function renderBanner() {
@@ -511,6 +517,13 @@ function onStatus(s, rerender = false) {
   page.powHelp = '';
   if (Number.isFinite(s.opensAtMs)) page.opensAtMs = s.opensAtMs;
   setQueueState(s.state);
+  if (prev === 'PAUSED' && s.state !== 'PAUSED' && !rerender) {
+    // Resumed: the banner and buttons follow the room at once, and the
+    // sale data (which said PAUSED) is read again.
+    renderBanner();
+    renderItems();
+    loadSale();
+  }
   const help = $('queue-help');
   const pos = Number(s.position);
   const changed = prev !== s.state && !rerender;
