@@ -365,3 +365,9 @@ const (
 	// SalesChannel announces a sale created or changed.
 	SalesChannel = "fs:sales"
 )
+
+// PushKey is the HASH userId → Web Push subscription (JSON) of a sale's
+// shoppers (push.Store writes and reads it; the waiting room expires it
+// with the queue keys and its leader asks whether it is empty before it
+// looks up whom it admitted).
+func PushKey(saleID int64) string { return QueueKey(saleID, "push") }
