@@ -132,7 +132,9 @@ var layout = map[string]imports{
 	"internal/wiring": {code: "flashsale admission auth defense events expiry gateway orders purchase push reconcile sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn internal/adapter/redisclock",
 		// lua names the queue keys the Redis-loss tests mark, as the
 		// leader marks them when it sees the stock lost.
-		tests: "lua internal/wiring/apptest internal/harness/localsvc internal/harness/testenv"},
+		// pushtest is the push service the turn notifications are
+		// decrypted by.
+		tests: "lua push/pushtest internal/wiring/apptest internal/harness/localsvc internal/harness/testenv"},
 	"cmd/flashsale": {code: "flashsale auth sales waitroom internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock internal/adapter/redisconn",
 		tests: "internal/wiring/apptest internal/harness/testenv"},
 	"cmd/flashsale-bench": {code: "internal/bench internal/wiring"},
