@@ -148,7 +148,7 @@ var layout = map[string]imports{
 	// connected like the server's (redisconn).
 	"loadtest":       {code: "flashsale auth defense waitroom internal/adapter/redisconn", tests: "internal/harness/localsvc internal/adapter/postgres"},
 	"loadtest/e2e":   {tests: "internal/wiring internal/harness/testenv loadtest"},
-	"browsertest":    {tests: "static internal/wiring internal/wiring/apptest internal/harness/testenv"},
+	"browsertest":    {tests: "static push push/pushtest internal/wiring internal/wiring/apptest internal/harness/testenv"},
 	"internal/bench": {code: "flashsale admission auth gateway internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock internal/adapter/redisconn"},
 
 	// The harness of dev and tests. localsvc is also in the binary, for
