@@ -37,7 +37,7 @@ func newFixture(t *testing.T, queue int) *fixture {
 		t.Fatalf("CheckKeys of fresh keys: %v", err)
 	}
 	f := &fixture{svc: pushtest.New(t, pub), store: push.NewStore(testenv.Redis(t)), hosts: push.ParseHosts("127.0.0.1")}
-	f.cfg = push.Config{PublicKey: pub, PrivateKey: priv, Subject: "mailto:ops@example.com", Queue: queue}
+	f.cfg = push.Config{PublicKey: pub, PrivateKey: priv, Subject: "mailto:ops@example.com", Queue: queue, Insecure: f.hosts}
 	f.sender = push.New(f.cfg, f.store, nil, nil)
 	return f
 }
@@ -203,6 +203,30 @@ func TestNoSubscriptionReadsNoPlaces(t *testing.T) {
 	case <-resolved:
 		t.Error("the places of a sale nobody subscribed in were read")
 	default:
+	}
+}
+
+// TestSenderConnectsToPublicAddressesOnly: a host name that resolves to
+// a loopback address passes Parse (it is a name) but not the sender's
+// connect check, unless the name itself is allowed.
+func TestSenderConnectsToPublicAddressesOnly(t *testing.T) {
+	f := newFixture(t, 0)
+	named := strings.Replace(string(f.svc.Subscribe("/named")), "127.0.0.1", "localhost", 1)
+	sub, err := push.Parse([]byte(named), push.ParseHosts("localhost"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.Put(context.Background(), 4, 1, sub, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	f.subscribe(t, 4, 2, "/marker")
+	f.run(t)
+	f.sender.Admitted(4, users(1, 2))
+	if n := receive(t, f); n.Path != "/marker" {
+		t.Fatalf("notice to %q, want /marker", n.Path)
+	}
+	if got := f.svc.Requests("/named"); got != 0 {
+		t.Errorf("requests to a name resolving to loopback = %d, want 0", got)
 	}
 }
 

@@ -10,9 +10,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	webpush "github.com/SherClockHolmes/webpush-go"
@@ -38,7 +41,12 @@ type Config struct {
 	// TTL is how long a push service keeps a notification for a browser
 	// that is offline [5m]: a turn told later than that is of no use.
 	TTL time.Duration
-	// Client sends the requests [an http.Client with Timeout].
+	// Insecure are the hosts a subscription may name at a loopback or
+	// private address (Parse's Hosts): the default client refuses to
+	// connect anywhere else but a public address.
+	Insecure Hosts
+	// Client sends the requests [publicClient: an http.Client with
+	// Timeout that connects to public addresses only].
 	Client *http.Client
 }
 
@@ -120,7 +128,7 @@ func New(cfg Config, store *Store, logger *slog.Logger, reg prometheus.Registere
 		cfg.TTL = 5 * time.Minute
 	}
 	if cfg.Client == nil {
-		cfg.Client = &http.Client{Timeout: cfg.Timeout}
+		cfg.Client = publicClient(cfg.Timeout, cfg.Insecure)
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -263,5 +271,49 @@ func (s *Sender) notify(ctx context.Context, saleID, userID int64, sub stored) {
 	default:
 		s.m.sent.WithLabelValues(outcomeRefused).Inc()
 		s.log.Warn("push service refused a turn", "sale", saleID, "user", userID, "status", resp.StatusCode)
+	}
+}
+
+// publicClient is the sender's HTTP client. Parse refuses an endpoint
+// that names a private address, but a host name may resolve to one (or
+// be made to, between the check and the request): so the client checks
+// the address it connects to, after resolution, and refuses loopback,
+// private, link-local and unspecified ones unless the host is one of
+// insecure. It uses no proxy from the environment and follows no
+// redirect (a push service answers, it does not redirect).
+func publicClient(timeout time.Duration, insecure Hosts) *http.Client {
+	strict := &net.Dialer{Timeout: timeout, Control: func(_, address string, _ syscall.RawConn) error {
+		host, _, err := net.SplitHostPort(address)
+		if err != nil {
+			return err
+		}
+		ip, err := netip.ParseAddr(host)
+		if err != nil {
+			return err
+		}
+		if ip = ip.Unmap(); !ip.IsGlobalUnicast() || ip.IsPrivate() {
+			return fmt.Errorf("push: %s is not a public address", ip)
+		}
+		return nil
+	}}
+	loose := &net.Dialer{Timeout: timeout}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			host, _, err := net.SplitHostPort(addr)
+			if err == nil && insecure[strings.ToLower(host)] {
+				return loose.DialContext(ctx, network, addr)
+			}
+			return strict.DialContext(ctx, network, addr)
+		},
+		TLSHandshakeTimeout:   timeout,
+		ResponseHeaderTimeout: timeout,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       90 * time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+	return &http.Client{
+		Timeout:       timeout,
+		Transport:     tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }

@@ -80,11 +80,12 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	var pushes gateway.Push
 	if cfg.PushPublicKey != "" {
 		store := push.NewStore(a.rdb)
-		sender := push.New(push.Config{PublicKey: cfg.PushPublicKey, PrivateKey: cfg.PushPrivateKey, Subject: cfg.PushSubject},
-			store, a.log, a.reg)
+		insecure := push.ParseHosts(cfg.PushInsecureHosts)
+		sender := push.New(push.Config{PublicKey: cfg.PushPublicKey, PrivateKey: cfg.PushPrivateKey, Subject: cfg.PushSubject,
+			Insecure: insecure}, store, a.log, a.reg)
 		a.goRun("push", func() error { return sender.Run(runCtx) })
 		notify = sender
-		pushes = pushAdapter{store: store, sender: sender, insecure: push.ParseHosts(cfg.PushInsecureHosts), keyTTL: cfg.QueueKeyTTL}
+		pushes = pushAdapter{store: store, sender: sender, insecure: insecure, keyTTL: cfg.QueueKeyTTL}
 	}
 	room := waitroom.New(waitroom.Config{
 		Notify:         notify,
