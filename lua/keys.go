@@ -3,7 +3,8 @@
 // scripts of a sale allocated in queue order (hold_*.lua), the live
 // stock addition (stock_add.lua) and names
 // a sale's stock and order keys, the tag and prefix of the waiting room's
-// keys (QueueKey) and the pub/sub channels of settings and sales. The
+// keys (QueueKey), the shoppers' push subscriptions (PushKey) and the
+// pub/sub channels of settings and sales. The
 // waiting room's key suffixes, wr:active and its scripts are in
 // waitroom/store.go; the proof-of-work spent markers (fs:pow:spent:) are in
 // defense/pow.go. All keys of one sale share the hash tag {s<saleID>}, so
