@@ -57,7 +57,9 @@ func TestTurnNotificationSubscribe(t *testing.T) {
 		c.PushPublicKey, c.PushPrivateKey, c.PushSubject = pub, priv, "mailto:ops@shop.example"
 		c.PushInsecureHosts = "127.0.0.1"
 	})
-	saleID, _ := s.createSale("Notify drop", time.Now().Add(8*time.Second), 1000, 5)
+	// The shopper subscribes before the opening: a subscription after
+	// the turn rightly gets nothing.
+	saleID, _ := s.createSale("Notify drop", time.Now().Add(20*time.Second), 1000, 5)
 
 	b := newBrowser(t)
 	tb := b.tab("")

@@ -33,12 +33,13 @@ func pushStack(t *testing.T) (*apptest.Stack, *specCheck, *pushtest.Service) {
 	return s, newSpecCheck(t, s), svc
 }
 
-// saleOpeningSoon creates a sale that opens in two seconds, so shoppers
-// subscribe and join before anyone is admitted.
+// saleOpeningSoon creates a sale that opens in four seconds, so shoppers
+// subscribe and join before anyone is admitted (a subscription that came
+// after the turn would rightly get nothing).
 func saleOpeningSoon(t *testing.T, c *specCheck, allocation string, quantity int) int64 {
 	t.Helper()
 	body := map[string]any{
-		"name": "push", "startsAt": time.Now().Add(2 * time.Second).UTC().Format(time.RFC3339Nano),
+		"name": "push", "startsAt": time.Now().Add(4 * time.Second).UTC().Format(time.RFC3339Nano),
 		"admissionRatePerSecond": 10000, "allocation": allocation,
 		"items": []map[string]any{{"productId": 501, "quantity": quantity, "priceCents": 1999}},
 	}
