@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -338,4 +339,50 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted keys %q %q", sub.P256dh, sub.Auth)
 		}
 	})
+}
+
+// TestShutdownFinishesTheRequestInFlight: Run returns once its context
+// ends, after the request it had started is answered (not cut off), and
+// the batches still queued are dropped.
+func TestShutdownFinishesTheRequestInFlight(t *testing.T) {
+	f := newFixture(t, 0)
+	started, release := make(chan struct{}), make(chan struct{})
+	answered := make(chan error, 1)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		<-release
+		answered <- r.Context().Err()
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(slow.Close)
+	sub, err := push.Parse([]byte(subJSON(slow.URL+"/s", goodDH, goodAuth)), f.hosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.Put(context.Background(), 6, 1, sub, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	var later atomic.Bool
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.sender.Run(ctx) }()
+	f.sender.Admitted(6, users(1))
+	<-started
+	f.sender.Admitted(6, func(context.Context) ([]int64, error) { later.Store(true); return nil, nil })
+	cancel()
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned (%v) before its request was answered", err)
+	default:
+	}
+	close(release)
+	if err := <-answered; err != nil {
+		t.Errorf("the request in flight was cut off: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v, want nil", err)
+	}
+	if later.Load() {
+		t.Error("a batch queued after the stop was sent")
+	}
 }

@@ -171,8 +171,9 @@ func (s *Sender) Admitted(saleID int64, users func(ctx context.Context) ([]int64
 // finished (within Timeout), the batches still queued are dropped.
 func (s *Sender) Run(ctx context.Context) error {
 	for {
-		select {
-		case <-ctx.Done():
+		// A stop is seen before the next batch, which select alone would
+		// pick at random when both are ready.
+		if ctx.Err() != nil {
 			for {
 				select {
 				case <-s.jobs:
@@ -181,6 +182,9 @@ func (s *Sender) Run(ctx context.Context) error {
 					return nil
 				}
 			}
+		}
+		select {
+		case <-ctx.Done():
 		case b := <-s.jobs:
 			s.send(ctx, b)
 		}
