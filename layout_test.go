@@ -79,7 +79,15 @@ var layout = map[string]imports{
 	// the stock key the rebuild's tests take items out of.
 	"reconcile": {code: "flashsale internal/adapter/postgres/orderstore internal/adapter/prom internal/adapter/redisstock",
 		tests: "lua purchase internal/adapter/kafka sales sales/salestest internal/harness/testenv"},
-	"sales": {code: "flashsale internal/adapter/postgres internal/adapter/postgres/orderstore internal/adapter/redisstock lua", tests: "internal/harness/testenv"},
+	// push sends the turn notifications the waiting room's leader
+	// reports (through an interface of the room) and keeps the
+	// subscriptions under lua's key, which the room expires with the
+	// queue.
+	"push": {code: "flashsale lua internal/adapter/prom", tests: "push/pushtest internal/harness/testenv"},
+	// pushtest is a local push service written from the RFCs, not from
+	// push's code, so that it checks it.
+	"push/pushtest": {},
+	"sales":         {code: "flashsale internal/adapter/postgres internal/adapter/postgres/orderstore internal/adapter/redisstock lua", tests: "internal/harness/testenv"},
 	// The waiting room signs the admission tokens it hands out. Its
 	// capacity cap asks the stock adapter (redisstock) for the
 	// reservation counters and buyer records of every stock shard, so
@@ -121,10 +129,12 @@ var layout = map[string]imports{
 	"internal/conn/watchdog": {},
 
 	// The composition root and the binaries.
-	"internal/wiring": {code: "flashsale admission auth defense events expiry gateway orders purchase reconcile sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn internal/adapter/redisclock",
+	"internal/wiring": {code: "flashsale admission auth defense events expiry gateway orders purchase push reconcile sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn internal/adapter/redisclock",
 		// lua names the queue keys the Redis-loss tests mark, as the
 		// leader marks them when it sees the stock lost.
-		tests: "lua internal/wiring/apptest internal/harness/localsvc internal/harness/testenv"},
+		// pushtest is the push service the turn notifications are
+		// decrypted by.
+		tests: "lua push/pushtest internal/wiring/apptest internal/harness/localsvc internal/harness/testenv"},
 	"cmd/flashsale": {code: "flashsale auth sales waitroom internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock internal/adapter/redisconn",
 		tests: "internal/wiring/apptest internal/harness/testenv"},
 	"cmd/flashsale-bench": {code: "internal/bench internal/wiring"},
@@ -138,7 +148,7 @@ var layout = map[string]imports{
 	// connected like the server's (redisconn).
 	"loadtest":       {code: "flashsale auth defense waitroom internal/adapter/redisconn", tests: "internal/harness/localsvc internal/harness/testenv internal/adapter/postgres"},
 	"loadtest/e2e":   {tests: "internal/wiring internal/harness/testenv loadtest"},
-	"browsertest":    {tests: "static internal/wiring internal/wiring/apptest internal/harness/testenv"},
+	"browsertest":    {tests: "static push push/pushtest internal/wiring internal/wiring/apptest internal/harness/testenv"},
 	"internal/bench": {code: "flashsale admission auth gateway internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock internal/adapter/redisconn"},
 
 	// The harness of dev and tests. localsvc is also in the binary, for
@@ -159,7 +169,7 @@ var kinds = []string{"internal/adapter/", "internal/bench", "internal/conn/", "i
 // notShipped are packages that must not be in the production binary,
 // cmd/flashsale, even through another package: benchmark tooling, the load
 // harness (cmd/flashsale-load) and test helpers.
-var notShipped = []string{"internal/bench", "loadtest", "internal/harness/testenv", "internal/wiring/apptest", "sales/salestest"}
+var notShipped = []string{"internal/bench", "loadtest", "internal/harness/testenv", "internal/wiring/apptest", "sales/salestest", "push/pushtest"}
 
 // confined are outside modules that only the listed packages may import
 // (code, and tests besides). fiber is the edge's framework and stays in the
@@ -173,6 +183,7 @@ var confined = []struct {
 	code, tests string
 }{
 	{prefix: "github.com/gofiber/", code: "gateway"},
+	{prefix: "github.com/SherClockHolmes/", code: "push"},
 	{prefix: "github.com/twmb/franz-go/", code: "internal/adapter/kafka internal/wiring internal/harness/testenv writer events",
 		tests: "purchase reconcile cmd/flashsale"},
 }

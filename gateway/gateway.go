@@ -9,7 +9,7 @@
 // and route classes its Guard interface speaks. It declares the small
 // interfaces it calls (AccessVerifier, AdmissionVerifier, Sales, SaleAdmin,
 // Purchaser, Orders, Queue, Draws, Guard, SettingsStore, StaticFiles,
-// ShopPayments) and
+// ShopPayments, Push) and
 // internal/wiring wires the concrete types in. It is the only package that
 // imports fiber; no fiber type leaves it except through App, for tests and
 // benchmarks. TestLayout (layout_test.go) keeps these rules.
@@ -286,8 +286,9 @@ func (c Config) withDefaults() Config {
 
 // Deps are the components the gateway calls. All are required except
 // Guard (nil: allow everything), Stock (nil: sold-out flags only), Static
-// (nil: no pages), Payments (nil: payment callbacks answer 403), Metrics (nil: a private registry) and Logger (nil:
-// discard).
+// (nil: no pages), Payments (nil: payment callbacks answer 403), Push
+// (nil: the push routes answer 404), Metrics (nil: a private registry)
+// and Logger (nil: discard).
 type Deps struct {
 	Access    AccessVerifier
 	Admission AdmissionVerifier
@@ -302,6 +303,7 @@ type Deps struct {
 	Settings  SettingsStore
 	Static    StaticFiles
 	Payments  ShopPayments // nil: payment callbacks off (no payment secret)
+	Push      Push         // nil: turn notifications off
 	Metrics   *prometheus.Registry
 	Logger    *slog.Logger
 }

@@ -25,6 +25,9 @@ func (s *Server) routes() {
 	app.Get(fs+"/sales/:saleId/draw", s.handle("sale_draw", s.saleDraw))
 	app.Post(fs+"/sales/:saleId/queue", s.handle("queue_join", s.queueJoin))
 	app.Get(fs+"/sales/:saleId/queue", s.handle("queue_status", s.queueStatus))
+	app.Get(fs+"/push", s.handle("push_key", s.pushKey))
+	app.Put(fs+"/sales/:saleId/push", s.handle("push_subscribe", s.pushSubscribe))
+	app.Delete(fs+"/sales/:saleId/push", s.handle("push_unsubscribe", s.pushUnsubscribe))
 	app.Get(fs+"/orders/:orderId", s.handle("order", s.orderGet))
 	app.Post(fs+"/orders/:orderId/pay", s.handle("order_pay", s.orderPay))
 	app.Post(fs+"/orders/:orderId/cancel", s.handle("order_cancel", s.orderCancel))
@@ -113,7 +116,7 @@ func (s *Server) cors() fiber.Handler {
 			h.Set(fiber.HeaderAccessControlAllowOrigin, origin)
 		}
 		if c.Method() == fiber.MethodOptions && c.Get(fiber.HeaderAccessControlRequestMethod) != "" {
-			h.Set(fiber.HeaderAccessControlAllowMethods, "GET, POST, PUT, PATCH, OPTIONS")
+			h.Set(fiber.HeaderAccessControlAllowMethods, "GET, POST, PUT, PATCH, DELETE, OPTIONS")
 			h.Set(fiber.HeaderAccessControlAllowHeaders, "Authorization, X-Admission-Token, Content-Type, If-Match")
 			h.Set(fiber.HeaderAccessControlMaxAge, "600")
 			return c.SendStatus(fiber.StatusNoContent)

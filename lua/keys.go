@@ -3,7 +3,8 @@
 // scripts of a sale allocated in queue order (hold_*.lua), the live
 // stock addition (stock_add.lua) and names
 // a sale's stock and order keys, the tag and prefix of the waiting room's
-// keys (QueueKey) and the pub/sub channels of settings and sales. The
+// keys (QueueKey), the shoppers' push subscriptions (PushKey) and the
+// pub/sub channels of settings and sales. The
 // waiting room's key suffixes, wr:active and its scripts are in
 // waitroom/store.go; the proof-of-work spent markers (fs:pow:spent:) are in
 // defense/pow.go. All keys of one sale share the hash tag {s<saleID>}, so
@@ -365,3 +366,9 @@ const (
 	// SalesChannel announces a sale created or changed.
 	SalesChannel = "fs:sales"
 )
+
+// PushKey is the HASH userId → Web Push subscription (JSON) of a sale's
+// shoppers (push.Store writes and reads it; the waiting room expires it
+// with the queue keys and its leader asks whether it is empty before it
+// looks up whom it admitted).
+func PushKey(saleID int64) string { return QueueKey(saleID, "push") }

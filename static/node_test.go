@@ -54,7 +54,8 @@ func TestJavaScriptParses(t *testing.T) {
 
 // TestJavaScriptUnits runs the node:test suites of the pure modules: server
 // clock, backoff, proof of work, token handling, queue client, charts,
-// the description of a change (conflict.js).
+// the description of a change (conflict.js), the turn notification's
+// subscribe (notify.js).
 func TestJavaScriptUnits(t *testing.T) {
 	node(t)
 	files, err := filepath.Glob("testdata/js/*.test.js")

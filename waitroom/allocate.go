@@ -169,6 +169,7 @@ func (r *Room) allocate(ctx context.Context, sr *saleRoom, sale *flashsale.Sale,
 	if !moved {
 		return rem, st.Serving, err
 	}
+	r.notifyHeld(sale.ID, p.admits)
 	if to > st.Serving {
 		sr.alloc.servedTo = to
 	}

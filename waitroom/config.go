@@ -103,6 +103,11 @@ type Config struct {
 	// Redis; a gateway sets their expiry when it retires the ended sale
 	// [24h; negative: never expire].
 	QueueKeyTTL time.Duration
+	// Notify is told, by the sale's leader only, of the shoppers it
+	// admitted, once per admission: in race order the places its cursor
+	// passed, in queue order the places it held a unit for (notify.go)
+	// [nil: nobody is told].
+	Notify Notifier
 	// Now is the clock [time.Now].
 	Now func() time.Time
 	// ClientIP returns the client address of a WebSocket request [the

@@ -183,6 +183,8 @@ func (r *Room) expireQueue(ctx context.Context, saleID int64, endsAt time.Time) 
 		keyHeldItem, keyChoice, keyFixed, keyPassed, keyWants, keyIdentity} {
 		pipe.PExpireAt(ctx, lua.QueueKey(saleID, k), at)
 	}
+	// The shoppers' push subscriptions (push.Store) go with the queue.
+	pipe.PExpireAt(ctx, lua.PushKey(saleID), at)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("waitroom.expireQueue: sale %d: %w", saleID, err)
 	}

@@ -39,8 +39,11 @@ type saleRoom struct {
 	touched   time.Time   // last polling use
 	samples   [rateSamples]struct{ ms, serving int64 }
 	nsample   int
-	leadAt    int64     // serving when this gateway last led (-1: not leading)
-	lastBeat  time.Time // last presence mark of the admitted connections
+	leadAt    int64 // serving when this gateway last led (-1: not leading)
+	// notifiedTo is the cursor up to which this gateway, leading, has told
+	// Config.Notify of a race-order sale's admissions (-1: not leading).
+	notifiedTo int64
+	lastBeat   time.Time // last presence mark of the admitted connections
 
 	// What Durable holds, as far as this gateway knows: checked once
 	// (pgChecked), then kept up by its own checkpoints. savedSeq is the
@@ -93,7 +96,7 @@ func (r *Room) saleRoom(id int64, create bool) *saleRoom {
 	defer r.mu.Unlock()
 	sr := r.rooms[id]
 	if sr == nil && create {
-		sr = &saleRoom{id: id, conns: map[*conn]struct{}{}, leadAt: -1, st: queueState{N: -1},
+		sr = &saleRoom{id: id, conns: map[*conn]struct{}{}, leadAt: -1, notifiedTo: -1, st: queueState{N: -1},
 			pgSt: queueState{N: -1}, savedSeq: -1, savedN: -1}
 		r.rooms[id] = sr
 	}

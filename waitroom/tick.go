@@ -153,6 +153,7 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 		sr.samples[sr.nsample%rateSamples] = struct{ ms, serving int64 }{now.UnixMilli(), sr.st.Serving}
 		sr.nsample++
 	}
+	r.notifyPassed(sr, sale, leader, st)
 	// The leading gauge moves only where leadAt crosses -1, so it counts
 	// the sales whose lease this gateway holds.
 	if leader {

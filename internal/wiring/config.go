@@ -21,6 +21,7 @@ import (
 	"github.com/flashsale/flashsale/gateway"
 	"github.com/flashsale/flashsale/internal/adapter/kafka"
 	"github.com/flashsale/flashsale/internal/adapter/redisconn"
+	"github.com/flashsale/flashsale/push"
 	"github.com/flashsale/flashsale/waitroom"
 )
 
@@ -173,6 +174,17 @@ type Config struct {
 	WebhookSecret      string
 	WebhookMaxAttempts int
 
+	// PushPublicKey, PushPrivateKey and PushSubject are the VAPID key pair
+	// and contact of the turn notifications (push.Config;
+	// FLASHSALE_PUSH_VAPID_PUBLIC_KEY, FLASHSALE_PUSH_VAPID_PRIVATE_KEY,
+	// FLASHSALE_PUSH_SUBJECT); no keys: notifications off.
+	// PushInsecureHosts are the endpoint hosts allowed over http and at
+	// private addresses (push.Hosts, FLASHSALE_PUSH_INSECURE_HOSTS).
+	PushPublicKey     string
+	PushPrivateKey    string
+	PushSubject       string
+	PushInsecureHosts string
+
 	LogFormat string // "json" or "text"
 	LogLevel  string
 }
@@ -264,6 +276,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("kafka TLS/SASL is set but FLASHSALE_KAFKA_BROKERS is not (the embedded broker speaks neither)"))
 	}
 	if err := events.CheckWebhook(c.WebhookURL, []byte(c.WebhookSecret), c.WebhookMaxAttempts); err != nil {
+		errs = append(errs, err)
+	}
+	if err := push.CheckKeys(c.PushPublicKey, c.PushPrivateKey, c.PushSubject); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

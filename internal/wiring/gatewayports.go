@@ -8,6 +8,7 @@ import (
 
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/gateway"
+	"github.com/flashsale/flashsale/push"
 	"github.com/flashsale/flashsale/sales"
 	"github.com/flashsale/flashsale/static"
 	"github.com/flashsale/flashsale/waitroom"
@@ -87,4 +88,31 @@ func queueKeyTTL(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// pushAdapter is the gateway's Push: it checks a subscription and keeps
+// it until the sale's queue keys expire (its end plus the queue keys' TTL).
+type pushAdapter struct {
+	store    *push.Store
+	sender   *push.Sender
+	insecure push.Hosts
+	keyTTL   time.Duration // 0: the keys never expire
+}
+
+func (p pushAdapter) PublicKey() string { return p.sender.PublicKey() }
+
+func (p pushAdapter) Subscribe(ctx context.Context, sale *flashsale.Sale, userID int64, body []byte) error {
+	sub, err := push.Parse(body, p.insecure)
+	if err != nil {
+		return err
+	}
+	var expireAt time.Time
+	if !sale.EndsAt.IsZero() && p.keyTTL > 0 {
+		expireAt = sale.EndsAt.Add(p.keyTTL)
+	}
+	return p.store.Put(ctx, sale.ID, userID, sub, expireAt)
+}
+
+func (p pushAdapter) Unsubscribe(ctx context.Context, saleID, userID int64) error {
+	return p.store.Delete(ctx, saleID, userID)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/flashsale/flashsale/internal/adapter/postgres"
 	"github.com/flashsale/flashsale/orders"
 	"github.com/flashsale/flashsale/purchase"
+	"github.com/flashsale/flashsale/push"
 	"github.com/flashsale/flashsale/reconcile"
 	"github.com/flashsale/flashsale/static"
 	"github.com/flashsale/flashsale/waitroom"
@@ -73,7 +74,21 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 	// The gateway counts its purchase and order requests; the room's
 	// status pacing yields to them.
 	saleRequests := new(atomic.Int64)
+	// Turn notifications: the sale's leader tells the sender whom it
+	// admitted; one goroutine sends (push).
+	var notify waitroom.Notifier
+	var pushes gateway.Push
+	if cfg.PushPublicKey != "" {
+		store := push.NewStore(a.rdb)
+		insecure := push.ParseHosts(cfg.PushInsecureHosts)
+		sender := push.New(push.Config{PublicKey: cfg.PushPublicKey, PrivateKey: cfg.PushPrivateKey, Subject: cfg.PushSubject,
+			Insecure: insecure}, store, a.log, a.reg)
+		a.goRun("push", func() error { return sender.Run(runCtx) })
+		notify = sender
+		pushes = pushAdapter{store: store, sender: sender, insecure: insecure, keyTTL: cfg.QueueKeyTTL}
+	}
 	room := waitroom.New(waitroom.Config{
+		Notify:         notify,
 		Competing:      saleRequests.Load,
 		AdmissionTTL:   cfg.AdmissionTTL,
 		Holds:          roomHolds{a.stock},
@@ -125,6 +140,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		Settings:  settings.JSON(),
 		Static:    staticAdapter{site},
 		Payments:  payments,
+		Push:      pushes,
 		Metrics:   a.reg,
 		Logger:    a.log,
 	})

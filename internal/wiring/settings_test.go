@@ -94,6 +94,9 @@ func TestWriteSettingsRedacts(t *testing.T) {
 		"FLASHSALE_REDIS_PASSWORD": "redis-password-42",
 		"FLASHSALE_DATABASE_URL":   "postgres://app:db-password-7@db:5432/flashsale",
 		"FLASHSALE_HTTP_ADDR":      "0.0.0.0:8080",
+		// A VAPID private key is a secret; its public key is not.
+		"FLASHSALE_PUSH_VAPID_PRIVATE_KEY": "vapid-private-key-f00",
+		"FLASHSALE_PUSH_VAPID_PUBLIC_KEY":  "vapid-public-key-b4r",
 	}
 	c := Defaults()
 	if err := c.FromEnv(func(k string) string { return env[k] }); err != nil {
@@ -103,12 +106,12 @@ func TestWriteSettingsRedacts(t *testing.T) {
 	if err := WriteSettings(&out, &c); err != nil {
 		t.Fatal(err)
 	}
-	for _, secret := range []string{"jwt-secret", "redis-password", "db-password"} {
+	for _, secret := range []string{"jwt-secret", "redis-password", "db-password", "vapid-private"} {
 		if strings.Contains(out.String(), secret) {
 			t.Errorf("output shows %q:\n%s", secret, out.String())
 		}
 	}
-	for _, want := range []string{"0.0.0.0:8080", "<redacted>", "postgres://app:xxxxx@db:5432/flashsale"} {
+	for _, want := range []string{"0.0.0.0:8080", "<redacted>", "postgres://app:xxxxx@db:5432/flashsale", "vapid-public-key-b4r"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

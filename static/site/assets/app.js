@@ -7,6 +7,7 @@ import { ServerClock } from './clock.js';
 import { setupLanguage } from './lang.js';
 import { buyWithRecovery, findOrder } from './buying.js';
 import { QueueClient, startPowSolver } from './queue.js';
+import { fetchKey, pushSupported, subscribe } from './notify.js';
 
 const TOKEN_KEY = 'flashsale.token';
 const API = '/api/flash-sales';
@@ -54,6 +55,11 @@ const page = {
   choicePending: '',
   chosenSoldOut: false,
   choiceRefused: '',
+  // Turn notification: the VAPID key ('' while unknown or off), the
+  // catalogue key of the outcome shown, and a subscribe in flight.
+  pushKey: '',
+  notify: '',
+  notifyBusy: false,
 };
 
 // ---------- errors and sign-in ----------
@@ -489,6 +495,32 @@ function startQueue() {
     },
   });
   page.queue.start();
+  offerNotify();
+}
+
+// ---------- turn notification (notify.js) ----------
+
+async function offerNotify() {
+  if (page.pushKey || !pushSupported(window)) return;
+  page.pushKey = await fetchKey(request, API);
+  renderNotify();
+}
+
+function renderNotify() {
+  const waiting = !['ADMITTED', 'SOLD_OUT', 'ENDED'].includes(page.queueState);
+  $('notify').hidden = !(page.pushKey && page.queue && waiting && page.notify !== 'notify.on');
+  $('notify').disabled = page.notifyBusy;
+  $('notify-note').textContent = page.notify ? t(page.notify) : '';
+}
+
+async function turnOnNotify() {
+  if (page.notifyBusy || !page.pushKey) return;
+  page.notifyBusy = true;
+  renderNotify();
+  const r = await subscribe({ win: window, request, api: API, saleId: page.saleId, token: page.token, key: page.pushKey });
+  page.notifyBusy = false;
+  page.notify = r.ok ? 'notify.on' : r.code === 'DENIED' || r.code === 'UNSUPPORTED' ? 'notify.' + r.code : 'notify.failed';
+  renderNotify();
 }
 
 function stopQueue() {
@@ -524,6 +556,7 @@ function onStatus(s, rerender = false) {
     renderItems();
     loadSale();
   }
+  renderNotify();
   const help = $('queue-help');
   const pos = Number(s.position);
   const changed = prev !== s.state && !rerender;
@@ -1086,6 +1119,7 @@ function relabel() {
   setQueueState($('queue-state').dataset.state || '');
   if (page.lastStatus) onStatus(page.lastStatus, true);
   renderChoice();
+  renderNotify();
   if (page.powHelp) $('queue-help').textContent = t(page.powHelp);
   renderTransport();
   renderMessage();
@@ -1106,6 +1140,7 @@ async function init() {
   setQueueState('');
   wireSignin();
   $('join').addEventListener('click', startQueue);
+  $('notify').addEventListener('click', turnOnNotify);
   $('pay').addEventListener('click', pay);
   $('cancel').addEventListener('click', cancelOrder);
   setInterval(tick, 250);
