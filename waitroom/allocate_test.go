@@ -57,6 +57,55 @@ func (h stockHolds) HoldEnds(ctx context.Context, saleID int64) (map[int64]time.
 	return h.st.HoldEnds(ctx, saleID)
 }
 
+// queueEnv is a sale allocated in queue order on the real stock, with
+// users 1…n in its pre-queue, and no gateway running: the tests drive
+// rooms tick by tick (Room.refresh).
+type queueEnv struct {
+	*env
+	st   *redisstock.Store
+	sale *flashsale.Sale
+}
+
+// newQueueEnv makes the sale (id, one item of qty units, opening a second
+// from the env's clock) and joins users 1…n through a running gateway,
+// stopped before the draw; the lease it took is dropped.
+func newQueueEnv(t *testing.T, id, qty, n int64) *queueEnv {
+	t.Helper()
+	ctx := context.Background()
+	e := newEnv(t)
+	st := redisstock.New(e.rdb)
+	if err := st.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sale := newSale(t, id, e.clock.Now().Add(time.Second), 10, qty)
+	sale.Allocation, sale.ClaimWindow = flashsale.AllocationQueue, time.Minute
+	e.sales.put(sale)
+	if err := st.Load(ctx, sale.ID, map[int64]int64{sale.Items[0].ID: qty}); err != nil {
+		t.Fatal(err)
+	}
+	q := &queueEnv{env: e, st: st, sale: sale}
+	j := q.room(stockHolds{st: st})
+	jctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = j.Run(jctx) }()
+	for u := int64(1); u <= n; u++ {
+		if _, err := j.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop()
+	<-done
+	e.rdb.Del(ctx, lua.QueueKey(sale.ID, keyLease))
+	return q
+}
+
+// room is a gateway's room on the env, not running.
+func (q *queueEnv) room(h stockHolds) *Room {
+	cfg := Config{Holds: h}
+	q.testDefaults(&cfg)
+	return New(cfg, q.rdb, q.sales, q.st, q.access, q.signer, nil, nil, nil)
+}
+
 // TestNewLeaderServesHoldsOfACutShortPass: the leader of a queue sale
 // takes the first wave's holds at the draw and loses its lease before it
 // admits them (frozen or killed between the two: the draw-kill fault).
@@ -66,43 +115,14 @@ func (h stockHolds) HoldEnds(ctx context.Context, saleID int64) (map[int64]time.
 // for the holds to lapse while nobody could buy.
 func TestNewLeaderServesHoldsOfACutShortPass(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t)
-	st := redisstock.New(e.rdb)
-	if err := st.LoadScripts(ctx); err != nil {
-		t.Fatal(err)
-	}
-	opens := e.clock.Now().Add(time.Second)
-	sale := newSale(t, 71, opens, 10, 2)
-	sale.Allocation, sale.ClaimWindow = flashsale.AllocationQueue, time.Minute
-	e.sales.put(sale)
+	q := newQueueEnv(t, 71, 2, 3)
+	e, st, sale := q.env, q.st, q.sale
 	item := sale.Items[0].ID
-	if err := st.Load(ctx, sale.ID, map[int64]int64{item: 2}); err != nil {
-		t.Fatal(err)
-	}
 	lease := lua.QueueKey(sale.ID, keyLease)
-	room := func(h stockHolds) *Room {
-		cfg := Config{Holds: h}
-		e.testDefaults(&cfg)
-		return New(cfg, e.rdb, e.sales, st, e.access, e.signer, nil, nil, nil)
-	}
 	// a loses its lease right after its holds (as if frozen past the
 	// lease's lapse): its admissions are refused.
-	a := room(stockHolds{st: st, afterHoldMany: func() { e.rdb.Del(ctx, lease) }})
-	b := room(stockHolds{st: st})
-	// The shoppers join through a running gateway, stopped before the
-	// draw; a and b are driven tick by tick.
-	j := room(stockHolds{st: st})
-	jctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = j.Run(jctx) }()
-	for u := int64(1); u <= 3; u++ {
-		if _, err := j.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	stop()
-	<-done
-	e.rdb.Del(ctx, lease)
+	a := q.room(stockHolds{st: st, afterHoldMany: func() { e.rdb.Del(ctx, lease) }})
+	b := q.room(stockHolds{st: st})
 	e.clock.Advance(2 * time.Second)
 	if _, err := a.refresh(ctx, sale.ID, e.clock.Now()); err != nil {
 		t.Fatal(err)
@@ -158,34 +178,10 @@ func TestNewLeaderServesHoldsOfACutShortPass(t *testing.T) {
 // follows the cursor.
 func TestStaleHoldingMarkPassesNobodyOver(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t)
-	st := redisstock.New(e.rdb)
-	if err := st.LoadScripts(ctx); err != nil {
-		t.Fatal(err)
-	}
-	opens := e.clock.Now().Add(time.Second)
-	sale := newSale(t, 72, opens, 10, 1)
-	sale.Allocation, sale.ClaimWindow = flashsale.AllocationQueue, time.Minute
-	e.sales.put(sale)
+	q := newQueueEnv(t, 72, 1, 2)
+	e, st, sale := q.env, q.st, q.sale
 	item := sale.Items[0].ID
-	if err := st.Load(ctx, sale.ID, map[int64]int64{item: 1}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{Holds: stockHolds{st: st}}
-	e.testDefaults(&cfg)
-	j := New(cfg, e.rdb, e.sales, st, e.access, e.signer, nil, nil, nil)
-	jctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = j.Run(jctx) }()
-	for u := int64(1); u <= 2; u++ {
-		if _, err := j.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	stop()
-	<-done
-	e.rdb.Del(ctx, lua.QueueKey(sale.ID, keyLease))
-	a := New(cfg, e.rdb, e.sales, st, e.access, e.signer, nil, nil, nil)
+	a := q.room(stockHolds{st: st})
 	e.clock.Advance(2 * time.Second)
 	if _, err := a.refresh(ctx, sale.ID, e.clock.Now()); err != nil {
 		t.Fatal(err)
