@@ -58,8 +58,9 @@ func TestTurnNotificationSubscribe(t *testing.T) {
 		c.PushInsecureHosts = "127.0.0.1"
 	})
 	// The shopper subscribes before the opening: a subscription after
-	// the turn rightly gets nothing.
-	saleID, _ := s.createSale("Notify drop", time.Now().Add(20*time.Second), 1000, 5)
+	// the turn rightly gets nothing. The opening leaves time for the
+	// accessibility check of the page with its button on.
+	saleID, _ := s.createSale("Notify drop", time.Now().Add(35*time.Second), 1000, 5)
 
 	b := newBrowser(t)
 	tb := b.tab("")
@@ -79,6 +80,7 @@ func TestTurnNotificationSubscribe(t *testing.T) {
 	tb.navigate(s.shopperURL(s.App.PublicURL, saleID, user, ""))
 	tb.waitState("PREQUEUE")
 	tb.waitJS("the notify button", `!document.getElementById('notify').hidden`)
+	checkA11y(tb, loadAxe(t), "turn-notify")
 	sub := svc.Subscribe("/browser")
 	tb.do("hand the page a subscription", chromedp.Evaluate[chromedp.Void]("window.__pushSub = "+string(sub)+";"))
 	tb.click("#notify")
