@@ -44,20 +44,9 @@ func (s *Server) pushKey(c *fiber.Ctx) error {
 // subscription for a notification at their turn. It reserves nothing and
 // changes nothing of the caller's place.
 func (s *Server) pushSubscribe(c *fiber.Ctx) error {
-	p, ok := s.userRoute(c)
+	p, sale, ok, err := s.pushRoute(c)
 	if !ok {
-		return nil
-	}
-	saleID, ok := parseID(c.Params("saleId"))
-	if !ok {
-		return errBadSaleID
-	}
-	if s.d.Push == nil {
-		return errPushOff
-	}
-	sale, ok := s.d.Sales.Sale(saleID)
-	if !ok {
-		return errNoSale
+		return err
 	}
 	if sale.Ended(s.now()) {
 		return errSaleEnded
@@ -73,25 +62,37 @@ func (s *Server) pushSubscribe(c *fiber.Ctx) error {
 
 // pushUnsubscribe is DELETE /api/flash-sales/sales/{saleId}/push.
 func (s *Server) pushUnsubscribe(c *fiber.Ctx) error {
-	p, ok := s.userRoute(c)
+	p, sale, ok, err := s.pushRoute(c)
 	if !ok {
-		return nil
-	}
-	saleID, ok := parseID(c.Params("saleId"))
-	if !ok {
-		return errBadSaleID
-	}
-	if s.d.Push == nil {
-		return errPushOff
-	}
-	if _, ok := s.d.Sales.Sale(saleID); !ok {
-		return errNoSale
+		return err
 	}
 	ctx, cancel := s.reqCtx()
 	defer cancel()
-	if err := s.d.Push.Unsubscribe(ctx, saleID, p.UserID); err != nil {
+	if err := s.d.Push.Unsubscribe(ctx, sale.ID, p.UserID); err != nil {
 		return err
 	}
 	c.Set(fiber.HeaderCacheControl, "no-store")
 	return c.SendStatus(fiber.StatusNoContent)
+}
+
+// pushRoute is what both subscription routes check first, in this
+// order: the caller, the sale id of the path, notifications on, the sale
+// known. ok false: answered already (err nil) or err to answer.
+func (s *Server) pushRoute(c *fiber.Ctx) (flashsale.Principal, *flashsale.Sale, bool, error) {
+	p, ok := s.userRoute(c)
+	if !ok {
+		return p, nil, false, nil
+	}
+	saleID, ok := parseID(c.Params("saleId"))
+	if !ok {
+		return p, nil, false, errBadSaleID
+	}
+	if s.d.Push == nil {
+		return p, nil, false, errPushOff
+	}
+	sale, ok := s.d.Sales.Sale(saleID)
+	if !ok {
+		return p, nil, false, errNoSale
+	}
+	return p, sale, true, nil
 }
