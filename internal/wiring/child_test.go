@@ -23,7 +23,7 @@ import (
 // (SIGSTOP) or kill (-9) them: this test binary, started with childEnv set,
 // runs that part instead of the tests (TestMain) until SIGTERM.
 const (
-	childEnv       = "FLASHSALE_TEST_CHILD"        // "broker" or "gateway"
+	childEnv       = "FLASHSALE_TEST_CHILD"        // "gateway"
 	childConfigEnv = "FLASHSALE_TEST_CHILD_CONFIG" // a childConfig as JSON
 )
 
@@ -33,7 +33,6 @@ type childConfig struct {
 	DatabaseURL  string   `json:"databaseUrl,omitempty"`
 	KafkaBrokers []string `json:"kafkaBrokers,omitempty"`
 	JWTSecret    string   `json:"jwtSecret,omitempty"`
-	DataDir      string   `json:"dataDir,omitempty"` // broker
 }
 
 // runChild runs the part childEnv names, if any, and exits; it returns
@@ -51,14 +50,6 @@ func runChild() {
 	defer stop()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	switch role {
-	case "broker":
-		b, err := wiring.StartBroker(wiring.BrokerConfig{DataDir: cc.DataDir}, logger)
-		if err != nil {
-			log.Fatalf("child broker: %v", err)
-		}
-		fmt.Println(strings.Join(b.Addrs(), ","))
-		<-ctx.Done()
-		b.Close()
 	case "gateway":
 		cfg := wiring.Defaults()
 		cfg.HTTPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
