@@ -465,3 +465,38 @@ func TestTableOwners(t *testing.T) {
 		}
 	}
 }
+
+// stockKeys are lua's names of the stock's Redis keys; only stockKeyOwners
+// (lua, which names them, and redisstock, which reads and writes them)
+// may use them. A component that needs something of the stock asks
+// redisstock, which answers through a method or, for a script that must
+// read atomically with keys of its own, through RoomKeys and RoomLua.
+var stockKeys = regexp.MustCompile(`\blua\.(StockKey|BuyersKey|PendingKey|ReservedKey|PlacedKey|PaidKey|HoldsKey|ShardKey)\(`)
+
+const stockKeyOwners = "lua internal/adapter/redisstock"
+
+// TestStockKeysOwner checks that only stockKeyOwners name the stock's keys
+// outside tests.
+func TestStockKeysOwner(t *testing.T) {
+	out, err := exec.Command("git", "ls-files", "--", "*.go").Output()
+	if err != nil {
+		t.Skipf("git ls-files: %v (not a git checkout?)", err)
+	}
+	owners := words(stockKeyOwners)
+	for file := range strings.Lines(string(out)) {
+		file = strings.TrimSpace(file)
+		if strings.HasSuffix(file, "_test.go") || owners[path.Dir(file)] {
+			continue
+		}
+		src, err := os.ReadFile(file)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // deleted, not yet committed
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range stockKeys.FindAllString(string(src), -1) {
+			t.Errorf("%s names a stock key (%s); only %s may (layout_test.go, stockKeys)", file, m, stockKeyOwners)
+		}
+	}
+}

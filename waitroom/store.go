@@ -39,7 +39,7 @@ import (
 //	                  rebuilt after a loss)
 //	wr:{sN}:buckets   HASH "a<bucket>" → admissions in that time bucket,
 //	                  "r<bucket>" → the sale's reservation counters
-//	                  (lua.ReservedKey, summed over its stock shards)
+//	                  (redisstock.RoomKeys' and the other shards', summed)
 //	                  when the bucket began, "g<bucket>"
 //	                  → admitted shoppers of that bucket found gone (for
 //	                  the capacity cap)
@@ -197,8 +197,9 @@ return {n and tonumber(n) or -1, serving, out}
 // Everyone gets the queue state back. On a stale Redis (staleCheck) it
 // changes nothing but the lease.
 //
-//	KEYS: state, lease, buckets, reserved (lua.ReservedKey), presence,
-//	      gone, admitted, buyers (lua.BuyersKey), holes
+//	KEYS: state, lease, buckets, reserved and (at 8) buyers of
+//	      redisstock.RoomKeys, read through redisstock.RoomLua, presence,
+//	      gone, admitted, holes
 //	ARGV: me, nowMs, "drawAtMs:opensAtMs", leaseMs, rate, capLimit (-1: do not
 //	      admit; capSoldOut: admit nobody and forget every admission so
 //	      far), ttlMs, bucketMs, graceMs (0: nobody is counted gone),
@@ -206,7 +207,7 @@ return {n and tonumber(n) or -1, serving, out}
 //	      shards (tickShardArgs): the other shards' reservations, userId
 //	      (bought on another shard)...
 //	returns {leader 0/1, seq, n or -1, serving, stale 0/1, epoch}
-var tickScript = redis.NewScript(staleCheck + `
+var tickScript = redis.NewScript(staleCheck + redisstock.RoomLua + `
 local me = ARGV[1]
 local now = tonumber(ARGV[2])
 local leader = 0
@@ -244,7 +245,7 @@ if leader == 1 then
     local lapsed = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. (now - grace), 'LIMIT', 0, 1000)
     for _, uid in ipairs(lapsed) do
       redis.call('ZREM', KEYS[5], uid)
-      if redis.call('HEXISTS', KEYS[8], uid) == 0 and not elsewhere[uid] and redis.call('HEXISTS', KEYS[6], uid) == 0 then
+      if not stock_bought(KEYS[8], uid) and not elsewhere[uid] and redis.call('HEXISTS', KEYS[6], uid) == 0 then
         local a = redis.call('HGET', KEYS[7], uid)
         local at = a and tonumber(string.match(a, '|(%d+)$'))
         if at and at + ttl > now then
@@ -270,7 +271,7 @@ if leader == 1 then
     if n and now >= opensAt and now > last then redis.call('HSET', KEYS[1], 'last', now) end
   end
   if n and rate > 0 and capLimit >= 0 then
-    local reserved = tonumber(redis.call('GET', KEYS[4]) or '0') + tonumber(ARGV[14] or '0')
+    local reserved = stock_reserved(KEYS[4]) + tonumber(ARGV[14] or '0')
     local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
     local serving = tonumber(redis.call('HGET', KEYS[1], 'serving') or '0')
     -- the rate's credit starts at the opening, so the first tick after it
@@ -397,7 +398,8 @@ return out
 // twice for one loss).
 //
 //	KEYS: state, tickets, order, admitted, buckets, presence, buyers,
-//	      reserved, holes
+//	      reserved (redisstock.RoomKeys, read through redisstock.RoomLua),
+//	      holes
 //	ARGV: nowMs, newEpoch, ttlMs, bucketMs, seq (tickets known: the order
 //	      list is padded to it), n (-1 unknown), serving, P (checkpointed
 //	      tickets 0..P-1 that follow), the other stock shards'
@@ -405,7 +407,7 @@ return out
 //	      then per connection: userId, ticket, place (-1 unknown),
 //	      admittedAtMs (0: none)
 //	returns {seq, n or -1, serving, epoch}
-var restoreScript = redis.NewScript(`
+var restoreScript = redis.NewScript(redisstock.RoomLua + `
 local now = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[3])
 local bms = tonumber(ARGV[4])
@@ -443,7 +445,7 @@ if p > seq then
   if #buf > 0 then redis.call('RPUSH', KEYS[3], unpack(buf)) end
   seq = p
 end
-local reserved = tonumber(redis.call('GET', KEYS[8]) or '0') + tonumber(ARGV[9])
+local reserved = stock_reserved(KEYS[8]) + tonumber(ARGV[9])
 for i = base + p + 1, #ARGV, 4 do
   local uid, t = ARGV[i], tonumber(ARGV[i + 1])
   local place, at = ARGV[i + 2], tonumber(ARGV[i + 3])
@@ -462,7 +464,7 @@ for i = base + p + 1, #ARGV, 4 do
   if cur < t then redis.call('HSET', KEYS[2], uid, t) end
   if at > 0 and at + ttl > now and tonumber(place) >= 0 then
     if redis.call('HSETNX', KEYS[4], uid, place .. '|' .. at) == 1
-        and redis.call('HEXISTS', KEYS[7], uid) == 0 and not elsewhere[uid] then
+        and not stock_bought(KEYS[7], uid) and not elsewhere[uid] then
       -- an admitted shopper still here counts against the cap again, in
       -- the bucket of its admission
       local kb = math.floor(at / bms)
@@ -592,9 +594,10 @@ type tickReply struct {
 
 // tickSale runs tickScript for one sale.
 func tickSale(ctx context.Context, rdb redis.UniversalClient, st *redisstock.Store, sale *flashsale.Sale, a tickArgs) (tickReply, error) {
-	keys := append(saleKeys(sale.ID, keyState, keyLease, keyBuckets), lua.ReservedKey(sale.ID))
+	reserved, buyers := redisstock.RoomKeys(sale.ID)
+	keys := append(saleKeys(sale.ID, keyState, keyLease, keyBuckets), reserved)
 	keys = append(keys, saleKeys(sale.ID, keyPresence, keyGone, keyAdmitted)...)
-	keys = append(keys, lua.BuyersKey(sale.ID), lua.QueueKey(sale.ID, keyHoles))
+	keys = append(keys, buyers, lua.QueueKey(sale.ID, keyHoles))
 	args := []any{a.me, a.nowMs, strconv.FormatInt(a.drawAtMs, 10) + ":" + strconv.FormatInt(sale.StartsAt.UnixMilli(), 10), a.leaseMs, a.rate, a.capLimit, a.ttlMs, a.bucketMs, a.graceMs}
 	args = append(args, a.known.args()...)
 	more, err := tickShardArgs(ctx, rdb, st, sale, a)
@@ -662,7 +665,8 @@ type restoreInput struct {
 // figures and epoch after the restore.
 func restoreQueue(ctx context.Context, rdb redis.UniversalClient, saleID int64, in restoreInput) (queueState, string, error) {
 	keys := saleKeys(saleID, keyState, keyTickets, keyOrder, keyAdmitted, keyBuckets, keyPresence)
-	keys = append(keys, lua.BuyersKey(saleID), lua.ReservedKey(saleID), lua.QueueKey(saleID, keyHoles))
+	reserved, buyers := redisstock.RoomKeys(saleID)
+	keys = append(keys, buyers, reserved, lua.QueueKey(saleID, keyHoles))
 	args := make([]any, 0, 10+len(in.boughtElsewhere)+len(in.users)+4*len(in.conns))
 	args = append(args, in.nowMs, in.epoch, in.ttlMs, int64(bucketMs), in.st.Seq, in.st.N, in.st.Serving, len(in.users),
 		in.otherReserved, len(in.boughtElsewhere))

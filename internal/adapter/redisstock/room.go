@@ -16,7 +16,7 @@ import (
 // its capacity cap counts and the buyer records that tell a shopper who
 // bought from one who did not. The room's scripts run on the sale's tag
 // and read shard 0's counter and buyers themselves, atomically with the
-// queue (lua.ReservedKey, lua.BuyersKey); on a Redis Cluster they cannot
+// queue (RoomKeys, through RoomLua); on a Redis Cluster they cannot
 // read the other shards' keys, each under a tag and slot of its own. So
 // the room asks for shards 1..S-1 here, before its script, and passes the
 // answers in. Each read is one pipeline of plain commands, one key each,
@@ -25,6 +25,23 @@ import (
 // These methods take the sale rather than its id so that a Store never
 // told of the sale (SetShards) still reads every shard: the sale says
 // how many it has.
+
+// RoomKeys are the keys of the sale's shard 0 that a waiting-room script
+// of the sale reads atomically with its queue (they share its slot): the
+// reservation counter and the buyer records. The script reads them only
+// through RoomLua, so what they hold and how stays this package's.
+func RoomKeys(saleID int64) (reserved, buyers string) {
+	return lua.ReservedKey(saleID), lua.BuyersKey(saleID)
+}
+
+// RoomLua is the Lua prelude through which a room script reads RoomKeys:
+// stock_reserved(key) is the shard's count of reservations ever made (it
+// only grows), stock_bought(key, uid) whether uid holds a buyer record on
+// the shard (a reservation, or a claim of one in flight).
+const RoomLua = `
+local function stock_reserved(k) return tonumber(redis.call('GET', k) or '0') end
+local function stock_bought(k, uid) return redis.call('HEXISTS', k, uid) == 1 end
+`
 
 // saleLayout is the sale's shard layout (nil for a sale with one shard),
 // learned from the sale itself.
