@@ -200,10 +200,10 @@ function selectSale(id) {
   loadFigures();
 }
 
-// The create form: one row per item, each with product, quantity, price,
-// currency, name and image. Each label sits above its own input in one
-// field box, so that a wrapping row never leaves a label beside the next
-// field's input.
+// The create form: one group per item ("Item 1"), each with product,
+// quantity, price, currency, name and image. Each label sits above its own
+// input in one field box, so that a wrapping row never leaves a label
+// beside the next field's input.
 const ITEM_FIELDS = [
   { name: 'productId', label: 'op.item.product', type: 'number', min: 1, size: 7, required: true },
   { name: 'quantity', label: 'op.item.quantity', type: 'number', min: 1, size: 7, required: true },
@@ -215,9 +215,14 @@ const ITEM_FIELDS = [
 
 function addItemRow(values = {}) {
   const n = $('cs-items').children.length + 1;
-  const row = document.createElement('div');
-  row.className = 'row item-row end';
+  const row = document.createElement('fieldset');
+  row.className = 'item-row';
   row.dataset.n = String(n);
+  const legend = document.createElement('legend');
+  legend.textContent = t('op.item.legend', { n });
+  const fields = document.createElement('div');
+  fields.className = 'row end';
+  row.append(legend, fields);
   for (const f of ITEM_FIELDS) {
     const id = 'cs-' + f.name + '-' + n;
     const l = document.createElement('label');
@@ -240,7 +245,7 @@ function addItemRow(values = {}) {
     const field = document.createElement('div');
     field.className = 'field';
     field.append(l, i);
-    row.append(field);
+    fields.append(field);
   }
   if (n > 1) {
     const rm = document.createElement('button');
@@ -251,7 +256,7 @@ function addItemRow(values = {}) {
     rm.dataset.removeN = String(n);
     rm.setAttribute('aria-label', t('op.item.removeLabel', { n }));
     rm.addEventListener('click', () => row.remove());
-    row.append(rm);
+    fields.append(rm);
   }
   $('cs-items').append(row);
 }
@@ -1003,6 +1008,7 @@ function relabel() {
   renderConflict();
   if (op.createResult) setCreateResult(op.createResult.key, op.createResult.params);
   for (const b of document.querySelectorAll('#cs-items [data-remove-n]')) b.setAttribute('aria-label', t('op.item.removeLabel', { n: Number(b.dataset.removeN) }));
+  for (const row of document.querySelectorAll('#cs-items .item-row')) row.querySelector('legend').textContent = t('op.item.legend', { n: Number(row.dataset.n) });
 }
 
 function init() {
