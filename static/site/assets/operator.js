@@ -569,6 +569,8 @@ function renderConflict() {
 
 function fieldLabel(path) {
   const key = 'field.' + path.replace(/\.\d+\./g, '.*.').replace(/^items\.\*\./, 'items.');
+  // shadow.<rule>: the rule's own name.
+  if (path.startsWith('shadow.')) return t('field.shadow', { rule: ruleLabel(path.slice('shadow.'.length)) });
   if (i18n.has(key)) {
     const m = /^items\.(\d+)\./.exec(path);
     return m ? t('field.itemN', { n: Number(m[1]) + 1, field: t(key) }) : t(key);
@@ -577,7 +579,7 @@ function fieldLabel(path) {
 }
 
 function shown(path, v) {
-  if (v === undefined) return t('conflict.none');
+  if (v === undefined || v === '') return t('conflict.none');
   if (/(^|\.)state$/.test(path)) return stateLabel(String(v));
   if (typeof v === 'number') return i18n.number(v);
   if (typeof v === 'boolean') return t(v ? 'common.yes' : 'common.no');
@@ -923,6 +925,7 @@ function renderAudit() {
     const li = document.createElement('li');
     li.id = 'audit-' + e.id;
     if (String(e.id) === freshId) li.className = 'fresh';
+    li.dataset.action = e.action || '';
     li.append(auditText(e));
     const lines = auditLines(e.body);
     if (lines.length) {
@@ -942,16 +945,22 @@ function renderAudit() {
 // auditText is an entry's first line: when, who, what.
 function auditText(e) {
   const at = Date.parse(e.at);
-  return (Number.isFinite(at) ? i18n.dateTime(at) : e.at || '') + ' · ' + (e.actor ?? '?') + ' · ' + (e.action || '');
+  const action = i18n.has('audit.action.' + e.action) ? t('audit.action.' + e.action) : e.action || '';
+  return (Number.isFinite(at) ? i18n.dateTime(at) : e.at || '') + ' · ' + t('audit.actor', { actor: e.actor ?? '?' }) + ' · ' + action;
 }
 
 // MAX_AUDIT_LINES bounds the lines one entry shows.
 const MAX_AUDIT_LINES = 12;
 
 // auditLines reads an entry's body as a person would (conflict.js,
-// changeLines): what changed, not the document.
+// changeLines): what changed, not the document, in the words and formats
+// of the conflict display ("admission rate: 20 → 50").
 function auditLines(body) {
-  return changeLines(body, MAX_AUDIT_LINES, (n) => t('op.audit.more', { n }));
+  return changeLines(body, MAX_AUDIT_LINES, (n) => t('op.audit.more', { n }), (c) =>
+    'was' in c || 'now' in c
+      ? t('conflict.change', { field: fieldLabel(c.path), was: shown(c.path, c.was), now: shown(c.path, c.now) })
+      : t('op.audit.value', { field: fieldLabel(c.path), value: shown(c.path, c.value) }),
+  );
 }
 
 // showChange reports a change and, when it is audited, the audit entry it
