@@ -173,6 +173,22 @@ func TestOperatorCreatesSaleWithItemDetails(t *testing.T) {
 			t.Errorf("window %d px wide: %s", width, bad)
 		}
 	}
+	// Each label names its own input: it is the input's one label, and a
+	// click on it focuses that input, in a second item's group too.
+	op.click("#cs-add-item")
+	for _, id := range evalT[[]string](op, `[...document.querySelectorAll('#create-sale label')].map((l) => l.htmlFor)`) {
+		if !evalT[bool](op, fmt.Sprintf(`(() => { const i = document.getElementById(%q); return !!i && i.labels.length === 1 && i.labels[0].htmlFor === i.id; })()`, id)) {
+			t.Errorf("#%s is not named by its own one label", id)
+		}
+		op.click(fmt.Sprintf("label[for=%q]", id))
+		if got := evalT[string](op, `document.activeElement.id`); got != id {
+			t.Errorf("a click on the label of #%s focused #%s", id, got)
+		}
+	}
+	if got := op.text("#cs-items .item-row:last-child legend"); got != "Item 2" {
+		t.Errorf("second item's group legend = %q, want Item 2", got)
+	}
+	op.click(`#cs-items [data-remove-n="2"]`)
 	op.screenshot("create-sale-items")
 	fill := func(image string) {
 		op.do("fill the form",

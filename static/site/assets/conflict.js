@@ -6,11 +6,17 @@
 // the clock): they are not an operator's change.
 const VOLATILE = new Set(['queue', 'figures', 'remaining', 'sold', 'paid', 'expired', 'cancelled', 'rejected', 'soldOut', 'serverTimeMs', 'updatedAt']);
 
+// isList reports an array of plain values (a blocklist), which reads as one
+// value, "1, 2", rather than one path per index.
+const isList = (v) => Array.isArray(v) && v.every((x) => x === null || typeof x !== 'object');
+
 // flatten maps every leaf of a JSON value to its dotted path
-// ("items.0.quantity"); arrays are indexed, empty objects and arrays are
-// leaves.
+// ("items.0.quantity"); arrays of objects are indexed, arrays of plain
+// values are one leaf ("1, 2"; empty is ''), empty objects are leaves.
 export function flatten(v, prefix = '', out = new Map()) {
-  if (v !== null && typeof v === 'object' && Object.keys(v).length > 0) {
+  if (isList(v) && prefix) {
+    out.set(prefix, v.join(', '));
+  } else if (v !== null && typeof v === 'object' && Object.keys(v).length > 0) {
     for (const [k, x] of Object.entries(v)) {
       if (VOLATILE.has(k)) continue;
       flatten(x, prefix ? prefix + '.' + k : k, out);
@@ -37,19 +43,19 @@ export function conflictChanges(mine, current) {
 }
 
 // changeLines describes an audited change as a person reads it: one line
-// per value that changed between before and after, "path: was → now" (–
-// for a value that was not there, or is gone); for a body that is not a
-// before/after pair, one line per value, "path: value". At most max lines,
-// the last one then saying how many more there were (more(n)).
-export function changeLines(body, max, more) {
+// per value that changed between before and after, {path, was, now}; for a
+// body that is not a before/after pair, one line per value, {path, value}.
+// line words each (by default "path: was → now" and "path: value", – for
+// a value that was not there, is gone or is empty). At most max lines, the
+// last one then saying how many more there were (more(n)).
+export function changeLines(body, max, more, line = plainLine) {
   if (body === undefined || body === null) return [];
   if (typeof body !== 'object') return [String(body)];
-  const show = (v) => (v === undefined ? '–' : String(v));
   let lines;
   if (Object.keys(body).length === 2 && 'before' in body && 'after' in body) {
-    lines = conflictChanges(body.before || {}, body.after || {}).map((c) => c.path + ': ' + show(c.was) + ' → ' + show(c.now));
+    lines = conflictChanges(body.before || {}, body.after || {}).map(line);
   } else {
-    lines = [...flatten(body)].map(([p, v]) => p + ': ' + show(v));
+    lines = [...flatten(body)].map(([path, value]) => line({ path, value }));
   }
   if (lines.length > max) {
     const n = lines.length - max + 1;
@@ -57,4 +63,9 @@ export function changeLines(body, max, more) {
     lines.push(more(n));
   }
   return lines.map((l) => (l.length > 200 ? l.slice(0, 200) + '…' : l));
+}
+
+function plainLine(c) {
+  const show = (v) => (v === undefined || v === '' ? '–' : String(v));
+  return 'was' in c ? c.path + ': ' + show(c.was) + ' → ' + show(c.now) : c.path + ': ' + show(c.value);
 }

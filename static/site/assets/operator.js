@@ -200,10 +200,10 @@ function selectSale(id) {
   loadFigures();
 }
 
-// The create form: one row per item, each with product, quantity, price,
-// currency, name and image. Each label sits above its own input in one
-// field box, so that a wrapping row never leaves a label beside the next
-// field's input.
+// The create form: one group per item ("Item 1"), each with product,
+// quantity, price, currency, name and image. Each label sits above its own
+// input in one field box, so that a wrapping row never leaves a label
+// beside the next field's input.
 const ITEM_FIELDS = [
   { name: 'productId', label: 'op.item.product', type: 'number', min: 1, size: 7, required: true },
   { name: 'quantity', label: 'op.item.quantity', type: 'number', min: 1, size: 7, required: true },
@@ -215,9 +215,14 @@ const ITEM_FIELDS = [
 
 function addItemRow(values = {}) {
   const n = $('cs-items').children.length + 1;
-  const row = document.createElement('div');
-  row.className = 'row item-row end';
+  const row = document.createElement('fieldset');
+  row.className = 'item-row';
   row.dataset.n = String(n);
+  const legend = document.createElement('legend');
+  legend.textContent = t('op.item.legend', { n });
+  const fields = document.createElement('div');
+  fields.className = 'row end';
+  row.append(legend, fields);
   for (const f of ITEM_FIELDS) {
     const id = 'cs-' + f.name + '-' + n;
     const l = document.createElement('label');
@@ -240,7 +245,7 @@ function addItemRow(values = {}) {
     const field = document.createElement('div');
     field.className = 'field';
     field.append(l, i);
-    row.append(field);
+    fields.append(field);
   }
   if (n > 1) {
     const rm = document.createElement('button');
@@ -251,7 +256,7 @@ function addItemRow(values = {}) {
     rm.dataset.removeN = String(n);
     rm.setAttribute('aria-label', t('op.item.removeLabel', { n }));
     rm.addEventListener('click', () => row.remove());
-    row.append(rm);
+    fields.append(rm);
   }
   $('cs-items').append(row);
 }
@@ -564,6 +569,8 @@ function renderConflict() {
 
 function fieldLabel(path) {
   const key = 'field.' + path.replace(/\.\d+\./g, '.*.').replace(/^items\.\*\./, 'items.');
+  // shadow.<rule>: the rule's own name.
+  if (path.startsWith('shadow.')) return t('field.shadow', { rule: ruleLabel(path.slice('shadow.'.length)) });
   if (i18n.has(key)) {
     const m = /^items\.(\d+)\./.exec(path);
     return m ? t('field.itemN', { n: Number(m[1]) + 1, field: t(key) }) : t(key);
@@ -572,7 +579,7 @@ function fieldLabel(path) {
 }
 
 function shown(path, v) {
-  if (v === undefined) return t('conflict.none');
+  if (v === undefined || v === '') return t('conflict.none');
   if (/(^|\.)state$/.test(path)) return stateLabel(String(v));
   if (typeof v === 'number') return i18n.number(v);
   if (typeof v === 'boolean') return t(v ? 'common.yes' : 'common.no');
@@ -918,6 +925,7 @@ function renderAudit() {
     const li = document.createElement('li');
     li.id = 'audit-' + e.id;
     if (String(e.id) === freshId) li.className = 'fresh';
+    li.dataset.action = e.action || '';
     li.append(auditText(e));
     const lines = auditLines(e.body);
     if (lines.length) {
@@ -937,16 +945,22 @@ function renderAudit() {
 // auditText is an entry's first line: when, who, what.
 function auditText(e) {
   const at = Date.parse(e.at);
-  return (Number.isFinite(at) ? i18n.dateTime(at) : e.at || '') + ' · ' + (e.actor ?? '?') + ' · ' + (e.action || '');
+  const action = i18n.has('audit.action.' + e.action) ? t('audit.action.' + e.action) : e.action || '';
+  return (Number.isFinite(at) ? i18n.dateTime(at) : e.at || '') + ' · ' + t('audit.actor', { actor: e.actor ?? '?' }) + ' · ' + action;
 }
 
 // MAX_AUDIT_LINES bounds the lines one entry shows.
 const MAX_AUDIT_LINES = 12;
 
 // auditLines reads an entry's body as a person would (conflict.js,
-// changeLines): what changed, not the document.
+// changeLines): what changed, not the document, in the words and formats
+// of the conflict display ("admission rate: 20 → 50").
 function auditLines(body) {
-  return changeLines(body, MAX_AUDIT_LINES, (n) => t('op.audit.more', { n }));
+  return changeLines(body, MAX_AUDIT_LINES, (n) => t('op.audit.more', { n }), (c) =>
+    'was' in c || 'now' in c
+      ? t('conflict.change', { field: fieldLabel(c.path), was: shown(c.path, c.was), now: shown(c.path, c.now) })
+      : t('op.audit.value', { field: fieldLabel(c.path), value: shown(c.path, c.value) }),
+  );
 }
 
 // showChange reports a change and, when it is audited, the audit entry it
@@ -1003,6 +1017,7 @@ function relabel() {
   renderConflict();
   if (op.createResult) setCreateResult(op.createResult.key, op.createResult.params);
   for (const b of document.querySelectorAll('#cs-items [data-remove-n]')) b.setAttribute('aria-label', t('op.item.removeLabel', { n: Number(b.dataset.removeN) }));
+  for (const row of document.querySelectorAll('#cs-items .item-row')) row.querySelector('legend').textContent = t('op.item.legend', { n: Number(row.dataset.n) });
 }
 
 function init() {

@@ -7,14 +7,15 @@ const more = (n) => `+${n}`;
 test('a before/after change lists what changed, not the document', () => {
   const body = {
     before: { version: 2, rateLimit: { perIp: { rps: 20, burst: 40 } }, blocklist: { users: [] } },
-    after: { version: 3, rateLimit: { perIp: { rps: 100, burst: 40 } }, blocklist: { users: ['666'] } },
+    after: { version: 3, rateLimit: { perIp: { rps: 100, burst: 40 } }, blocklist: { users: ['666', '7'] } },
   };
-  assert.deepEqual(changeLines(body, 12, more), [
-    'version: 2 → 3',
-    'rateLimit.perIp.rps: 20 → 100',
-    'blocklist.users.0: – → 666',
-    'blocklist.users: [] → –',
-  ]);
+  assert.deepEqual(changeLines(body, 12, more), ['version: 2 → 3', 'rateLimit.perIp.rps: 20 → 100', 'blocklist.users: – → 666, 7']);
+});
+
+test('each line is worded by the caller', () => {
+  const body = { before: { pow: { difficulty: 0 } }, after: { pow: { difficulty: 8 } } };
+  assert.deepEqual(changeLines(body, 12, more, (c) => `${c.path}=${c.was}>${c.now}`), ['pow.difficulty=0>8']);
+  assert.deepEqual(changeLines({ text: 'hi' }, 12, more, (c) => `${c.path}=${c.value}`), ['text=hi']);
 });
 
 test('another body lists its values', () => {

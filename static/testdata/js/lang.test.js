@@ -32,7 +32,7 @@ test('every catalogue has the same keys, none empty, the same placeholders', () 
 
 test('Spanish is translated: values equal to English are only names and formats', () => {
   // Words that are the same in both languages, or not words at all.
-  const same = new Set(['lang.en', 'lang.es', 'time.daysAnd', 'common.no', 'conflict.change', 'op.fig.perSecond', 'op.error.generic', 'preset.normal']);
+  const same = new Set(['lang.en', 'lang.es', 'time.daysAnd', 'common.no', 'conflict.change', 'op.audit.value', 'op.fig.perSecond', 'op.error.generic', 'preset.normal']);
   for (const [k, v] of Object.entries(CATALOGUES.en)) {
     if (same.has(k)) continue;
     assert.notDeepEqual(CATALOGUES.es[k], v, `es ${k} is the English text`);
@@ -76,6 +76,7 @@ test('keys built from states and codes exist', () => {
   for (const r of ['blocklist', 'perIp', 'perPrefix', 'perUser', 'pow']) need.push('rule.' + r);
   for (const o of ['allowed', 'limited', 'blocked', 'challenged', 'shadow']) need.push('outcome.' + o);
   for (const p of ['normal', 'drop', 'under-attack']) need.push('preset.' + p);
+  for (const a of ['sale.create', 'sale.update', 'sale.pause', 'sale.resume', 'sale.end', 'sale.stock', 'sale.message', 'settings.put', 'settings.preset']) need.push('audit.action.' + a);
   for (const k of need) assert.ok(Object.hasOwn(CATALOGUES.en, k), 'missing key ' + k);
 });
 
