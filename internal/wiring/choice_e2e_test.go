@@ -126,6 +126,7 @@ func (w *choiceWS) next(what string, from int, pred func(map[string]any) bool) (
 // it, not to rank 5 behind it. Rank 1 lets its S hold lapse: the unit goes
 // to rank 6, the next who wants S, past rank 5 who wants M.
 func TestQueueOrderItemChoice(t *testing.T) {
+	t.Parallel() // waits on real windows (TestMain)
 	s := startStack(t)
 	op := s.Token(1, true)
 	created := s.Do("POST", "/api/admin/sales", op, map[string]any{
@@ -346,6 +347,7 @@ func TestRaceSaleHasNoChoice(t *testing.T) {
 // gets the M unit that rank 2 lets lapse, though the lease was taken from
 // whichever gateway led, so that the leader of the lapse is chosen anew.
 func TestQueueOrderItemChoiceTwoGateways(t *testing.T) {
+	t.Parallel() // waits on real windows (TestMain)
 	a, b := twoGateways(t)
 	op := a.Token(1, true)
 	created := a.Do("POST", "/api/admin/sales", op, map[string]any{

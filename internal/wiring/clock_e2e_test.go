@@ -58,6 +58,7 @@ func waitUntil(at time.Time) {
 // after it on the slow one, and neither reserves a unit before the true
 // opening.
 func TestClockOneForTheFleet(t *testing.T) {
+	t.Parallel() // waits on real windows (TestMain)
 	const skew = 2 * time.Second
 	fast, slow := skewedGateways(t, skew, -skew)
 	for _, g := range []struct {

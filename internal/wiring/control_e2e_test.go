@@ -168,6 +168,7 @@ func auditActions(t *testing.T, s *stack) map[string]int {
 // SALE_PAUSED on both gateways and reserves nothing. Resume: the waiting
 // shopper is admitted and the held token buys.
 func TestPauseResumeThroughHTTP(t *testing.T) {
+	t.Parallel() // waits on real windows (TestMain)
 	a, b := twoGateways(t)
 	saleID, items := a.createSaleWith(10000, 5)
 	held := a.admit(100, saleID)
@@ -318,6 +319,7 @@ func TestAddStockToSoldOutSale(t *testing.T) {
 // later after the first status, the polling status and the public sale
 // data; clearing it is announced too.
 func TestMessageReachesEveryGateway(t *testing.T) {
+	t.Parallel() // waits on real windows (TestMain)
 	a, b := twoGateways(t)
 	saleID, _ := a.createSaleWith(10000, 5)
 	b.waitSale(saleID)

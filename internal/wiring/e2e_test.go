@@ -14,6 +14,13 @@ import (
 	"github.com/flashsale/flashsale/internal/wiring/apptest"
 )
 
+// Tests that mostly wait on real windows (claim windows, pauses, lease
+// lapses, failovers) call t.Parallel: each stack has a Redis database,
+// PostgreSQL database and broker of its own, so they overlap (go test
+// runs -parallel of them at once, GOMAXPROCS by default) and the
+// package's wall time drops. A test that reads a shared server as a whole
+// (MONITOR, command counts) or bounds a time tighter than a few seconds
+// stays serial.
 func TestMain(m *testing.M) {
 	runChild() // a child process runs its part and exits (child_test.go)
 	testenv.Main(m)

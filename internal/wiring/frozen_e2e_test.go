@@ -20,6 +20,7 @@ import (
 // same way. (Before, the reservation ran at SIGCONT, the retry was told
 // ALREADY_PURCHASED, and the reconciler rejected the order later.)
 func TestPurchaseDuringRedisFreeze(t *testing.T) {
+	t.Parallel() // waits on real windows (TestMain)
 	srv := testenv.NewRedisServer(t)
 	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
 	s := startStack(t, func(c *wiring.Config) {

@@ -54,6 +54,7 @@ func (s *stack) pollHold(saleID, user int64) (string, int64, apptest.Resp) {
 // window's end, rank 1's poll shows the new end, and rank 1's unused
 // hold lapses at that end, not before, and goes to rank 2.
 func TestQueueOrderPauseExtendsHolds(t *testing.T) {
+	t.Parallel() // waits on real windows (TestMain)
 	s := startStack(t)
 	const window = 10
 	opens := time.Now().Add(3 * time.Second)
@@ -154,6 +155,7 @@ func TestQueueOrderPauseExtendsHolds(t *testing.T) {
 // gone and is refused; as the page would, it then waits for its turn,
 // and a fresh admitted message tells it the unit is held again.
 func TestQueueOrderHoldsAfterRedisLoss(t *testing.T) {
+	t.Parallel() // waits on real windows (TestMain)
 	rr := ownRedis(t)
 	s := startStack(t, func(c *wiring.Config) { c.RedisURL, c.RedisCluster = rr.srv.URL, nil })
 	const window, units = 40, 3
@@ -235,6 +237,7 @@ func TestQueueOrderHoldsAfterRedisLoss(t *testing.T) {
 // holder buys after its first window's end, through the new leader, and
 // the other holder's hold lapses at its extended end.
 func TestQueueOrderPauseLeaderChange(t *testing.T) {
+	t.Parallel() // waits on real windows (TestMain)
 	// Gateway a alone first, so that it leads the sale; b joins later.
 	var shared wiring.Config
 	a, kill := killableStack(t, func(c *wiring.Config) { shared = *c })
@@ -379,6 +382,7 @@ func (r *restartable) restartEmpty() {
 // admission ends, it goes back in line: WAITING or SOLD_OUT), and its
 // purchase is refused.
 func TestQueueOrderHoldsShortAfterRedisLoss(t *testing.T) {
+	t.Parallel() // waits on real windows (TestMain)
 	rr := ownRedis(t)
 	s := startStack(t, func(c *wiring.Config) { c.RedisURL, c.RedisCluster = rr.srv.URL, nil })
 	const window, units = 40, 2

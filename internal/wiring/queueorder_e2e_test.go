@@ -31,6 +31,7 @@ import (
 //
 // Every answer is checked against docs/openapi.yaml.
 func TestQueueOrderDecidesWhoBuys(t *testing.T) {
+	t.Parallel() // waits on real windows (TestMain)
 	s := apptest.Start(t, func(c *wiring.Config) { c.DrawLead = 2 * time.Second })
 	c := newSpecCheck(t, s)
 	op := s.Token(1, true)

@@ -51,6 +51,7 @@ type returnShopper struct {
 // buys; the places behind them stay told SOLD_OUT (no unit is free for
 // them at any moment).
 func TestReturnedUnitsReachTheQueue(t *testing.T) {
+	t.Parallel() // waits on real windows (TestMain)
 	for _, tc := range []struct {
 		name       string
 		allocation string

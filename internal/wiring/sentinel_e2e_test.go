@@ -25,6 +25,7 @@ import (
 // the stock from PostgreSQL and Kafka, nothing is oversold, every 202 ends
 // as a live order and the sale sells out.
 func TestSentinelFailoverMidSale(t *testing.T) {
+	t.Parallel() // waits on real windows (TestMain)
 	testenv.SkipOnCluster(t, "it runs its own master, replica and sentinel; the single-node pass covers it")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
