@@ -20,6 +20,11 @@ import (
 const defaultChromium = "/usr/bin/chromium"
 
 // waitFor bounds every wait for something the page should show.
+//
+// Tests that mostly wait on real windows (a claim window, an opening far
+// enough ahead for the accessibility check) call t.Parallel: each has its
+// own stack and browser, and they overlap. A test that times a page
+// against the opening instant stays serial.
 const waitFor = 30 * time.Second
 
 // recorder is injected in every document before the page's own scripts. It

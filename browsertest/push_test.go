@@ -48,6 +48,7 @@ const pushStub = `(() => {
 // service, which decrypts it. Only the browser's own push service, which
 // a headless Chromium lacks, is left out.
 func TestTurnNotificationSubscribe(t *testing.T) {
+	t.Parallel() // mostly waits on real windows (browser_test.go)
 	pub, priv, err := push.GenerateKeys()
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 // ends, B's page shows the unit held for B with the buy button on, and B
 // buys it. A's page says the turn ended.
 func TestQueueOrderHoldReachesNext(t *testing.T) {
+	t.Parallel() // mostly waits on real windows (browser_test.go)
 	s := startStack(t, func(c *wiring.Config) { c.DrawLead = 6 * time.Second })
 	// The browser starts before the sale is made, so that A's page has the
 	// whole pre-queue (6 s, however slow Chromium's start) to join in.
