@@ -37,6 +37,15 @@
 #   worker, into out/load/<scenario>/profiles/ (go tool pprof -top FILE)]
 #   DATA_NICE [10: redis-server, PostgreSQL and the dev process (Kafka,
 #   writer) run at nice -10, standing in for their own machines; 0: off]
+#   IDLE_WINDOW [unset; seconds: the cost of waiting. Once every shopper's
+#   WebSocket is open on the gateways (the sum of their
+#   flashsale_waitroom_connections reaches SHOPPERS) the script reads the
+#   CPU ticks of every server process, again IDLE_WINDOW seconds later,
+#   and writes out/load/<scenario>/idle.txt: µs of server CPU per waiting
+#   socket per second, per role; with a CPU profile of gateway 1 over the
+#   same window (idle-gateway1.pprof). Give STARTS_IN room for the joins
+#   and the window before the draw (FLASHSALE_DRAW_LEAD, 3 s): with the
+#   shoppers in the pre-queue, nothing but the waiting happens then]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -216,6 +225,61 @@ start_stack() { # scenario
 	sleep 3 # applied on every gateway within 2 s (CONTRACT section 3)
 }
 
+# conns_open: the sum of flashsale_waitroom_connections over the gateways.
+conns_open() {
+	local g n=0 v
+	for g in $(seq 1 "$GATEWAYS"); do
+		v=$(curl -fsS http://127.0.0.1:$((19080 + g))/metrics 2>/dev/null |
+			awk '$1 == "flashsale_waitroom_connections" {printf "%d", $2}')
+		n=$((n + ${v:-0}))
+	done
+	echo "$n"
+}
+
+# role_ticks: "role ticks" per role of SERVER_PIDS, utime + stime of each
+# named process, its threads included (/proc/<pid>/stat fields 14 and 15;
+# PostgreSQL: the postmaster alone, which waiting shoppers do not reach).
+role_ticks() {
+	local pair role pid
+	local -A sum=()
+	for pair in ${SERVER_PIDS//,/ }; do
+		role=${pair%%=*} pid=${pair#*=}
+		[ -r /proc/"$pid"/stat ] || continue
+		sum[$role]=$(( ${sum[$role]:-0} + $(awk '{sub(/^.*\) /, ""); print $12 + $13}' /proc/"$pid"/stat) ))
+	done
+	for role in "${!sum[@]}"; do echo "$role ${sum[$role]}"; done | sort
+}
+
+# idle_sample scenario: the IDLE_WINDOW measurement (see the knobs above).
+idle_sample() {
+	local s=$1 want=${SHOPPERS:?IDLE_WINDOW needs SHOPPERS} n i hz
+	hz=$(getconf CLK_TCK)
+	for i in $(seq 1 600); do
+		n=$(conns_open)
+		[ "$n" -ge "$want" ] && break
+		sleep 1
+	done
+	if [ "$n" -lt "$want" ]; then
+		echo "idle: only $n of $want WebSockets open after 600 s; no measurement" | tee "$OUT/$s/idle.txt"
+		return
+	fi
+	local t0 t1 before after
+	before=$(role_ticks); t0=$(date +%s.%N)
+	curl -fsS "http://127.0.0.1:19081/debug/pprof/profile?seconds=$IDLE_WINDOW" -o "$OUT/$s/idle-gateway1.pprof" &
+	local prof=$!
+	sleep "$IDLE_WINDOW"
+	after=$(role_ticks); t1=$(date +%s.%N)
+	wait $prof || true
+	n=$(conns_open)
+	{
+		echo "idle window: $want WebSockets open at the start, $n at the end, $(echo "$t1 - $t0" | bc) s, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+		join <(echo "$before") <(echo "$after") | awk -v hz="$hz" -v n="$want" -v w="$(echo "$t1 - $t0" | bc)" '
+			{ cpu = ($3 - $2) / hz; tot += cpu
+			  printf "idle %-9s %7.2f cpu-s  %8.2f µs per waiting socket per second\n", $1, cpu, cpu * 1e6 / (n * w) }
+			END { printf "idle server    %7.2f cpu-s  %8.2f µs per waiting socket per second\n", tot, tot * 1e6 / (n * w) }'
+	} | tee "$OUT/$s/idle.txt"
+}
+
 run_scenario() { # scenario
 	local s=$1 args=()
 	[ -n "${SHOPPERS:-}" ] && args+=(--shoppers "$SHOPPERS")
@@ -235,11 +299,16 @@ run_scenario() { # scenario
 		args+=(--profile-dir "$OUT/$s/profiles" --profile-urls "$purls" --profile-seconds "${PROFILE_SECONDS:-3}")
 	fi
 	echo "== $s  $(date -u +%FT%TZ)  load average before: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/$s.txt"
-	local rc=0
+	local rc=0 idle=""
+	if [ -n "${IDLE_WINDOW:-}" ]; then
+		idle_sample "$s" &
+		idle=$!
+	fi
 	GOMAXPROCS=$PROCS_EACH ./bin/flashsale-load --scenario "$s" --url "$URLS" --admin-url http://127.0.0.1:19081 \
 		--database-url "$DATABASE_URL" --redis-url "$REDIS_URL" --server-pids "$SERVER_PIDS" \
 		--json "$OUT/$s.json" --html "$OUT/$s.html" "${args[@]}" \
 		> >(tee -a "$OUT/$s.txt") 2> >(tr '\r' '\n' | tail -n 40 >>"$OUT/$s.progress") || rc=$?
+	[ -n "$idle" ] && { wait "$idle" || true; }
 	echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg); exit $rc" | tee -a "$OUT/$s.txt"
 	local g
 	for g in $(seq 0 "$GATEWAYS"); do
