@@ -93,10 +93,10 @@ func cmdHTTP(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&o.Out, "out", "out/bench", "directory for wrk reports, scripts, server logs and http.txt")
 	fs.StringVar(&o.Wrk, "wrk", "wrk", "wrk binary")
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "every wrk run and the idle window")
-	fs.IntVar(&o.Rounds, "rounds", 3, "rounds of baseline, sold-out, no-admission, baseline, rate-limited, in-stock, idle")
+	fs.IntVar(&o.Rounds, "rounds", 3, "rounds of baseline, sold-out, no-admission, baseline, rate-limited, in-stock (cold), in-stock-warm, idle")
 	fs.IntVar(&o.Threads, "threads", 2, "wrk -t")
 	fs.IntVar(&o.Conns, "conns", 256, "wrk -c")
-	fs.IntVar(&o.Users, "users", 250_000, "distinct in-stock shoppers per round")
+	fs.IntVar(&o.Users, "users", 250_000, "distinct cold in-stock shoppers per round (at most 5,000,000; the warm ones are min(this, 200,000))")
 	fs.BoolVar(&o.CPUProfile, "cpuprofile", false, "record a CPU profile of the gateway in every gateway run (OUT/cpu-*.pprof)")
 	fs.IntVar(&o.GOMAXPROCS, "gomaxprocs", 2, "GOMAXPROCS of the server processes")
 	_ = fs.Parse(args) // ExitOnError

@@ -64,6 +64,9 @@ func (o Options) withDefaults() Options {
 	if o.Users <= 0 {
 		o.Users = 250_000
 	}
+	// A round's cold shoppers are users round×10M + 0..Users, its warm
+	// ones round×10M + 5M + 0..warmUsers.
+	o.Users = min(o.Users, 5_000_000)
 	if o.GOMAXPROCS <= 0 {
 		o.GOMAXPROCS = 2
 	}
@@ -79,9 +82,15 @@ const (
 	SoldOut     = "sold-out"
 	NoAdmission = "no-admission"
 	RateLimit   = "rate-limited"
-	InStock     = "in-stock"
+	InStock     = "in-stock" // cold: every access token new to the gateway
+	InStockWarm = "in-stock-warm"
 	Idle        = "idle"
 )
+
+// warmUsers bounds the warm in-stock shoppers of a round: the gateway's
+// token cache (wiring's TokenCacheSize, 1<<18 in 64 shards, a shard
+// cleared when full) must hold all of them at once with room to spare.
+const warmUsers = 200_000
 
 // Sample is one measured run.
 type Sample struct {
@@ -345,9 +354,47 @@ func Run(ctx context.Context, o Options) ([]Sample, error) {
 		}
 	}
 
+	// The warm path: a real shopper's access token was verified when it
+	// joined the queue, so its purchase finds the verdict in the gateway's
+	// token cache. Before the warm run, each warm shopper's token goes
+	// through a purchase without an admission token (verified, cached,
+	// refused 403, nothing reserved), over the whole list at least three
+	// times: a cache shard that fills and clears during the first pass
+	// holds the rest after the second.
+	prewarmLua := filepath.Join(o.Out, "prewarm.lua")
+	prewarm := strings.Replace(inStockScript, `["X-Admission-Token"] = string.sub(line, tab + 1),`, "", 1)
+	if prewarm == inStockScript {
+		return nil, errors.New("bench: the prewarm script lost its admission header line")
+	}
+	if err := os.WriteFile(prewarmLua, []byte(strings.ReplaceAll(prewarm, "NTHREADS", strconv.Itoa(o.Threads))), 0o644); err != nil {
+		return nil, err
+	}
+	warmTokens := func(file string, n int) error {
+		for pass := 0; pass < 5; pass++ {
+			out, err := exec.CommandContext(ctx, o.Wrk, "-t", strconv.Itoa(o.Threads), "-c", strconv.Itoa(o.Conns), "-d", "5s",
+				"-s", prewarmLua, info.URL+path(info.InStockItem), "--", file).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("wrk prewarm: %w\n%s", err, out)
+			}
+			res, err := ParseWrk(string(out))
+			if err != nil {
+				return err
+			}
+			if res.Requests >= 3*int64(n) {
+				return nil
+			}
+		}
+		return fmt.Errorf("bench: prewarm of %d tokens never reached 3 passes", n)
+	}
+	nWarm := min(o.Users, warmUsers)
+
 	for round := 1; round <= o.Rounds; round++ {
 		tokens := filepath.Join(tmp, fmt.Sprintf("in-stock-%d.txt", round))
 		if err := mint.inStockFile(tokens, int64(round)*10_000_000, o.Users); err != nil {
+			return samples, err
+		}
+		warm := filepath.Join(tmp, fmt.Sprintf("in-stock-warm-%d.txt", round))
+		if err := mint.inStockFile(warm, int64(round)*10_000_000+5_000_000, nWarm); err != nil {
 			return samples, err
 		}
 		steps := []func() error{
@@ -363,6 +410,12 @@ func Run(ctx context.Context, o Options) ([]Sample, error) {
 				return errors.Join(err, gw.command("defense "+oneLine(Permissive)))
 			},
 			func() error { return run(round, InStock, info.URL+path(info.InStockItem), inStockLua, tokens) },
+			func() error {
+				if err := warmTokens(warm, nWarm); err != nil {
+					return err
+				}
+				return run(round, InStockWarm, info.URL+path(info.InStockItem), inStockLua, warm)
+			},
 			func() error { return run(round, Idle, "", "") },
 		}
 		for _, step := range steps {
@@ -371,6 +424,7 @@ func Run(ctx context.Context, o Options) ([]Sample, error) {
 			}
 		}
 		_ = os.Remove(tokens)
+		_ = os.Remove(warm)
 	}
 	if cs, err := rdb.Info(ctx, "commandstats").Result(); err == nil {
 		_ = os.WriteFile(filepath.Join(o.Out, "redis-commandstats.txt"), []byte(cs), 0o644)
@@ -586,6 +640,11 @@ function request()
 end
 `
 
+// goals are the ratios to the bare fiber baseline a scenario must reach:
+// a refusal costs about what fiber's own answer does, and a purchase
+// whose token is new (the cold path) at least 30% of it.
+var goals = map[string]float64{SoldOut: 0.95, NoAdmission: 0.95, RateLimit: 0.95, InStock: 0.30}
+
 // Summarize renders the samples as the text table of http.txt.
 func Summarize(samples []Sample, o Options) string {
 	o = o.withDefaults()
@@ -625,7 +684,7 @@ func Summarize(samples []Sample, o Options) string {
 		o.Threads, o.Conns, o.Duration, o.Rounds, o.GOMAXPROCS)
 	fmt.Fprintf(&b, "Redis commands of an idle window of %s (background loops): median %.0f\n\n", o.Duration, idleMed)
 	fmt.Fprintf(&b, "%-13s %-34s %9s %7s %7s %-6s %10s %9s %-28s %s\n", "scenario", "req/s per run", "median", "ratio", "paired", "goal", "redis-idle", "cmds/req", "gateway answers (all runs)", "load avg at end of runs")
-	for _, name := range []string{Baseline, SoldOut, NoAdmission, RateLimit, InStock} {
+	for _, name := range []string{Baseline, SoldOut, NoAdmission, RateLimit, InStock, InStockWarm} {
 		ss := by[name]
 		if len(ss) == 0 {
 			continue
@@ -654,10 +713,9 @@ func Summarize(samples []Sample, o Options) string {
 			paired = fmt.Sprintf("%.1f%%", 100*med(pairs))
 		}
 		goal := "-"
-		switch name {
-		case SoldOut, NoAdmission, RateLimit:
+		if min, ok := goals[name]; ok {
 			goal = "met"
-			if ratio < 0.85 {
+			if ratio < min {
 				goal = "missed"
 			}
 		}
@@ -677,7 +735,7 @@ func Summarize(samples []Sample, o Options) string {
 		fmt.Fprintf(&b, "%-13s %-34s %9.0f %6.1f%% %7s %-6s %10s %9s %-28s %s\n", name, strings.Join(runs, " "), m, 100*ratio, paired, goal,
 			redisCol, perReq, codeString(codes), strings.Join(loads, " | "))
 	}
-	fmt.Fprintf(&b, "\nratio = median req/s / median baseline req/s (%.0f); paired = median over rounds of req/s / the baseline run just before it in its round; goal (>= 85%%) is judged on ratio; redis-idle = median Redis commands of the scenario's runs minus the idle median; cmds/req = (sum over runs of commands minus idle) / requests.\n", baseMed)
+	fmt.Fprintf(&b, "\nratio = median req/s / median baseline req/s (%.0f); paired = median over rounds of req/s / the baseline run just before it in its round; goal (refusals >= 95%%, in-stock cold >= 30%%) is judged on ratio; redis-idle = median Redis commands of the scenario's runs minus the idle median; cmds/req = (sum over runs of commands minus idle) / requests.\n", baseMed)
 	return b.String()
 }
 
