@@ -370,6 +370,26 @@ type Admission struct {
 	NotBefore time.Time
 }
 
+// Turn is one shopper's turn in a sale, as the sale's leader saw it come:
+// Place is the shopper's place in the sale's order, counted from 0 (the
+// numbering of the draw record).
+type Turn struct {
+	UserID int64
+	Place  int64
+}
+
+// TurnKind is how a turn came.
+type TurnKind string
+
+const (
+	// TurnAdmitted: the cursor of a sale allocated in race order passed
+	// the place; the shopper may buy.
+	TurnAdmitted TurnKind = "admitted"
+	// TurnHeld: a sale allocated in queue order held a unit for the place;
+	// the shopper may pay for it.
+	TurnHeld TurnKind = "held"
+)
+
 // Principal is the caller identified by an access token.
 type Principal struct {
 	UserID   int64

@@ -406,7 +406,9 @@ func TestSleepsOnlyGoDown(t *testing.T) {
 // write (tests are free to read and seed them). The order store owns an
 // order's life: the orders, the stock-return outbox and the payments are
 // named nowhere else. It writes every order event; the events package
-// drains the event outbox (relay, webhook). The sale store owns its stock
+// drains the event outbox (relay, webhook). The events package alone
+// writes and drains the shopper-event outbox (the leader's turns, for the
+// webhook). The sale store owns its stock
 // additions and their outbox; the order store reads it in the snapshot a
 // Redis rebuild counts from. The load harness (loadtest) audits a run's
 // orders in the database from outside, as an operator would, and is not in
@@ -417,6 +419,7 @@ var tableOwners = map[string]string{
 	"payments":           "internal/adapter/postgres/orderstore",
 	"payment_signatures": "internal/adapter/postgres/orderstore",
 	"order_events":       "internal/adapter/postgres/orderstore events",
+	"shopper_events":     "events",
 	"stock_adds":         "internal/adapter/postgres/orderstore sales",
 }
 

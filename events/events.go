@@ -1,7 +1,9 @@
 // Package events is the order-event outbox's far side: the events that
 // tell a shop of every status change of an order, the Relay that publishes
 // them to Kafka exactly once, and the webhook Deliverer that POSTs them to
-// the shop.
+// the shop. It also owns the shopper-event outbox: Shoppers writes the
+// turns the sale leaders report (shopper.admitted), off their ticks, and
+// the Deliverer POSTs them too; they are not published to Kafka.
 //
 // The order store (internal/adapter/postgres/orderstore) writes every
 // event row, in the same statement or transaction as the change it tells
@@ -9,7 +11,7 @@
 // for a change that did not happen (a repeated pay, a lost race). The row
 // id is the eventId; one order's changes are serialised by its row lock, so
 // its events' ids increase in the order of the changes. This package only
-// reads and marks the rows.
+// reads and marks the order event rows.
 package events
 
 import (

@@ -173,11 +173,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 
 func unpublished(t testing.TB, pool *pgxpool.Pool) int {
 	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM order_events WHERE published_at IS NULL`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return countRows(t, pool, `SELECT count(*) FROM order_events WHERE published_at IS NULL`)
 }
 
 func gauge(t testing.TB, g prometheus.Gauge) float64 {

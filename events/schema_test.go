@@ -3,6 +3,7 @@ package events_test
 import (
 	"context"
 	"os"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -17,11 +18,14 @@ import (
 	"github.com/flashsale/flashsale/internal/harness/testenv"
 )
 
-const schemaFile = "../docs/order-event.schema.json"
+const (
+	schemaFile        = "../docs/order-event.schema.json"
+	shopperSchemaFile = "../docs/shopper-event.schema.json"
+)
 
-func compileSchema(t *testing.T) *jsonschema.Schema {
+func compileSchema(t *testing.T, file string) *jsonschema.Schema {
 	t.Helper()
-	f, err := os.Open(schemaFile)
+	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,10 +36,11 @@ func compileSchema(t *testing.T) *jsonschema.Schema {
 	}
 	c := jsonschema.NewCompiler()
 	c.AssertFormat()
-	if err := c.AddResource("order-event.schema.json", doc); err != nil {
+	name := path.Base(file)
+	if err := c.AddResource(name, doc); err != nil {
 		t.Fatal(err)
 	}
-	sch, err := c.Compile("order-event.schema.json")
+	sch, err := c.Compile(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +52,7 @@ func compileSchema(t *testing.T) *jsonschema.Schema {
 func TestEventsMatchTheSchema(t *testing.T) {
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
-	sch := compileSchema(t)
+	sch := compileSchema(t, schemaFile)
 	at := time.Date(2026, 12, 2, 1, 2, 3, 0, time.UTC)
 	base := events.Event{OccurredAt: at, SaleID: 7, ItemID: 1001, UserID: 42, PriceCents: 1999}
 	cases := []events.Event{
@@ -93,6 +98,44 @@ func TestEventsMatchTheSchema(t *testing.T) {
 		"status of another type":  strings.Replace(good, `"status": "PENDING"`, `"status": "PAID"`, 1),
 		"refused without payment": strings.Replace(strings.Replace(good, `"order.pending"`, `"payment.refused"`, 1), `"version": 1`, `"version": 1, "reason": "x"`, 1),
 		"local time":              strings.Replace(good, `Z"`, `+01:00"`, 1),
+	} {
+		if bad == good {
+			t.Fatalf("%s: the replacement did not apply to %s", name, good)
+		}
+		if err := validate(sch, bad); err == nil {
+			t.Errorf("%s: the schema accepted %s", name, bad)
+		}
+	}
+}
+
+// Both kinds of shopper event, as the outbox builds them, validate
+// against the documented schema, and the schema refuses what the contract
+// does.
+func TestShopperEventsMatchTheSchema(t *testing.T) {
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	sch := compileSchema(t, shopperSchemaFile)
+	at := time.Date(2026, 12, 2, 1, 2, 3, 4000, time.UTC)
+	var bodies []string
+	for _, kind := range []flashsale.TurnKind{flashsale.TurnAdmitted, flashsale.TurnHeld} {
+		var b string
+		if err := pool.QueryRow(ctx, `SELECT flashsale_shopper_event_body(9, $1, $2, 7, 42, 0, $3)::text`,
+			string(events.TypeShopperAdmitted), at, string(kind)).Scan(&b); err != nil {
+			t.Fatal(err)
+		}
+		if err := validate(sch, b); err != nil {
+			t.Errorf("stored body %s does not match %s: %v", b, shopperSchemaFile, err)
+		}
+		bodies = append(bodies, b)
+	}
+	good := bodies[0]
+	for name, bad := range map[string]string{
+		"unknown field":  strings.Replace(good, `"version": 1`, `"version": 1, "extra": true`, 1),
+		"other type":     strings.Replace(good, `"shopper.admitted"`, `"order.paid"`, 1),
+		"numeric userId": strings.Replace(good, `"userId": "42"`, `"userId": 42`, 1),
+		"unknown kind":   strings.Replace(good, `"admitted"`, `"waiting"`, 1),
+		"negative place": strings.Replace(good, `"place": 0`, `"place": -1`, 1),
+		"local time":     strings.Replace(good, `Z"`, `+01:00"`, 1),
 	} {
 		if bad == good {
 			t.Fatalf("%s: the replacement did not apply to %s", name, good)

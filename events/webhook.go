@@ -97,7 +97,9 @@ func CheckWebhook(rawURL string, secret []byte, maxAttempts int) error {
 // accepted (2xx) or dead-lettered. A failure (another status, no answer
 // within the timeout) is retried with backoff; after MaxAttempts failures
 // the event goes to webhook_dead_letters and the order's next events
-// proceed.
+// proceed. Each round then does the same for the shopper events
+// (shopper_events, written by Shoppers), which wait for nothing and keep
+// their delivery state in their own rows.
 //
 // One deliverer works at a time, under an advisory lock held on the
 // connection it records results on. Delivery is at least once: an event
@@ -163,11 +165,11 @@ func NewDeliverer(cfg WebhookConfig, pool *pgxpool.Pool, logger *slog.Logger, re
 	}, []string{"result"}))
 	d.dead, errs[1] = prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "flashsale_events_webhook_dead_letters_total",
-		Help: "Order events moved to webhook_dead_letters after FLASHSALE_WEBHOOK_MAX_ATTEMPTS failures.",
+		Help: "Events dead-lettered after FLASHSALE_WEBHOOK_MAX_ATTEMPTS failures (order events to webhook_dead_letters, shopper events marked dead_at).",
 	}))
 	d.pending, errs[2] = prom.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "flashsale_events_webhook_pending",
-		Help: "Order events not yet accepted by the webhook nor dead-lettered.",
+		Help: "Order and shopper events not yet accepted by the webhook nor dead-lettered.",
 	}))
 	d.errors, errs[3] = prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "flashsale_events_webhook_errors_total",
@@ -204,7 +206,8 @@ func (d *Deliverer) observe(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var n int64
-	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM order_events WHERE webhook_done_at IS NULL`).Scan(&n); err == nil {
+	if err := d.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM order_events WHERE webhook_done_at IS NULL)
+		+ (SELECT count(*) FROM shopper_events WHERE webhook_done_at IS NULL)`).Scan(&n); err == nil {
 		d.pending.Set(float64(n))
 	}
 }
@@ -233,10 +236,15 @@ func (d *Deliverer) lead(ctx context.Context) error {
 	}
 	var observed time.Time
 	for {
-		n, err := d.round(ctx, conn.Conn())
+		n, err := d.round(ctx, conn.Conn(), dueSQL, d.record)
 		if err != nil {
 			return err
 		}
+		m, err := d.round(ctx, conn.Conn(), dueShopperSQL, d.recordShoppers)
+		if err != nil {
+			return err
+		}
+		n += m
 		// The gauge follows a long backlog too, not only the idle rounds.
 		if now := d.cfg.Now(); n == 0 || now.Sub(observed) >= time.Second {
 			d.observe(ctx)
@@ -277,9 +285,18 @@ WHERE e.webhook_done_at IS NULL
 	AND (a.next_attempt_at IS NULL OR a.next_attempt_at <= $1)
 ORDER BY e.id LIMIT $2`
 
-// round delivers the due events, Parallel at a time, and records the
-// outcomes in one transaction; it returns how many it tried.
-func (d *Deliverer) round(ctx context.Context, conn *pgx.Conn) (int, error) {
+// dueShopperSQL picks the shopper events not yet accepted nor
+// dead-lettered, when their retry time has come: each stands alone, so
+// none waits for another.
+const dueShopperSQL = `SELECT id, type, body::text, attempts FROM shopper_events
+WHERE webhook_done_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= $1)
+ORDER BY id LIMIT $2`
+
+// round delivers the due events dueSQL picks, Parallel at a time, and
+// records the outcomes with record in one transaction; it returns how many
+// it tried.
+func (d *Deliverer) round(ctx context.Context, conn *pgx.Conn, dueSQL string,
+	record func(context.Context, *pgx.Conn, []outcome) error) (int, error) {
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	rows, err := conn.Query(qctx, dueSQL, d.cfg.Now(), 4*d.cfg.Parallel)
@@ -328,7 +345,7 @@ func (d *Deliverer) round(ctx context.Context, conn *pgx.Conn) (int, error) {
 	// accepted event left unrecorded would be sent again.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer rcancel()
-	if err := d.record(rctx, conn, outs); err != nil {
+	if err := record(rctx, conn, outs); err != nil {
 		return 0, fmt.Errorf("events.Deliverer: record: %w", err)
 	}
 	return len(evs), nil
@@ -375,10 +392,8 @@ func (d *Deliverer) backoff(n int) time.Duration {
 // rescheduled or, at MaxAttempts, dead-lettered.
 func (d *Deliverer) record(ctx context.Context, conn *pgx.Conn, outs []outcome) error {
 	now := d.cfg.Now()
-	var deadNow int
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		deadNow = 0
 		for _, o := range outs {
 			var status *int
 			if o.status != 0 {
@@ -389,7 +404,6 @@ func (d *Deliverer) record(ctx context.Context, conn *pgx.Conn, outs []outcome) 
 				b.Queue(`UPDATE order_events SET webhook_done_at = $2 WHERE id = $1`, o.ev.id, now)
 				b.Queue(`DELETE FROM webhook_attempts WHERE event_id = $1`, o.ev.id)
 			case n >= d.cfg.MaxAttempts:
-				deadNow++
 				b.Queue(`INSERT INTO webhook_dead_letters (event_id, attempts, last_status, last_error, dead_at)
 					VALUES ($1, $2, $3, $4, $5) ON CONFLICT (event_id) DO NOTHING`, o.ev.id, n, status, o.err, now)
 				b.Queue(`UPDATE order_events SET webhook_done_at = $2 WHERE id = $1`, o.ev.id, now)
@@ -407,12 +421,52 @@ func (d *Deliverer) record(ctx context.Context, conn *pgx.Conn, outs []outcome) 
 	if err != nil {
 		return err
 	}
+	d.noteDead(outs)
+	return nil
+}
+
+// noteDead logs and counts the recorded outcomes that dead-lettered their
+// event.
+func (d *Deliverer) noteDead(outs []outcome) {
 	for _, o := range outs {
 		if o.err != "" && o.ev.attempts+1 >= d.cfg.MaxAttempts {
+			d.dead.Inc()
 			d.log.Warn("webhook event dead-lettered", "event", o.ev.id, "type", o.ev.typ,
 				"attempts", o.ev.attempts+1, "last_status", o.status, "last_error", o.err)
 		}
 	}
-	d.dead.Add(float64(deadNow))
+}
+
+// recordShoppers writes the outcomes of shopper events into their rows:
+// delivered ones done, failed ones rescheduled or, at MaxAttempts, done
+// and dead.
+func (d *Deliverer) recordShoppers(ctx context.Context, conn *pgx.Conn, outs []outcome) error {
+	now := d.cfg.Now()
+	b := &pgx.Batch{}
+	for _, o := range outs {
+		n := o.ev.attempts + 1
+		var status *int
+		if o.status != 0 {
+			status = &o.status
+		}
+		var next, done, dead *time.Time
+		switch {
+		case o.err == "":
+			done = &now
+		case n >= d.cfg.MaxAttempts:
+			done, dead = &now, &now
+		default:
+			at := now.Add(d.backoff(n))
+			next = &at
+		}
+		b.Queue(`UPDATE shopper_events SET attempts = $2, last_status = $3, last_error = $4,
+			next_attempt_at = $5, webhook_done_at = $6, dead_at = $7 WHERE id = $1`,
+			o.ev.id, n, status, o.err, next, done, dead)
+	}
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
+	if err != nil {
+		return err
+	}
+	d.noteDead(outs)
 	return nil
 }

@@ -33,6 +33,7 @@ type receiver struct {
 	requests int
 	tries    map[int64]int
 	accepted []Event
+	bodies   [][]byte // of accepted, in the same order
 	hang     time.Duration
 }
 
@@ -73,6 +74,7 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hang := rc.hang
 	if status == 0 {
 		rc.accepted = append(rc.accepted, ev)
+		rc.bodies = append(rc.bodies, body)
 	}
 	rc.mu.Unlock()
 	if status == -1 {
@@ -115,21 +117,34 @@ func newTestDeliverer(t testing.TB, pool *pgxpool.Pool, url string, cfg WebhookC
 
 func runDeliverer(t testing.TB, d *Deliverer) {
 	t.Helper()
+	runUntilCleanup(t, "Deliverer.Run", d.Run)
+}
+
+// runUntilCleanup runs run on a goroutine until the test ends, and checks
+// that it then returned nil.
+func runUntilCleanup(t testing.TB, name string, run func(context.Context) error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
+	go func() { done <- run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("Deliverer.Run: %v", err)
+			t.Errorf("%s: %v", name, err)
 		}
 	})
 }
 
 func undelivered(t testing.TB, pool *pgxpool.Pool) int {
 	t.Helper()
+	return countRows(t, pool, `SELECT count(*) FROM order_events WHERE webhook_done_at IS NULL`)
+}
+
+// countRows is the count a count(*) query returns.
+func countRows(t testing.TB, pool *pgxpool.Pool, query string) int {
+	t.Helper()
 	var n int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM order_events WHERE webhook_done_at IS NULL`).Scan(&n); err != nil {
+	if err := pool.QueryRow(context.Background(), query).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

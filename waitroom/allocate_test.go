@@ -100,8 +100,10 @@ func newQueueEnv(t *testing.T, id, qty, n int64) *queueEnv {
 }
 
 // room is a gateway's room on the env, not running.
-func (q *queueEnv) room(h stockHolds) *Room {
-	cfg := Config{Holds: h}
+func (q *queueEnv) room(h stockHolds) *Room { return q.roomWith(Config{Holds: h}) }
+
+// roomWith is a gateway's room of cfg on the env, not running.
+func (q *queueEnv) roomWith(cfg Config) *Room {
 	q.testDefaults(&cfg)
 	return New(cfg, q.rdb, q.sales, q.st, q.access, q.signer, nil, nil, nil)
 }
@@ -121,8 +123,9 @@ func TestNewLeaderServesHoldsOfACutShortPass(t *testing.T) {
 	lease := lua.QueueKey(sale.ID, keyLease)
 	// a loses its lease right after its holds (as if frozen past the
 	// lease's lapse): its admissions are refused.
-	a := q.room(stockHolds{st: st, afterHoldMany: func() { e.rdb.Del(ctx, lease) }})
-	b := q.room(stockHolds{st: st})
+	logA, logB := &recordingNotifier{}, &recordingNotifier{}
+	a := q.roomWith(Config{Holds: stockHolds{st: st, afterHoldMany: func() { e.rdb.Del(ctx, lease) }}, Turns: logA})
+	b := q.roomWith(Config{Holds: stockHolds{st: st}, Turns: logB})
 	e.clock.Advance(2 * time.Second)
 	if _, err := a.refresh(ctx, sale.ID, e.clock.Now()); err != nil {
 		t.Fatal(err)
@@ -167,6 +170,20 @@ func TestNewLeaderServesHoldsOfACutShortPass(t *testing.T) {
 	}
 	if n, _ := st.HoldCount(ctx, sale.ID); n != 2 {
 		t.Fatalf("holds after b's pass = %d, want the same 2", n)
+	}
+	// Only the admissions that were made are told, as held turns, with
+	// the places of their records.
+	if len(logA.turns) != 0 {
+		t.Errorf("a, refused, told of turns %v", logA.turns)
+	}
+	if len(logB.turns) != 2 || logB.kinds[flashsale.TurnHeld] != 2 {
+		t.Fatalf("b told of turns %v (kinds %v), want the two held places", logB.turns, logB.kinds)
+	}
+	for _, tr := range logB.turns {
+		rec := recs[strconv.FormatInt(tr.UserID, 10)]
+		if want := rec[:strings.IndexByte(rec, '|')]; strconv.FormatInt(tr.Place, 10) != want {
+			t.Errorf("turn %+v, want place %s (admission record %q)", tr, want, rec)
+		}
 	}
 }
 

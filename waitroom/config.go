@@ -108,6 +108,10 @@ type Config struct {
 	// passed, in queue order the places it held a unit for (notify.go)
 	// [nil: nobody is told].
 	Notify Notifier
+	// Turns is told, by the sale's leader only, of the same turns as
+	// Notify, with their places and how they came: the shop's webhook
+	// (notify.go) [nil: nobody is told].
+	Turns TurnLog
 	// Now is the clock [time.Now].
 	Now func() time.Time
 	// ClientIP returns the client address of a WebSocket request [the

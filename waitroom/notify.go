@@ -2,6 +2,7 @@ package waitroom
 
 import (
 	"context"
+	"time"
 
 	"github.com/flashsale/flashsale"
 )
@@ -15,14 +16,23 @@ type Notifier interface {
 	Admitted(saleID int64, users func(ctx context.Context) ([]int64, error))
 }
 
-// notifyPassed tells Config.Notify of the places the cursor of a sale
-// allocated in race order passed since this gateway's last look as its
-// leader. The first look of a new leader tells nothing: the places before
-// it were the previous leader's to tell, so a turn is told at most once
-// (and not at all when the lease changed hands as the cursor passed it).
-// Called with sr.mu held.
+// TurnLog is told of the turns a sale's leader saw come, with their
+// places, how they came and when, by the leader's clock (*events.Shoppers,
+// through the wiring, when the shop has a webhook). Turns must not block:
+// the leader calls it from its tick. turns may read Redis; the log calls
+// it on its own goroutine.
+type TurnLog interface {
+	Turns(saleID int64, kind flashsale.TurnKind, at time.Time, turns func(ctx context.Context) ([]flashsale.Turn, error))
+}
+
+// notifyPassed tells Config.Notify and Config.Turns of the places the
+// cursor of a sale allocated in race order passed since this gateway's
+// last look as its leader. The first look of a new leader tells nothing:
+// the places before it were the previous leader's to tell, so a turn is
+// told at most once (and not at all when the lease changed hands as the
+// cursor passed it). Called with sr.mu held.
 func (r *Room) notifyPassed(sr *saleRoom, sale *flashsale.Sale, leader bool, st queueState) {
-	if !leader || r.cfg.Notify == nil || sale.QueueOrder() {
+	if !leader || (r.cfg.Notify == nil && r.cfg.Turns == nil) || sale.QueueOrder() {
 		sr.notifiedTo = -1
 		return
 	}
@@ -34,39 +44,58 @@ func (r *Room) notifyPassed(sr *saleRoom, sale *flashsale.Sale, leader bool, st 
 	if from < 0 {
 		return
 	}
-	r.cfg.Notify.Admitted(sale.ID, func(ctx context.Context) ([]int64, error) {
+	turns := func(ctx context.Context) ([]flashsale.Turn, error) {
 		sr.allocMu.Lock()
 		defer sr.allocMu.Unlock()
 		users, err := r.placeUsers(ctx, sr, sale, st, from, to-from)
 		if err != nil {
 			return nil, err
 		}
-		out := users[:0]
-		for _, u := range users {
+		var out []flashsale.Turn
+		for i, u := range users {
 			if u != 0 {
-				out = append(out, u)
+				out = append(out, flashsale.Turn{UserID: u, Place: from + int64(i)})
 			}
 		}
 		return out, nil
-	})
+	}
+	r.tell(sale.ID, flashsale.TurnAdmitted, turns)
 }
 
-// notifyHeld tells Config.Notify of the places an allocation pass of a
-// sale allocated in queue order admitted: those whose admission record it
-// wrote (a held unit; not a place whose shopper had bought before). The
-// pass's script writes them once, for the lease's holder only.
+// tell hands turns to Config.Notify (the users) and Config.Turns.
+func (r *Room) tell(saleID int64, kind flashsale.TurnKind, turns func(context.Context) ([]flashsale.Turn, error)) {
+	if r.cfg.Notify != nil {
+		r.cfg.Notify.Admitted(saleID, func(ctx context.Context) ([]int64, error) {
+			ts, err := turns(ctx)
+			users := make([]int64, len(ts))
+			for i, t := range ts {
+				users[i] = t.UserID
+			}
+			return users, err
+		})
+	}
+	if r.cfg.Turns != nil {
+		r.cfg.Turns.Turns(saleID, kind, r.cfg.Now(), turns)
+	}
+}
+
+// notifyHeld tells Config.Notify and Config.Turns of the places an
+// allocation pass of a sale allocated in queue order admitted: those
+// whose admission record it wrote (a held unit; not a place whose
+// shopper had bought before). The pass's script writes them once, for the
+// lease's holder only.
 func (r *Room) notifyHeld(saleID int64, admits []heldAdmit) {
-	if r.cfg.Notify == nil {
+	if r.cfg.Notify == nil && r.cfg.Turns == nil {
 		return
 	}
-	var users []int64
+	var turns []flashsale.Turn
 	for _, a := range admits {
 		if a.atMs != 0 {
-			users = append(users, a.user)
+			turns = append(turns, flashsale.Turn{UserID: a.user, Place: a.place})
 		}
 	}
-	if len(users) == 0 {
+	if len(turns) == 0 {
 		return
 	}
-	r.cfg.Notify.Admitted(saleID, func(context.Context) ([]int64, error) { return users, nil })
+	r.tell(saleID, flashsale.TurnHeld, func(context.Context) ([]flashsale.Turn, error) { return turns, nil })
 }

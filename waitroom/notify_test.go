@@ -10,11 +10,28 @@ import (
 	"github.com/flashsale/flashsale"
 )
 
-// recordingNotifier resolves every batch at once and keeps the users.
+// recordingNotifier resolves every batch at once and keeps the users; as
+// a TurnLog it keeps the turns too.
 type recordingNotifier struct {
 	mu    sync.Mutex
 	users []int64
+	turns []flashsale.Turn
+	kinds map[flashsale.TurnKind]int
 	err   error
+}
+
+func (n *recordingNotifier) Turns(_ int64, kind flashsale.TurnKind, _ time.Time, turns func(context.Context) ([]flashsale.Turn, error)) {
+	got, err := turns(context.Background())
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.turns = append(n.turns, got...)
+	if n.kinds == nil {
+		n.kinds = map[flashsale.TurnKind]int{}
+	}
+	n.kinds[kind] += len(got)
+	if err != nil {
+		n.err = err
+	}
 }
 
 func (n *recordingNotifier) Admitted(_ int64, users func(context.Context) ([]int64, error)) {
@@ -40,7 +57,7 @@ func TestNotifyRaceOrderOncePerPlace(t *testing.T) {
 	e := newEnv(t)
 	sale := e.addSale(newSale(t, 41, e.clock.Now().Add(time.Minute), 50, 1000))
 	notes := []*recordingNotifier{{}, {}}
-	gws := []*gateway{e.newGateway(Config{Notify: notes[0]}, nil), e.newGateway(Config{Notify: notes[1]}, nil)}
+	gws := []*gateway{e.newGateway(Config{Notify: notes[0], Turns: notes[0]}, nil), e.newGateway(Config{Notify: notes[1], Turns: notes[1]}, nil)}
 	gws[0].joinUsers(t, sale.ID, 40) // the pre-queue
 	// Both gateways tick before the opening, so the leader's first look
 	// is behind it.
@@ -76,5 +93,34 @@ func TestNotifyRaceOrderOncePerPlace(t *testing.T) {
 	}
 	if len(all) != 60 {
 		t.Fatalf("%d reports, want 60", len(all))
+	}
+	// The turn log got the same turns, each place once, with its user (it
+	// is told right after the notifier).
+	var turns []flashsale.Turn
+	eventually(t, "every turn logged", 20*time.Second, func() bool {
+		turns = turns[:0]
+		for _, n := range notes {
+			n.mu.Lock()
+			turns = append(turns, n.turns...)
+			if n.kinds[flashsale.TurnHeld] != 0 {
+				t.Errorf("race order reported %d held turns", n.kinds[flashsale.TurnHeld])
+			}
+			n.mu.Unlock()
+		}
+		return len(turns) >= 60
+	})
+	slices.SortFunc(turns, func(a, b flashsale.Turn) int { return int(a.Place - b.Place) })
+	users := map[int64]bool{}
+	for i, tr := range turns {
+		if tr.Place != int64(i) || users[tr.UserID] {
+			t.Fatalf("turns %v, want places 0…59 once each, one user each", turns)
+		}
+		users[tr.UserID] = true
+		if tr.Place >= 40 && tr.UserID != tr.Place+1 {
+			t.Errorf("place %d: user %d, want %d (joined after the opening, in order)", tr.Place, tr.UserID, tr.Place+1)
+		}
+	}
+	if len(turns) != 60 {
+		t.Errorf("%d turns, want 60", len(turns))
 	}
 }

@@ -23,12 +23,13 @@ import (
 )
 
 // hookLog is a shop's webhook endpoint: it verifies each request and keeps
-// the events it accepted.
+// the events it accepted, order and shopper events apart.
 type hookLog struct {
-	t      *testing.T
-	secret []byte
-	mu     sync.Mutex
-	events []events.Event
+	t        *testing.T
+	secret   []byte
+	mu       sync.Mutex
+	events   []events.Event
+	shoppers []events.ShopperEvent
 }
 
 func (h *hookLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -43,7 +44,15 @@ func (h *hookLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.t.Errorf("webhook: body %s (%v), id header %q", body, err, r.Header.Get(events.WebhookEventIDHeader))
 	}
 	h.mu.Lock()
-	h.events = append(h.events, ev)
+	if ev.Type == events.TypeShopperAdmitted {
+		var se events.ShopperEvent
+		if err := json.Unmarshal(body, &se); err != nil {
+			h.t.Errorf("webhook: body %s: %v", body, err)
+		}
+		h.shoppers = append(h.shoppers, se)
+	} else {
+		h.events = append(h.events, ev)
+	}
 	h.mu.Unlock()
 	w.WriteHeader(http.StatusOK)
 }
@@ -61,7 +70,7 @@ func typesByOrder(evs []events.Event) map[string][]string {
 
 // A real sale: one order paid, one cancelled, one left to expire. The
 // order-events topic and the webhook both carry each order's changes, once
-// each, in order.
+// each, in order; the webhook is told of the shoppers' turns too.
 func TestOrderEventsEndToEnd(t *testing.T) {
 	hook := &hookLog{t: t, secret: []byte("e2e-webhook-secret-0123456789abcdef")}
 	srv := httptest.NewServer(hook)
@@ -141,5 +150,30 @@ func TestOrderEventsEndToEnd(t *testing.T) {
 	})
 	if n != 6 || !slices.Equal(got[paid], want[paid]) || !slices.Equal(got[cancelled], want[cancelled]) || !slices.Equal(got[expired], want[expired]) {
 		t.Errorf("webhook got %d events: %v, want %v", n, got, want)
+	}
+	// Users 200 and 300 joined after the leader's first look at the sale
+	// (user 100 may have been admitted in it, which tells nothing).
+	turns := map[int64]events.ShopperEvent{}
+	testenv.EventuallyF(t, func() string { return fmt.Sprintf("shopper.admitted for users 200 and 300 (got %v)", turns) }, 60*time.Second, func() bool {
+		hook.mu.Lock()
+		defer hook.mu.Unlock()
+		for _, se := range hook.shoppers {
+			if _, dup := turns[se.UserID]; dup {
+				t.Errorf("user %d told twice: %+v", se.UserID, se)
+			}
+			turns[se.UserID] = se
+		}
+		hook.shoppers = hook.shoppers[:0]
+		_, ok200 := turns[200]
+		_, ok300 := turns[300]
+		return ok200 && ok300
+	})
+	for u, se := range turns {
+		if se.SaleID != saleID || se.Kind != flashsale.TurnAdmitted || se.Version != 1 || (u != 100 && u != 200 && u != 300) {
+			t.Errorf("shopper event %+v", se)
+		}
+	}
+	if turns[200].Place >= turns[300].Place {
+		t.Errorf("user 200 at place %d, user 300 at %d: want join order", turns[200].Place, turns[300].Place)
 	}
 }

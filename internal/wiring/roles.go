@@ -87,8 +87,18 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		notify = sender
 		pushes = pushAdapter{store: store, sender: sender, insecure: insecure, keyTTL: cfg.QueueKeyTTL}
 	}
+	// The shop's webhook gets the same turns (shopper.admitted): the
+	// leader queues them, one goroutine writes them to the outbox the
+	// expiry role's deliverer drains. No webhook, no writer.
+	var turns waitroom.TurnLog
+	if cfg.WebhookURL != "" {
+		shoppers := events.NewShoppers(events.ShopperConfig{}, a.pool, a.log, a.reg)
+		a.goRun("events-shoppers", func() error { return shoppers.Run(runCtx) })
+		turns = shoppers
+	}
 	room := waitroom.New(waitroom.Config{
 		Notify:         notify,
+		Turns:          turns,
 		Competing:      saleRequests.Load,
 		AdmissionTTL:   cfg.AdmissionTTL,
 		Holds:          roomHolds{a.stock},
