@@ -152,6 +152,76 @@ func TestGoneAdmittedFreesPlace(t *testing.T) {
 	}
 }
 
+// TestGoneCountedInTheBucketThatCounted: an admission record's time is the
+// telling gateway's, and a broadcast may run on a tick time older than
+// the leader's count (or tell later), so the record may name a second
+// whose bucket counted no admission. The shopper, once away past the
+// grace period, is still counted gone, in the nearest bucket that did:
+// before, its presence was dropped and its place held until the bucket
+// aged out with the token's life, and nobody behind it was admitted.
+func TestGoneCountedInTheBucketThatCounted(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	sale := e.addSale(newSale(t, 32, e.clock.Now().Add(-time.Millisecond), 10, 100))
+	g := e.newGateway(Config{AdmissionTTL: time.Hour, AdmittedGrace: 2 * time.Second}, nil)
+	early, late := int64(11), int64(12)
+	for _, u := range []int64{early, late} {
+		if _, err := g.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.clock.Advance(time.Second) // rate 10/s: both admitted in one bucket
+	for _, u := range []int64{early, late} {
+		eventually(t, "admitted", 5*time.Second, func() bool {
+			st, err := g.room.Status(ctx, flashsale.Principal{UserID: u}, sale.ID)
+			return err == nil && st.State == StateAdmitted
+		})
+	}
+	// The records as a lagging broadcast (a second early) and a late
+	// teller (a second late) would have written them.
+	admitted := lua.QueueKey(sale.ID, keyAdmitted)
+	for u, shift := range map[int64]int64{early: -1000, late: 1000} {
+		rec, err := e.rdb.HGet(ctx, admitted, strconv.FormatInt(u, 10)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		place, at, err := parseAdmission(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		moved := strconv.FormatInt(place, 10) + "|" + strconv.FormatInt(at+shift, 10)
+		if err := e.rdb.HSet(ctx, admitted, u, moved).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Both stop polling: after the grace period their presence lapses.
+	e.clock.Advance(3 * time.Second)
+	gone := lua.QueueKey(sale.ID, keyGone)
+	for _, u := range []int64{early, late} {
+		eventually(t, fmt.Sprintf("user %d counted gone", u), 5*time.Second, func() bool {
+			ok, err := e.rdb.HExists(ctx, gone, strconv.FormatInt(u, 10)).Result()
+			return err == nil && ok
+		})
+	}
+	b, err := e.rdb.HGetAll(ctx, lua.QueueKey(sale.ID, keyBuckets)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, gn int
+	for f, v := range b {
+		n, _ := strconv.Atoi(v)
+		switch f[0] {
+		case 'a':
+			a += n
+		case 'g':
+			gn += n
+		}
+	}
+	if a != 2 || gn != 2 {
+		t.Errorf("buckets %v: %d admissions and %d gone, want 2 and 2 (both counted where they were admitted)", b, a, gn)
+	}
+}
+
 // restartableRedis is a redis-server the test may kill and start again,
 // empty, on the same port.
 type restartableRedis struct {

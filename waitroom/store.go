@@ -243,16 +243,33 @@ if leader == 1 then
     local elsewhere = {}
     for i = 15, #ARGV do elsewhere[ARGV[i]] = true end
     local lapsed = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. (now - grace), 'LIMIT', 0, 1000)
+    local abuckets -- the buckets holding admissions, read at the first need
     for _, uid in ipairs(lapsed) do
       redis.call('ZREM', KEYS[5], uid)
       if not stock_bought(KEYS[8], uid) and not elsewhere[uid] and redis.call('HEXISTS', KEYS[6], uid) == 0 then
         local a = redis.call('HGET', KEYS[7], uid)
         local at = a and tonumber(string.match(a, '|(%d+)$'))
         if at and at + ttl > now then
+          -- the bucket that counted the admission: the record's time is the
+          -- telling gateway's, which may be a broadcast's length before
+          -- (a stale tick time) or after (told later) the leader's count,
+          -- so the nearest bucket that holds admissions, within a minute
+          if not abuckets then
+            abuckets = {}
+            local h = redis.call('HGETALL', KEYS[3])
+            for i = 1, #h, 2 do
+              if string.sub(h[i], 1, 1) == 'a' then abuckets[tonumber(string.sub(h[i], 2))] = true end
+            end
+          end
           local kb = math.floor(at / bms)
-          if redis.call('HEXISTS', KEYS[3], 'a' .. kb) == 1 then
-            redis.call('HINCRBY', KEYS[3], 'g' .. kb, 1)
-            redis.call('HSET', KEYS[6], uid, kb)
+          local cb
+          for d = 0, 60 do
+            if abuckets[kb - d] then cb = kb - d break end
+            if abuckets[kb + d] then cb = kb + d break end
+          end
+          if cb then
+            redis.call('HINCRBY', KEYS[3], 'g' .. cb, 1)
+            redis.call('HSET', KEYS[6], uid, cb)
           end
         end
       end
