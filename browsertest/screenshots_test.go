@@ -15,6 +15,7 @@ import (
 	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/internal/wiring"
 	"github.com/flashsale/flashsale/internal/wiring/apptest"
+	"github.com/flashsale/flashsale/push"
 )
 
 // committedDir holds the screenshots README.md shows.
@@ -89,7 +90,16 @@ func TestScreenshots(t *testing.T) {
 	}
 	// Capacity factor 1 keeps the queue still: as many shoppers admitted
 	// as units remain, the rest wait.
-	s := startStack(t, func(c *wiring.Config) { c.CapacityFactor = 1 })
+	// Push keys: the waiting page offers the turn notification, as a
+	// shop that set them up shows it.
+	pub, priv, err := push.GenerateKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startStack(t, func(c *wiring.Config) {
+		c.CapacityFactor = 1
+		c.PushPublicKey, c.PushPrivateKey, c.PushSubject = pub, priv, "mailto:ops@shop.example"
+	})
 	item := func(product, quantity, price int, name string) map[string]any {
 		return map[string]any{"productId": product, "quantity": quantity, "priceCents": price, "currency": "EUR", "name": name, "imageUrl": "/assets/sneaker.svg"}
 	}
@@ -125,7 +135,8 @@ func TestScreenshots(t *testing.T) {
 		shop.waitJS("language "+lang, fmt.Sprintf(`document.documentElement.lang === %q`, lang))
 		shop.waitState("WAITING")
 		shop.waitJS("position, ETA, message and pictures", `document.getElementById('position').textContent !== '–' && document.getElementById('eta').textContent !== '–' &&
-		  !document.getElementById('sale-message').hidden && [...document.querySelectorAll('#items img')].every((i) => i.complete && i.naturalWidth > 0)`)
+		  !document.getElementById('sale-message').hidden && !document.getElementById('notify').hidden &&
+		  [...document.querySelectorAll('#items img')].every((i) => i.complete && i.naturalWidth > 0)`)
 		shootSizes(shop, "shopper-waiting-"+lang)
 
 		shop.navigate(s.shopperURL(s.App.PublicURL, spring, user, ""))

@@ -44,6 +44,7 @@
 #   and writes out/load/<scenario>/idle.txt: µs of server CPU per waiting
 #   socket per second, per role; with a CPU profile of gateway 1 over the
 #   same window (idle-gateway1.pprof). Give STARTS_IN room for the joins
+#   (which the load tool spreads over 80% of it unless -join-spread says)
 #   and the window before the draw (FLASHSALE_DRAW_LEAD, 3 s): with the
 #   shoppers in the pre-queue, nothing but the waiting happens then]
 set -euo pipefail
@@ -273,6 +274,7 @@ idle_sample() {
 	n=$(conns_open)
 	{
 		echo "idle window: $want WebSockets open at the start, $n at the end, $(echo "$t1 - $t0" | bc) s, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+		[ "$n" -ge "$want" ] || echo "INVALID: shoppers left during the window (did the draw come? give STARTS_IN more room)"
 		join <(echo "$before") <(echo "$after") | awk -v hz="$hz" -v n="$want" -v w="$(echo "$t1 - $t0" | bc)" '
 			{ cpu = ($3 - $2) / hz; tot += cpu
 			  printf "idle %-9s %7.2f cpu-s  %8.2f µs per waiting socket per second\n", $1, cpu, cpu * 1e6 / (n * w) }
