@@ -433,6 +433,28 @@ var sqlTable = regexp.MustCompile(`(?i)\b(FROM|INTO|UPDATE|JOIN|TABLE)\s+([a-z_]
 // TestTableOwners checks that only the owners in tableOwners name their
 // tables in SQL, and that only eventWriters insert order events.
 func TestTableOwners(t *testing.T) {
+	forCode(t, func(file, pkg, src string) {
+		for _, m := range sqlTable.FindAllStringSubmatch(src, -1) {
+			verb, table := strings.ToUpper(m[1]), strings.ToLower(m[2])
+			owners, ok := tableOwners[table]
+			if !ok {
+				continue
+			}
+			if !words(owners)[pkg] {
+				t.Errorf("%s names the table %s in SQL (%s %s); only %s may (layout_test.go, tableOwners)", file, table, m[1], m[2], owners)
+			}
+			if table == "order_events" && verb == "INTO" && !words(eventWriters)[pkg] {
+				t.Errorf("%s inserts order events; only %s writes them (layout_test.go)", file, eventWriters)
+			}
+		}
+	})
+}
+
+// forCode calls fn with each Go file of the checkout that is not a test,
+// its package (a path inside the module, "flashsale" for the root) and
+// its source.
+func forCode(t *testing.T, fn func(file, pkg, src string)) {
+	t.Helper()
 	out, err := exec.Command("git", "ls-files", "--", "*.go").Output()
 	if err != nil {
 		t.Skipf("git ls-files: %v (not a git checkout?)", err)
@@ -453,19 +475,7 @@ func TestTableOwners(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range sqlTable.FindAllStringSubmatch(string(src), -1) {
-			verb, table := strings.ToUpper(m[1]), strings.ToLower(m[2])
-			owners, ok := tableOwners[table]
-			if !ok {
-				continue
-			}
-			if !words(owners)[pkg] {
-				t.Errorf("%s names the table %s in SQL (%s %s); only %s may (layout_test.go, tableOwners)", file, table, m[1], m[2], owners)
-			}
-			if table == "order_events" && verb == "INTO" && !words(eventWriters)[pkg] {
-				t.Errorf("%s inserts order events; only %s writes them (layout_test.go)", file, eventWriters)
-			}
-		}
+		fn(file, pkg, string(src))
 	}
 }
 
@@ -481,25 +491,13 @@ const stockKeyOwners = "lua internal/adapter/redisstock"
 // TestStockKeysOwner checks that only stockKeyOwners name the stock's keys
 // outside tests.
 func TestStockKeysOwner(t *testing.T) {
-	out, err := exec.Command("git", "ls-files", "--", "*.go").Output()
-	if err != nil {
-		t.Skipf("git ls-files: %v (not a git checkout?)", err)
-	}
 	owners := words(stockKeyOwners)
-	for file := range strings.Lines(string(out)) {
-		file = strings.TrimSpace(file)
-		if strings.HasSuffix(file, "_test.go") || owners[path.Dir(file)] {
-			continue
+	forCode(t, func(file, pkg, src string) {
+		if owners[pkg] {
+			return
 		}
-		src, err := os.ReadFile(file)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // deleted, not yet committed
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range stockKeys.FindAllString(string(src), -1) {
+		for _, m := range stockKeys.FindAllString(src, -1) {
 			t.Errorf("%s names a stock key (%s); only %s may (layout_test.go, stockKeys)", file, m, stockKeyOwners)
 		}
-	}
+	})
 }
