@@ -167,6 +167,7 @@ func checkPage(tb *tab, axe, state string) {
 // (waiting, admitted, order, paid, paused, sold out) and over the operator
 // console, in English and in Spanish.
 func TestAccessibility(t *testing.T) {
+	t.Parallel() // long, and waits on nothing another test holds (browser_test.go)
 	axe := loadAxe(t)
 	// Capacity factor 1 keeps a shopper waiting behind an admitted one.
 	s := startStack(t, func(c *wiring.Config) { c.CapacityFactor = 1 })

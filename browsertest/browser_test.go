@@ -22,9 +22,10 @@ const defaultChromium = "/usr/bin/chromium"
 // waitFor bounds every wait for something the page should show.
 //
 // Tests that mostly wait on real windows (a claim window, an opening far
-// enough ahead for the accessibility check) call t.Parallel: each has its
-// own stack and browser, and they overlap. A test that times a page
-// against the opening instant stays serial.
+// enough ahead for the accessibility check), and the two longest (the
+// accessibility and screenshot tours, which time nothing), call
+// t.Parallel: each has its own stack and browser, and they overlap. A
+// test that times a page against the opening instant stays serial.
 const waitFor = 30 * time.Second
 
 // recorder is injected in every document before the page's own scripts. It

@@ -83,6 +83,7 @@ func settle(tb *tab) {
 // the operator console at phone and desktop width, in English and Spanish
 // (name-<lang>-<size>.png).
 func TestScreenshots(t *testing.T) {
+	t.Parallel() // long, and waits on nothing another test holds (browser_test.go)
 	if os.Getenv("FLASHSALE_UPDATE_SCREENSHOTS") == "1" {
 		if err := os.MkdirAll(committedDir, 0o755); err != nil {
 			t.Fatal(err)
