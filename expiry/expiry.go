@@ -59,8 +59,12 @@ type Config struct {
 	// Now is the clock. nil: time.Now.
 	Now func() time.Time
 	// StaleReturn is the age at which an outbox row is taken to be stranded
-	// (its writer crashed or Redis failed) and handed to the Drainer.
-	// 0: 1m.
+	// (its writer crashed or Redis failed) and handed to the Drainer. The
+	// release is idempotent per order, so a row taken while its writer is
+	// still releasing costs one more script call, never a second unit; the
+	// bound only spares that call in the common case. A short one keeps a
+	// killed worker's units off sale for at most StaleReturn + Interval.
+	// 0: 5s.
 	StaleReturn time.Duration
 	// OpTimeout bounds one batch (database and Redis), including the wait
 	// for a pooled connection. 0: 30s.
@@ -98,7 +102,7 @@ func New(cfg Config, pool *pgxpool.Pool, st *redisstock.Store, returns Drainer, 
 		cfg.Now = time.Now
 	}
 	if cfg.StaleReturn <= 0 {
-		cfg.StaleReturn = time.Minute
+		cfg.StaleReturn = 5 * time.Second
 	}
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = 30 * time.Second

@@ -400,10 +400,11 @@ func TestRedisDownAfterCommit(t *testing.T) {
 		t.Errorf("stock_returned_total = %v, want 0", got)
 	}
 
-	// A healthy worker with the drainer: the rows are young, so it leaves
-	// them (their own writer may still be releasing them).
+	// A healthy worker with the drainer and the default stale bound: the
+	// rows are young, so it leaves them (their own writer may still be
+	// releasing them).
 	hreg := prometheus.NewRegistry()
-	healthy := expiry.New(expiry.Config{Now: now, StaleReturn: time.Minute}, f.pool, f.stock, svc, nil, nil, hreg)
+	healthy := expiry.New(expiry.Config{Now: now}, f.pool, f.stock, svc, nil, nil, hreg)
 	if n, err := healthy.RunOnce(ctx); err != nil || n != 0 {
 		t.Fatalf("healthy round = %d, %v", n, err)
 	}
@@ -413,10 +414,10 @@ func TestRedisDownAfterCommit(t *testing.T) {
 	if got := counterValue(t, hreg, "flashsale_expiry_stock_returns_waiting"); got != 4 {
 		t.Errorf("stock_returns_waiting = %v, want the 4 rows", got)
 	}
-	// Past the stale bound, two workers drain at once; each unit comes back
-	// once.
+	// Past the stale bound (5 s: a killed worker's units are soon on sale
+	// again), two workers drain at once; each unit comes back once.
 	mu.Lock()
-	clock = clock.Add(2 * time.Minute)
+	clock = clock.Add(6 * time.Second)
 	mu.Unlock()
 	var wg sync.WaitGroup
 	for range 2 {

@@ -68,6 +68,7 @@
 #   RATE [1000] GATEWAYS [2] PROCESSES [1] SOURCE_ADDRS [100] STARTS_IN [20s]
 #   FAULT_AT [1] (seconds after opening) DURATION [240s] QUIET_TIMEOUT [90s]
 #   ALLOCATION [queue] REACTION [4s] FAST_SHARE [0.1] CLAIM_WINDOW [45s]
+#   SOLD_OUT_QUIET [the load tool's 10s; 30s in the expiry fault]
 #   FLASHSALE_RECONCILE_AFTER [15s] FLASHSALE_DRAW_LEAD [3s] PG_DOWN [20]
 #   REPLICA_LAG [0.5] PORT_BASE [21000] BUILD [1]
 #   LOADTEST_ARGS [extra loadtest flags]
@@ -405,6 +406,18 @@ run_fault() { # fault
 	# section 4), so a unit that a fault held back and that comes back later
 	# must be sold to them: otherwise it is stranded.
 	args+=(--keep-waiting)
+	# The shoppers leave once the sale has been sold out, with nothing on
+	# its way back, for SOLD_OUT_QUIET. An unpaid order is not "on its way
+	# back" until its payment window ends, so in the expiry fault (20 s
+	# window, 2 s scans) the quiet must outlast a window: then every order
+	# pending at its start has been paid or has expired and sold again
+	# before the shoppers leave, and none comes back to a room of shoppers
+	# who are gone while conservation is judged.
+	if [ "$f" = expiry ]; then
+		args+=(--sold-out-quiet "${SOLD_OUT_QUIET:-30s}")
+	elif [ -n "${SOLD_OUT_QUIET:-}" ]; then
+		args+=(--sold-out-quiet "$SOLD_OUT_QUIET")
+	fi
 	# shellcheck disable=SC2206
 	[ -n "${LOADTEST_ARGS:-}" ] && args+=(${LOADTEST_ARGS})
 	echo "== fault $f  $(date -u +%FT%TZ)  load average before: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$dir/run.txt"
