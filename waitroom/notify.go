@@ -2,6 +2,7 @@ package waitroom
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/flashsale/flashsale"
@@ -62,8 +63,12 @@ func (r *Room) notifyPassed(sr *saleRoom, sale *flashsale.Sale, leader bool, st 
 	r.tell(sale.ID, flashsale.TurnAdmitted, turns)
 }
 
-// tell hands turns to Config.Notify (the users) and Config.Turns.
+// tell hands turns to Config.Notify (the users) and Config.Turns. With
+// both, they share one read of the turns (shareTurns).
 func (r *Room) tell(saleID int64, kind flashsale.TurnKind, turns func(context.Context) ([]flashsale.Turn, error)) {
+	if r.cfg.Notify != nil && r.cfg.Turns != nil {
+		turns = shareTurns(turns)
+	}
 	if r.cfg.Notify != nil {
 		r.cfg.Notify.Admitted(saleID, func(ctx context.Context) ([]int64, error) {
 			ts, err := turns(ctx)
@@ -98,4 +103,29 @@ func (r *Room) notifyHeld(saleID int64, admits []heldAdmit) {
 		return
 	}
 	r.tell(saleID, flashsale.TurnHeld, func(context.Context) ([]flashsale.Turn, error) { return turns, nil })
+}
+
+// shareTurns returns read, called at most once with success: the first
+// successful read is kept and handed to every later caller, so the push
+// sender and the webhook's log read Redis once for one report. A failed
+// read is not kept: the next caller reads again, under its own context,
+// so one caller's cancelled context does not cost the other its turns.
+// Callers must not modify the slice they get.
+func shareTurns(read func(context.Context) ([]flashsale.Turn, error)) func(context.Context) ([]flashsale.Turn, error) {
+	var mu sync.Mutex
+	var got []flashsale.Turn
+	done := false
+	return func(ctx context.Context) ([]flashsale.Turn, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return got, nil
+		}
+		ts, err := read(ctx)
+		if err != nil {
+			return nil, err
+		}
+		got, done = ts, true
+		return ts, nil
+	}
 }

@@ -124,3 +124,41 @@ func TestNotifyRaceOrderOncePerPlace(t *testing.T) {
 		t.Errorf("%d turns, want 60", len(turns))
 	}
 }
+
+// TestTellReadsTurnsOnce: with both a push notifier and a webhook turn
+// log, one report reads the turns once; a failed read is not kept, so the
+// other reader reads again and gets them.
+func TestTellReadsTurnsOnce(t *testing.T) {
+	want := []flashsale.Turn{{UserID: 7, Place: 3}, {UserID: 9, Place: 4}}
+	for _, failFirst := range []bool{false, true} {
+		note := &recordingNotifier{}
+		r := &Room{cfg: Config{Notify: note, Turns: note, Now: time.Now}}
+		reads := 0
+		r.tell(1, flashsale.TurnAdmitted, func(context.Context) ([]flashsale.Turn, error) {
+			reads++
+			if failFirst && reads == 1 {
+				return nil, context.DeadlineExceeded
+			}
+			return want, nil
+		})
+		wantReads := 1
+		if failFirst {
+			wantReads = 2
+		}
+		if reads != wantReads {
+			t.Errorf("failFirst %v: %d reads of the turns, want %d", failFirst, reads, wantReads)
+		}
+		users, _ := note.seen()
+		note.mu.Lock()
+		turns := slices.Clone(note.turns)
+		note.mu.Unlock()
+		// The notifier reads first: when its read fails, the log's read
+		// still gets every turn.
+		if !slices.Equal(turns, want) {
+			t.Errorf("failFirst %v: the turn log got %v, want %v", failFirst, turns, want)
+		}
+		if !failFirst && !slices.Equal(users, []int64{7, 9}) {
+			t.Errorf("the notifier got users %v, want [7 9]", users)
+		}
+	}
+}
