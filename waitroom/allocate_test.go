@@ -12,49 +12,19 @@ import (
 	"github.com/flashsale/flashsale/lua"
 )
 
-// stockHolds is the real stock's holds (redisstock) as the wiring gives
-// them to the room, with a hook after each HoldMany.
+// stockHolds is the real stock's holds as the wiring gives them to the
+// room (StockHolds), with a hook after each HoldMany.
 type stockHolds struct {
-	st            *redisstock.Store
+	StockHolds
 	afterHoldMany func()
 }
 
-func (h stockHolds) Hold(ctx context.Context, saleID, itemID, userID int64, orderID string, until time.Time) error {
-	return h.st.Hold(ctx, saleID, itemID, userID, orderID, until)
-}
-
 func (h stockHolds) HoldMany(ctx context.Context, saleID int64, reqs []HoldReq, until time.Time) ([]error, error) {
-	rs := make([]redisstock.HoldReq, len(reqs))
-	for i, r := range reqs {
-		rs[i] = redisstock.HoldReq{ItemID: r.ItemID, UserID: r.UserID, OrderID: r.OrderID}
-	}
-	out, err := h.st.HoldMany(ctx, saleID, rs, until)
+	out, err := h.StockHolds.HoldMany(ctx, saleID, reqs, until)
 	if h.afterHoldMany != nil {
 		h.afterHoldMany()
 	}
 	return out, err
-}
-
-func (h stockHolds) Held(ctx context.Context, saleID, userID int64) (int64, time.Time, bool, error) {
-	return h.st.Held(ctx, saleID, userID)
-}
-
-func (h stockHolds) Lapse(ctx context.Context, saleID int64, now time.Time, limit int64) (int, error) {
-	l, err := h.st.Lapse(ctx, saleID, now, limit)
-	return len(l), err
-}
-
-func (h stockHolds) LapseAll(ctx context.Context, saleID int64) (int, error) {
-	l, err := h.st.Lapse(ctx, saleID, redisstock.EndOfTime(), 0)
-	return len(l), err
-}
-
-func (h stockHolds) ExtendHolds(ctx context.Context, saleID int64, pausedAt, resumedAt time.Time, window time.Duration) (int, error) {
-	return h.st.ExtendHolds(ctx, saleID, pausedAt, resumedAt, window)
-}
-
-func (h stockHolds) HoldEnds(ctx context.Context, saleID int64) (map[int64]time.Time, error) {
-	return h.st.HoldEnds(ctx, saleID)
 }
 
 // queueEnv is a sale allocated in queue order on the real stock, with
@@ -84,7 +54,7 @@ func newQueueEnv(t *testing.T, id, qty, n int64) *queueEnv {
 		t.Fatal(err)
 	}
 	q := &queueEnv{env: e, st: st, sale: sale}
-	j := q.room(stockHolds{st: st})
+	j := q.room(StockHolds{Stock: st})
 	jctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = j.Run(jctx) }()
@@ -100,7 +70,7 @@ func newQueueEnv(t *testing.T, id, qty, n int64) *queueEnv {
 }
 
 // room is a gateway's room on the env, not running.
-func (q *queueEnv) room(h stockHolds) *Room { return q.roomWith(Config{Holds: h}) }
+func (q *queueEnv) room(h Holds) *Room { return q.roomWith(Config{Holds: h}) }
 
 // roomWith is a gateway's room of cfg on the env, not running.
 func (q *queueEnv) roomWith(cfg Config) *Room {
@@ -124,8 +94,8 @@ func TestNewLeaderServesHoldsOfACutShortPass(t *testing.T) {
 	// a loses its lease right after its holds (as if frozen past the
 	// lease's lapse): its admissions are refused.
 	logA, logB := &recordingNotifier{}, &recordingNotifier{}
-	a := q.roomWith(Config{Holds: stockHolds{st: st, afterHoldMany: func() { e.rdb.Del(ctx, lease) }}, Turns: logA})
-	b := q.roomWith(Config{Holds: stockHolds{st: st}, Turns: logB})
+	a := q.roomWith(Config{Holds: stockHolds{StockHolds: StockHolds{Stock: st}, afterHoldMany: func() { e.rdb.Del(ctx, lease) }}, Turns: logA})
+	b := q.roomWith(Config{Holds: StockHolds{Stock: st}, Turns: logB})
 	e.clock.Advance(2 * time.Second)
 	if _, err := a.refresh(ctx, sale.ID, e.clock.Now()); err != nil {
 		t.Fatal(err)
@@ -198,7 +168,7 @@ func TestStaleHoldingMarkPassesNobodyOver(t *testing.T) {
 	q := newQueueEnv(t, 72, 1, 2)
 	e, st, sale := q.env, q.st, q.sale
 	item := sale.Items[0].ID
-	a := q.room(stockHolds{st: st})
+	a := q.room(StockHolds{Stock: st})
 	e.clock.Advance(2 * time.Second)
 	if _, err := a.refresh(ctx, sale.ID, e.clock.Now()); err != nil {
 		t.Fatal(err)

@@ -101,7 +101,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		Turns:          turns,
 		Competing:      saleRequests.Load,
 		AdmissionTTL:   cfg.AdmissionTTL,
-		Holds:          roomHolds{a.stock},
+		Holds:          waitroom.StockHolds{Stock: a.stock},
 		CapacityFactor: cfg.CapacityFactor,
 		DrawLead:       cfg.DrawLead,
 		OpeningHold:    cfg.OpeningHold,
