@@ -271,7 +271,7 @@ func TestAdmin(t *testing.T) {
 	for _, rt := range []struct{ method, path string }{
 		{"POST", "/api/admin/sales"}, {"GET", "/api/admin/sales"}, {"GET", "/api/admin/sales/1"}, {"PATCH", "/api/admin/sales/1"},
 		{"GET", "/api/admin/settings"}, {"PUT", "/api/admin/settings"}, {"POST", "/api/admin/settings/preset/strict"},
-		{"GET", "/api/admin/audit"}, {"GET", "/api/admin/defense"},
+		{"GET", "/api/admin/audit"}, {"GET", "/api/admin/defense"}, {"GET", "/api/admin/sales/1/report"},
 	} {
 		runCases(t, e, []routeCase{
 			{name: rt.method + rt.path + " no token", method: rt.method, path: rt.path, body: valid, wantStatus: 401, wantCode: "UNAUTHENTICATED"},
@@ -332,6 +332,36 @@ func TestAdmin(t *testing.T) {
 			}
 		}},
 		{name: "get unknown", method: "GET", path: "/api/admin/sales/9", headers: op, wantStatus: 404, wantCode: "NOT_FOUND"},
+		{name: "report", method: "GET", path: "/api/admin/sales/1/report", headers: op, wantStatus: 200, check: func(t *testing.T, r resp) {
+			var got struct {
+				SaleID int64                 `json:"saleId"`
+				State  string                `json:"state"`
+				Final  bool                  `json:"final"`
+				Items  []struct{ ID int64 }  `json:"items"`
+				Room   flashsale.RoomReport  `json:"room"`
+				Orders flashsale.OrderReport `json:"orders"`
+			}
+			r.json(t, &got)
+			if got.SaleID != 1 || len(got.Items) != 2 || got.Final {
+				t.Errorf("report = %s", r.body)
+			}
+			if got.Room.Joined != 12 || got.Room.Wait.P99Ms != 1500 || got.Orders.Conversion != 0.25 || len(got.Room.Minutes) != 2 {
+				t.Errorf("report figures = %s", r.body)
+			}
+			if cc := r.header.Get("Cache-Control"); cc != "no-store" {
+				t.Errorf("Cache-Control = %q", cc)
+			}
+		}},
+		{name: "report csv", method: "GET", path: "/api/admin/sales/1/report?format=csv", headers: op, wantStatus: 200, check: checkReportCSV},
+		{name: "report accept csv", method: "GET", path: "/api/admin/sales/1/report", headers: append([]string{"Accept", "text/csv"}, op...), wantStatus: 200, check: checkReportCSV},
+		{name: "report json format", method: "GET", path: "/api/admin/sales/1/report?format=json", headers: append([]string{"Accept", "text/csv"}, op...), wantStatus: 200, check: func(t *testing.T, r resp) {
+			if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+				t.Errorf("Content-Type = %q", ct)
+			}
+		}},
+		{name: "report unknown", method: "GET", path: "/api/admin/sales/9/report", headers: op, wantStatus: 404, wantCode: "NOT_FOUND"},
+		{name: "report malformed", method: "GET", path: "/api/admin/sales/x/report", headers: op, wantStatus: 400, wantCode: "INVALID"},
+		{name: "report bad format", method: "GET", path: "/api/admin/sales/1/report?format=xml", headers: op, wantStatus: 400, wantCode: "INVALID"},
 		{name: "get malformed", method: "GET", path: "/api/admin/sales/x", headers: op, wantStatus: 400, wantCode: "INVALID"},
 		{name: "patch", method: "PATCH", path: "/api/admin/sales/1", body: `{"admissionRatePerSecond":50,"name":"Renamed","endsAt":"2026-12-02T00:00:00Z"}`, headers: op, wantStatus: 200, check: func(t *testing.T, r resp) {
 			var got struct {
@@ -654,5 +684,25 @@ func TestAdminCreateAllocation(t *testing.T) {
 	r.json(t, &got)
 	if r.status != 201 || got.Allocation != "race" || got.ClaimWindowSeconds != 120 {
 		t.Fatalf("got %d %s; want 201 in race order with the default window", r.status, r.body)
+	}
+}
+
+// checkReportCSV checks the fake report as CSV: the header, then one row
+// per minute of the room or the orders, the room's totals carried into
+// the orders' last minute.
+func checkReportCSV(t *testing.T, r resp) {
+	t.Helper()
+	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "text/csv") {
+		t.Errorf("Content-Type = %q", ct)
+	}
+	if cd := r.header.Get("Content-Disposition"); cd != `attachment; filename="sale-1-report.csv"` {
+		t.Errorf("Content-Disposition = %q", cd)
+	}
+	want := "minute,joins,joined,pre_queue,admissions,admitted,holds,waiting,refusals,wait_count,wait_p50_ms,wait_p90_ms,wait_p99_ms,sold,paid,sold_item_1001,sold_item_1002\n" +
+		"2026-12-01T18:30:00Z,10,10,10,5,5,0,5,2,5,250,500,500,0,0,0,0\n" +
+		"2026-12-01T18:31:00Z,2,12,10,4,9,0,3,0,4,1000,1500,1500,4,0,4,0\n" +
+		"2026-12-01T18:32:00Z,0,12,10,0,9,0,3,0,0,0,0,0,0,1,0,0\n"
+	if got := string(r.body); got != want {
+		t.Errorf("csv =\n%s\nwant\n%s", got, want)
 	}
 }
