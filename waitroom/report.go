@@ -125,15 +125,22 @@ func (t *tally) refused(sale int64, now time.Time, rule string) {
 	m.refusals[rule]++
 }
 
+// waitSlack is how long before a join on a connection its admission may
+// have been recorded and still be this join's: the tick that admits a
+// place records the time it started, which can precede a join it admits
+// in the same tick.
+const waitSlack = 5 * time.Second
+
 // waited counts an admission at atMs of a shopper who joined at joinedMs
-// (Unix ms). An admission from before the join (a shopper back on a new
+// (Unix ms), as a wait of atMs - joinedMs (0 if negative). An admission
+// recorded more than waitSlack before the join (a shopper back on a new
 // connection after their turn) was counted when it came, or on a
 // connection of another gateway: it is not counted again.
 func (t *tally) waited(sale int64, now time.Time, joinedMs, atMs int64) {
-	if joinedMs == 0 || atMs < joinedMs {
+	if joinedMs == 0 || atMs < joinedMs-waitSlack.Milliseconds() {
 		return
 	}
-	ms := atMs - joinedMs
+	ms := max(0, atMs-joinedMs)
 	b := sort.Search(len(waitBoundsMs), func(i int) bool { return ms <= waitBoundsMs[i] })
 	t.mu.Lock()
 	defer t.mu.Unlock()

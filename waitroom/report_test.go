@@ -46,14 +46,15 @@ func TestTally(t *testing.T) {
 	tl := newTally()
 	tl.queue(1, t0, queueState{Seq: 3, N: -1, Serving: 0})
 	tl.waited(1, t0, t0.UnixMilli()-1_500, t0.UnixMilli()) // 1.5 s: the 2 s bucket
-	tl.waited(1, t0, t0.UnixMilli(), t0.UnixMilli()-1)     // admitted before this join: not counted
+	tl.waited(1, t0, t0.UnixMilli(), t0.UnixMilli()-5_001) // admitted before this join: not counted
 	tl.refused(1, t0, RuleBlocklist)
+	tl.waited(1, t0, t0.UnixMilli(), t0.UnixMilli()-200) // recorded by the tick that began before the join: 0
 	rows := tl.dirty()
 	if len(rows) != 1 {
 		t.Fatalf("dirty = %d rows, want 1", len(rows))
 	}
 	m := rows[0].m
-	if m.seq != 3 || m.prequeue != -1 || m.waits[3] != 1 || m.waitMin != 1_500 || m.waitMax != 1_500 || m.refusals[RuleBlocklist] != 1 {
+	if m.seq != 3 || m.prequeue != -1 || m.waits[0] != 1 || m.waits[3] != 1 || m.waitMin != 0 || m.waitMax != 1_500 || m.refusals[RuleBlocklist] != 1 {
 		t.Fatalf("row = %+v", m)
 	}
 	// Not written: the next flush finds it again. Written: clean.

@@ -191,3 +191,43 @@ func TestReportAfterTheDrop(t *testing.T) {
 			after.Final, after.State, after.Room.Joined)
 	}
 }
+
+// TestReportCountsHolds: in a sale allocated in queue order with two
+// units, three shoppers join; the leader holds a unit for the first two
+// at their turn. The report counts two held turns, two admitted, one
+// still waiting, and the two waits.
+func TestReportCountsHolds(t *testing.T) {
+	t.Parallel() // waits for the gateways' roll-up (every 5 s)
+	s := startStack(t)
+	op := s.Token(1, true)
+	r := s.Do("POST", "/api/admin/sales", op, map[string]any{
+		"name": "held", "startsAt": time.Now().Add(-time.Second).UTC().Format(time.RFC3339),
+		"admissionRatePerSecond": 10000, "allocation": "queue",
+		"items": []map[string]any{{"productId": 501, "quantity": 2, "priceCents": 1999}},
+	})
+	s.Want(r, 201, "")
+	saleID := int64(r.Body["id"].(float64))
+	for u := int64(201); u <= 203; u++ {
+		joinWS(t, s, saleID, u)
+	}
+	var rep reportDoc
+	testenv.EventuallyF(t, func() string { return fmt.Sprintf("two held turns in the report (last %+v)", rep.Room) }, 20*time.Second, func() bool {
+		r := s.Do("GET", fmt.Sprintf("/api/admin/sales/%d/report", saleID), op, nil)
+		s.Want(r, 200, "")
+		rep = reportDoc{}
+		if err := json.Unmarshal(r.Raw, &rep); err != nil {
+			t.Fatalf("report %s: %v", r.Raw, err)
+		}
+		return rep.Room.Joined == 3 && rep.Room.Holds == 2 && rep.Room.Wait.Count == 2
+	})
+	if rep.Room.Admitted != 2 || rep.Room.Waiting != 1 || len(rep.Room.Refusals) != 0 {
+		t.Errorf("room = %+v, want 2 admitted, 1 waiting, no refusal", rep.Room)
+	}
+	var holds int64
+	for _, m := range rep.Room.Minutes {
+		holds += m.Holds
+	}
+	if holds != 2 {
+		t.Errorf("minutes add up to %d holds, want 2", holds)
+	}
+}
