@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -170,6 +171,8 @@ func (f *fakeOrders) Cancel(_ context.Context, userID int64, id string) (flashsa
 const panicOrderID = "00000000-0000-0000-0000-00000000dead"
 
 type fakeQueue struct {
+	mu       sync.Mutex
+	refused  map[string]int // "saleID/rule" → joins refused at the edge
 	handler  http.Handler
 	joinPoW  atomic.Value // json.RawMessage
 	joinIP   atomic.Value // netip.Addr
@@ -197,6 +200,21 @@ func (q *fakeQueue) Join(_ context.Context, p flashsale.Principal, saleID int64,
 }
 
 func (q *fakeQueue) Choose(context.Context, flashsale.Principal, int64, int64) error { return nil }
+
+func (q *fakeQueue) Refused(saleID int64, rule string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.refused == nil {
+		q.refused = map[string]int{}
+	}
+	q.refused[fmt.Sprintf("%d/%s", saleID, rule)]++
+}
+
+func (q *fakeQueue) refusals() string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return fmt.Sprint(q.refused)
+}
 
 func (q *fakeQueue) Status(_ context.Context, p flashsale.Principal, saleID int64) (any, error) {
 	return map[string]any{"type": "status", "state": "ADMITTED", "position": 0, "userId": p.UserID, "saleId": saleID}, nil

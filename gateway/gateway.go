@@ -106,6 +106,9 @@ type Queue interface {
 	// allocated in queue order): NOT_FOUND, INVALID, CHOICE_CLOSED.
 	Choose(ctx context.Context, p flashsale.Principal, saleID, itemID int64) error
 	Figures(ctx context.Context, saleID int64) (flashsale.QueueFigures, error)
+	// Refused counts, for the sale's report, a join the gateway's guard
+	// refused before the room saw it, by rule. It must not block.
+	Refused(saleID int64, rule string)
 }
 
 // Reports are the two halves of a sale's report (GET

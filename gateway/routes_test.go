@@ -241,6 +241,10 @@ func TestQueuePolling(t *testing.T) {
 		{name: "join no token", method: "POST", path: q, wantStatus: 401, wantCode: "UNAUTHENTICATED"},
 		{name: "join blocked", method: "POST", path: q, headers: append(auth7, "X-Forwarded-For", "203.0.113.5"), wantStatus: 403, wantCode: "BLOCKED"},
 		{name: "join blocked user", method: "POST", path: q, headers: []string{"Authorization", bearer(e.token(42, false))}, wantStatus: 403, wantCode: "BLOCKED"},
+		{name: "join limited address", method: "POST", path: q, headers: append(auth7, "X-Forwarded-For", "198.51.100.9"), wantStatus: 429, wantCode: "RATE_LIMITED"},
+		{name: "join limited user", method: "POST", path: q, headers: []string{"Authorization", bearer(e.token(43, false))}, wantStatus: 429, wantCode: "RATE_LIMITED"},
+		{name: "join blocked, unknown sale", method: "POST", path: "/api/flash-sales/sales/99/queue", headers: append(auth7, "X-Forwarded-For", "203.0.113.5"), wantStatus: 403, wantCode: "BLOCKED"},
+		{name: "join blocked, malformed sale", method: "POST", path: "/api/flash-sales/sales/one/queue", headers: append(auth7, "X-Forwarded-For", "203.0.113.5"), wantStatus: 403, wantCode: "BLOCKED"},
 		{name: "join unknown sale", method: "POST", path: "/api/flash-sales/sales/99/queue", headers: auth7, wantStatus: 404, wantCode: "NOT_FOUND"},
 		{name: "join malformed sale", method: "POST", path: "/api/flash-sales/sales/one/queue", headers: auth7, wantStatus: 400, wantCode: "INVALID"},
 		{name: "status", method: "GET", path: q, headers: auth7, wantStatus: 200, check: func(t *testing.T, r resp) {
@@ -253,6 +257,11 @@ func TestQueuePolling(t *testing.T) {
 	})
 	if _, ok := e.guard.classes.Load(ClassJoin); !ok {
 		t.Error("CheckAddr never saw class join")
+	}
+	// The guard's refusals of joins of a known sale reach its report, by
+	// rule; those naming an unknown or malformed sale do not.
+	if got, want := e.queue.refusals(), "map[1/blocklist:2 1/perAddress:1 1/perUser:1]"; got != want {
+		t.Errorf("refusals counted = %s, want %s", got, want)
 	}
 	e.queue.joinErr = flashsale.Errorf(flashsale.CodeRateLimited, "pow required")
 	if r := e.do("POST", q, "", auth7...); r.status != 429 || r.header.Get("Retry-After") != "1" {

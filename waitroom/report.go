@@ -152,6 +152,13 @@ func (t *tally) waited(sale int64, now time.Time, joinedMs, atMs int64) {
 	m.waitMax = max(m.waitMax, ms)
 }
 
+// Refused counts, for the sale's report, a join refused by rule before it
+// reached the room (the gateway's address and user checks). It takes a
+// lock and does no I/O.
+func (r *Room) Refused(saleID int64, rule string) {
+	r.tally.refused(saleID, r.cfg.Now(), rule)
+}
+
 // guardRefused counts a join the JoinGuard refused: BLOCKED is the
 // blocklist's; an UNAVAILABLE (Redis could not record a proof of work) is
 // not a refusal.

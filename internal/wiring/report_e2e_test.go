@@ -25,8 +25,8 @@ type reportDoc struct {
 }
 
 // TestReportAfterTheDrop runs a sale through the whole stack (shoppers on
-// WebSockets, one refused by the blocklist, purchases, a payment and a
-// cancel) and reads its report: the figures are exactly what happened,
+// WebSockets, a blocked one refused by the room and by the gateway,
+// purchases, a payment and a cancel) and reads its report: the figures are exactly what happened,
 // the waits are ordered and within what the shoppers measured, the CSV
 // says the same per minute, and the report is final once the sale ends.
 func TestReportAfterTheDrop(t *testing.T) {
@@ -63,6 +63,8 @@ func TestReportAfterTheDrop(t *testing.T) {
 	longest := time.Since(start).Milliseconds() + 500
 	refused := joinWS(t, s, saleID, 999)
 	refused.waitFor("BLOCKED", func(m map[string]any) bool { return m["type"] == "error" && m["error"] == "BLOCKED" })
+	// By polling the gateway's user check refuses it before the room.
+	s.Want(s.Do("POST", fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID), s.Token(999, false), nil), 403, "BLOCKED")
 
 	// Three buy A, two buy B, the sixth buys nothing; the first pays, the
 	// third cancels.
@@ -91,7 +93,7 @@ func TestReportAfterTheDrop(t *testing.T) {
 		if err := json.Unmarshal(r.Raw, &rep); err != nil {
 			t.Fatalf("report %s: %v", r.Raw, err)
 		}
-		return rep.Room.Joined == 6 && rep.Room.Admitted == 6 && rep.Room.Wait.Count == 6 && rep.Room.Refusals["blocklist"] == 1
+		return rep.Room.Joined == 6 && rep.Room.Admitted == 6 && rep.Room.Wait.Count == 6 && rep.Room.Refusals["blocklist"] == 2
 	})
 	room, ord := rep.Room, rep.Orders
 	if room.Waiting != 0 || room.Holds != 0 || len(room.Refusals) != 1 {
@@ -161,7 +163,7 @@ func TestReportAfterTheDrop(t *testing.T) {
 			sums[name] += v
 		}
 	}
-	wantSums := map[string]int64{"joins": 6, "admissions": 6, "refusals": 1, "wait_count": 6, "sold": 4, "paid": 1, fmt.Sprintf("sold_item_%d", itemA): 2}
+	wantSums := map[string]int64{"joins": 6, "admissions": 6, "refusals": 2, "wait_count": 6, "sold": 4, "paid": 1, fmt.Sprintf("sold_item_%d", itemA): 2}
 	if fmt.Sprint(sums) != fmt.Sprint(wantSums) {
 		t.Errorf("csv columns add up to %v, want %v", sums, wantSums)
 	}

@@ -323,6 +323,8 @@ export default {
   'op.report.rule.blocklist': 'blocklist',
   'op.report.rule.identity': 'same identity under another account',
   'op.report.rule.connectionsPerUser': 'too many connections of one user',
+  'op.report.rule.perAddress': 'rate limit of an address or network',
+  'op.report.rule.perUser': 'rate limit of a user',
   'op.report.orders': 'Orders by status',
   'op.report.ordersTable': 'Orders by status and payment conversion',
   'op.report.minutes': 'Minute by minute',

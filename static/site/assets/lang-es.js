@@ -324,6 +324,8 @@ export default {
   'op.report.rule.blocklist': 'lista de bloqueo',
   'op.report.rule.identity': 'misma identidad con otra cuenta',
   'op.report.rule.connectionsPerUser': 'demasiadas conexiones de un usuario',
+  'op.report.rule.perAddress': 'límite de una dirección o red',
+  'op.report.rule.perUser': 'límite de un usuario',
   'op.report.orders': 'Pedidos por estado',
   'op.report.ordersTable': 'Pedidos por estado y conversión de pago',
   'op.report.minutes': 'Minuto a minuto',
