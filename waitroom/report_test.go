@@ -153,3 +153,40 @@ func TestPGReport(t *testing.T) {
 		t.Errorf("a sale never seen = %+v, %v", empty, err)
 	}
 }
+
+// TestReportWrittenOnStop: a room whose periodic write never comes writes
+// its figures when it stops, after its other loops: the joins its tick
+// saw and a refusal the gateway told it of.
+func TestReportWrittenOnStop(t *testing.T) {
+	e := newEnv(t)
+	pool := testenv.Postgres(t)
+	sale := e.addSale(newSale(t, 51, e.clock.Now().Add(-time.Second), 1000, 10))
+	cfg := Config{Report: NewPGReport(pool), ReportEvery: time.Hour}
+	e.testDefaults(&cfg)
+	r := New(cfg, e.rdb, e.sales, e.stock, e.access, e.signer, nil, nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	g := &gateway{room: r}
+	g.joinUsers(t, sale.ID, 3)
+	r.Refused(sale.ID, "perUser")
+	// The tick reads the queue with the three tickets.
+	eventually(t, "the tick to see three joins", hangBound, func() bool {
+		r.tally.mu.Lock()
+		defer r.tally.mu.Unlock()
+		return r.tally.last[sale.ID].Seq == 3
+	})
+	if rep, err := cfg.Report.RoomReport(context.Background(), sale.ID); err != nil || len(rep.Minutes) != 0 {
+		t.Fatalf("report before the stop = %+v, %v; want nothing written yet", rep, err)
+	}
+	cancel()
+	<-done
+	rep, err := cfg.Report.RoomReport(context.Background(), sale.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Joined != 3 || rep.Refusals["perUser"] != 1 {
+		t.Errorf("report after the stop = %+v, want 3 joined and one perUser refusal", rep)
+	}
+}
