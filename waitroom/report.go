@@ -224,18 +224,18 @@ func (r *Room) reportLoop(ctx context.Context) {
 }
 
 // flushReport writes the changed rows of the tally; a failure is logged
-// and the rows stay dirty for the next write.
+// and the rows stay dirty for the next write. With no Config.Report the
+// rows are dropped as if written, so that they do not pile up.
 func (r *Room) flushReport(ctx context.Context) {
-	if r.cfg.Report == nil {
-		return
-	}
 	rows := r.tally.dirty()
 	if len(rows) == 0 {
 		return
 	}
-	if err := r.cfg.Report.save(ctx, r.id, rows); err != nil {
-		r.log.Warn("write report roll-up", "rows", len(rows), "err", err)
-		return
+	if r.cfg.Report != nil {
+		if err := r.cfg.Report.save(ctx, r.id, rows); err != nil {
+			r.log.Warn("write report roll-up", "rows", len(rows), "err", err)
+			return
+		}
 	}
 	r.tally.written(rows, r.cfg.Now())
 }

@@ -190,3 +190,18 @@ func TestReportWrittenOnStop(t *testing.T) {
 		t.Errorf("report after the stop = %+v, want 3 joined and one perUser refusal", rep)
 	}
 }
+
+// TestReportWithoutStore: a room with no Config.Report drops its figures
+// at each write instead of keeping them.
+func TestReportWithoutStore(t *testing.T) {
+	e := newEnv(t)
+	cfg := Config{}
+	e.testDefaults(&cfg)
+	r := New(cfg, e.rdb, e.sales, e.stock, e.access, e.signer, nil, nil, nil)
+	r.Refused(7, "perUser")
+	e.clock.Advance(time.Minute)
+	r.flushReport(context.Background())
+	if n := len(r.tally.rows); n != 0 {
+		t.Errorf("%d rows kept without a store, want 0", n)
+	}
+}
