@@ -442,6 +442,91 @@ type QueueFigures struct {
 	Waiting  int64 `json:"waiting"`
 }
 
+// RoomReport is the waiting room's part of a sale's report (GET
+// /api/admin/sales/{id}/report), read from the gateways' per-minute
+// roll-up in PostgreSQL. Minutes are in time order, one per minute from
+// the first the room saw to the last, none left out.
+type RoomReport struct {
+	Joined   int64 `json:"joined"`   // shoppers given a place
+	PreQueue int64 `json:"preQueue"` // places drawn at the opening; -1: not drawn yet
+	Admitted int64 `json:"admitted"` // shoppers whose turn came
+	Holds    int64 `json:"holds"`    // queue order: turns that came with a held unit
+	Waiting  int64 `json:"waiting"`  // joined and not yet admitted
+	// Wait is from a shopper's join to their admission, over every
+	// shopper admitted on a WebSocket.
+	Wait WaitFigures `json:"wait"`
+	// Refusals are the joins refused, by rule.
+	Refusals map[string]int64 `json:"refusals"`
+	Minutes  []RoomMinute     `json:"minutes"`
+}
+
+// RoomMinute is one minute of a RoomReport: the minute's new figures and
+// the totals at its end.
+type RoomMinute struct {
+	At         time.Time        `json:"at"` // the minute's start
+	Joins      int64            `json:"joins"`
+	Joined     int64            `json:"joined"`
+	PreQueue   int64            `json:"preQueue"`
+	Admissions int64            `json:"admissions"`
+	Admitted   int64            `json:"admitted"`
+	Holds      int64            `json:"holds"`
+	Waiting    int64            `json:"waiting"`
+	Refusals   map[string]int64 `json:"refusals"`
+	Wait       WaitFigures      `json:"wait"`
+}
+
+// WaitFigures are percentiles of the wait from join to admission, in
+// milliseconds, over Count shoppers (all 0 when Count is 0). Each is the
+// upper bound of the histogram bucket the rank falls in, kept between the
+// shortest and the longest wait seen.
+type WaitFigures struct {
+	Count int64 `json:"count"`
+	MinMs int64 `json:"minMs"`
+	P50Ms int64 `json:"p50Ms"`
+	P90Ms int64 `json:"p90Ms"`
+	P99Ms int64 `json:"p99Ms"`
+	MaxMs int64 `json:"maxMs"`
+}
+
+// OrderReport is the orders' part of a sale's report, read from the
+// orders. Sold counts live orders (PENDING and PAID: one unit each);
+// Placed every order but REJECTED ones (the writer refused them);
+// Conversion is Paid / Placed (0 when nothing was placed).
+type OrderReport struct {
+	ByStatus   map[OrderStatus]int64 `json:"byStatus"`
+	Items      []ItemSold            `json:"items"`
+	Sold       int64                 `json:"sold"`
+	Placed     int64                 `json:"placed"`
+	Paid       int64                 `json:"paid"`
+	Conversion float64               `json:"paymentConversion"`
+	// Minutes are the minutes in which an order was placed or paid, in
+	// time order.
+	Minutes []OrderMinute `json:"minutes"`
+}
+
+// ItemSold is the units of one item sold (live orders) and paid.
+type ItemSold struct {
+	ItemID int64 `json:"itemId"`
+	Sold   int64 `json:"sold"`
+	Paid   int64 `json:"paid"`
+}
+
+// OrderMinute is one minute of an OrderReport: per item, the orders
+// placed in it that are still live (the sell-out curve), and the orders
+// paid in it.
+type OrderMinute struct {
+	At    time.Time    `json:"at"`
+	Items []ItemMinute `json:"items"`
+	Sold  int64        `json:"sold"`
+	Paid  int64        `json:"paid"`
+}
+
+// ItemMinute is one item's live orders placed in an OrderMinute.
+type ItemMinute struct {
+	ItemID int64 `json:"itemId"`
+	Sold   int64 `json:"sold"`
+}
+
 // ShopPayment is a payment the shop's provider reports for an order
 // (POST /api/shop/orders/{orderId}/paid). The gateway has checked its
 // signature's MAC and age; Signature (the header's t and v1, as sent) is

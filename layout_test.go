@@ -410,17 +410,20 @@ func TestSleepsOnlyGoDown(t *testing.T) {
 // writes and drains the shopper-event outbox (the leader's turns, for the
 // webhook). The sale store owns its stock
 // additions and their outbox; the order store reads it in the snapshot a
-// Redis rebuild counts from. The load harness (loadtest) audits a run's
+// Redis rebuild counts from. The waiting room alone writes and reads its
+// per-minute roll-up for the report (the orders' half of the report is
+// the order store's). The load harness (loadtest) audits a run's
 // orders in the database from outside, as an operator would, and is not in
 // the production path.
 var tableOwners = map[string]string{
-	"orders":             "internal/adapter/postgres/orderstore loadtest",
-	"stock_returns":      "internal/adapter/postgres/orderstore",
-	"payments":           "internal/adapter/postgres/orderstore",
-	"payment_signatures": "internal/adapter/postgres/orderstore",
-	"order_events":       "internal/adapter/postgres/orderstore events",
-	"shopper_events":     "events",
-	"stock_adds":         "internal/adapter/postgres/orderstore sales",
+	"orders":              "internal/adapter/postgres/orderstore loadtest",
+	"stock_returns":       "internal/adapter/postgres/orderstore",
+	"payments":            "internal/adapter/postgres/orderstore",
+	"payment_signatures":  "internal/adapter/postgres/orderstore",
+	"order_events":        "internal/adapter/postgres/orderstore events",
+	"shopper_events":      "events",
+	"stock_adds":          "internal/adapter/postgres/orderstore sales",
+	"sale_report_minutes": "waitroom",
 }
 
 // eventWriters may insert into the event outbox: one SQL builder.

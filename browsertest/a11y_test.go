@@ -165,7 +165,7 @@ func checkPage(tb *tab, axe, state string) {
 
 // TestAccessibility runs axe-core over the shopper page in every state
 // (waiting, admitted, order, paid, paused, sold out) and over the operator
-// console, in English and in Spanish.
+// console and its report view, in English and in Spanish.
 func TestAccessibility(t *testing.T) {
 	t.Parallel() // long, and waits on nothing another test holds (browser_test.go)
 	axe := loadAxe(t)
@@ -231,6 +231,14 @@ func TestAccessibility(t *testing.T) {
 			op.do("figures", chromedp.WaitVisible(chromedp.CSS("#figures-body")))
 			op.waitJS("items and audit", `document.querySelectorAll('#fig-items tr').length === 2 && document.querySelectorAll('#audit-list li').length > 0`)
 			checkPage(op, axe, "operator")
+
+			// The report after the drop of the same sale: its charts and
+			// tables drawn (the room's figures come with the gateway's
+			// next roll-up write).
+			op.navigate(s.reportURL(drop))
+			op.waitJS("report drawn", `document.querySelectorAll('#report-charts svg').length === 4 &&
+			  !['', '0'].includes(document.getElementById('rep-paid').textContent.trim()) && document.querySelectorAll('#report-minutes tr').length > 0`)
+			checkPage(op, axe, "report")
 		})
 	}
 }

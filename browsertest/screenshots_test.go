@@ -79,9 +79,9 @@ func settle(tb *tab) {
 	}
 }
 
-// TestScreenshots renders the shopper page (waiting; admitted and paid) and
-// the operator console at phone and desktop width, in English and Spanish
-// (name-<lang>-<size>.png).
+// TestScreenshots renders the shopper page (waiting; admitted and paid),
+// the operator console and its report view at phone and desktop width, in
+// English and Spanish (name-<lang>-<size>.png).
 func TestScreenshots(t *testing.T) {
 	t.Parallel() // long, and waits on nothing another test holds (browser_test.go)
 	if os.Getenv("FLASHSALE_UPDATE_SCREENSHOTS") == "1" {
@@ -159,5 +159,12 @@ func TestScreenshots(t *testing.T) {
 		)
 		op.waitJS("audit entry", `!!document.querySelector('#audit-list li.fresh')`)
 		shootSizes(op, "operator-"+lang)
+
+		// The report after the drop of the spring sale: admissions over
+		// WebSockets (measured waits), orders and payments.
+		op.navigate(s.reportURL(spring))
+		op.waitJS("report with waits", `document.querySelectorAll('#report-charts svg').length === 4 &&
+		  document.getElementById('rep-p50').textContent.trim() !== '–' && document.getElementById('rep-paid').textContent.trim() === '`+fmt.Sprint(i+1)+`'`)
+		shootSizes(op, "report-"+lang)
 	}
 }

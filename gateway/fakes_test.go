@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -170,6 +171,8 @@ func (f *fakeOrders) Cancel(_ context.Context, userID int64, id string) (flashsa
 const panicOrderID = "00000000-0000-0000-0000-00000000dead"
 
 type fakeQueue struct {
+	mu       sync.Mutex
+	refused  map[string]int // "saleID/rule" → joins refused at the edge
 	handler  http.Handler
 	joinPoW  atomic.Value // json.RawMessage
 	joinIP   atomic.Value // netip.Addr
@@ -197,6 +200,21 @@ func (q *fakeQueue) Join(_ context.Context, p flashsale.Principal, saleID int64,
 }
 
 func (q *fakeQueue) Choose(context.Context, flashsale.Principal, int64, int64) error { return nil }
+
+func (q *fakeQueue) Refused(saleID int64, rule string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.refused == nil {
+		q.refused = map[string]int{}
+	}
+	q.refused[fmt.Sprintf("%d/%s", saleID, rule)]++
+}
+
+func (q *fakeQueue) refusals() string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return fmt.Sprint(q.refused)
+}
 
 func (q *fakeQueue) Status(_ context.Context, p flashsale.Principal, saleID int64) (any, error) {
 	return map[string]any{"type": "status", "state": "ADMITTED", "position": 0, "userId": p.UserID, "saleId": saleID}, nil
@@ -294,6 +312,33 @@ func (f *fakeSettings) ApplyPreset(_ context.Context, actor, name string) (json.
 
 func (f *fakeSettings) Audit(_ context.Context, limit int) (json.RawMessage, error) {
 	return json.RawMessage(`[{"limit":` + itoa(int64(limit)) + `}]`), nil
+}
+
+// fakeReports answers the same report for every sale: two minutes of the
+// room, two of orders, one of them shared.
+type fakeReports struct{}
+
+func (fakeReports) RoomReport(context.Context, int64) (flashsale.RoomReport, error) {
+	t0 := time.Date(2026, 12, 1, 18, 30, 0, 0, time.UTC)
+	return flashsale.RoomReport{Joined: 12, PreQueue: 10, Admitted: 9, Waiting: 3, Refusals: map[string]int64{"blocklist": 2},
+		Wait: flashsale.WaitFigures{Count: 9, MinMs: 100, P50Ms: 500, P90Ms: 1000, P99Ms: 1500, MaxMs: 1500},
+		Minutes: []flashsale.RoomMinute{
+			{At: t0, Joins: 10, Joined: 10, PreQueue: 10, Admissions: 5, Admitted: 5, Waiting: 5, Refusals: map[string]int64{"blocklist": 2},
+				Wait: flashsale.WaitFigures{Count: 5, MinMs: 100, P50Ms: 250, P90Ms: 500, P99Ms: 500, MaxMs: 500}},
+			{At: t0.Add(time.Minute), Joins: 2, Joined: 12, PreQueue: 10, Admissions: 4, Admitted: 9, Waiting: 3,
+				Wait: flashsale.WaitFigures{Count: 4, MinMs: 500, P50Ms: 1000, P90Ms: 1500, P99Ms: 1500, MaxMs: 1500}},
+		}}, nil
+}
+
+func (fakeReports) OrderReport(_ context.Context, saleID int64) (flashsale.OrderReport, error) {
+	t1 := time.Date(2026, 12, 1, 18, 31, 0, 0, time.UTC)
+	item := saleID*1000 + 1
+	return flashsale.OrderReport{ByStatus: map[flashsale.OrderStatus]int64{flashsale.OrderPending: 3, flashsale.OrderPaid: 1},
+		Items: []flashsale.ItemSold{{ItemID: item, Sold: 4, Paid: 1}}, Sold: 4, Placed: 4, Paid: 1, Conversion: 0.25,
+		Minutes: []flashsale.OrderMinute{
+			{At: t1, Items: []flashsale.ItemMinute{{ItemID: item, Sold: 4}}, Sold: 4},
+			{At: t1.Add(time.Minute), Items: []flashsale.ItemMinute{}, Paid: 1},
+		}}, nil
 }
 
 type fakeSaleAdmin struct {
@@ -461,7 +506,7 @@ func newEnv(t *testing.T, tweak ...func(*Config, *Deps)) *env {
 	cfg := Config{Now: func() time.Time { return testNow }}
 	deps := Deps{
 		Access: e.access, Admission: signer, Sales: e.sales, Stock: e.sales, SaleAdmin: e.admin, Purchase: e.purchase,
-		Orders: e.orders, Queue: e.queue, Guard: e.guard, Settings: e.settings,
+		Orders: e.orders, Queue: e.queue, Guard: e.guard, Settings: e.settings, Reports: fakeReports{},
 		Static: fakeStatic{
 			"/":              shopPage,
 			"/sales/7":       shopPage,

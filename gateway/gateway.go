@@ -8,8 +8,8 @@
 // Of the other components the gateway imports only defense, whose Counter
 // and route classes its Guard interface speaks. It declares the small
 // interfaces it calls (AccessVerifier, AdmissionVerifier, Sales, SaleAdmin,
-// Purchaser, Orders, Queue, Draws, Guard, SettingsStore, StaticFiles,
-// ShopPayments, Push) and
+// Purchaser, Orders, Queue, Draws, Reports, Guard, SettingsStore,
+// StaticFiles, ShopPayments, Push) and
 // internal/wiring wires the concrete types in. It is the only package that
 // imports fiber; no fiber type leaves it except through App, for tests and
 // benchmarks. TestLayout (layout_test.go) keeps these rules.
@@ -106,6 +106,17 @@ type Queue interface {
 	// allocated in queue order): NOT_FOUND, INVALID, CHOICE_CLOSED.
 	Choose(ctx context.Context, p flashsale.Principal, saleID, itemID int64) error
 	Figures(ctx context.Context, saleID int64) (flashsale.QueueFigures, error)
+	// Refused counts, for the sale's report, a join the gateway's guard
+	// refused before the room saw it, by rule. It must not block.
+	Refused(saleID int64, rule string)
+}
+
+// Reports are the two halves of a sale's report (GET
+// /api/admin/sales/{saleId}/report): what the waiting room saw, from the
+// gateways' roll-up, and the orders' figures. Both read PostgreSQL.
+type Reports interface {
+	RoomReport(ctx context.Context, saleID int64) (flashsale.RoomReport, error)
+	OrderReport(ctx context.Context, saleID int64) (flashsale.OrderReport, error)
 }
 
 // Draws serves the public record of a sale's pre-queue draw, built once
@@ -287,8 +298,9 @@ func (c Config) withDefaults() Config {
 // Deps are the components the gateway calls. All are required except
 // Guard (nil: allow everything), Stock (nil: sold-out flags only), Static
 // (nil: no pages), Payments (nil: payment callbacks answer 403), Push
-// (nil: the push routes answer 404), Metrics (nil: a private registry)
-// and Logger (nil: discard).
+// (nil: the push routes answer 404), Reports (nil: the report route
+// answers 404), Metrics (nil: a private registry) and Logger (nil:
+// discard).
 type Deps struct {
 	Access    AccessVerifier
 	Admission AdmissionVerifier
@@ -298,7 +310,8 @@ type Deps struct {
 	Purchase  Purchaser
 	Orders    Orders
 	Queue     Queue
-	Draws     Draws // nil: no public draw records
+	Draws     Draws   // nil: no public draw records
+	Reports   Reports // nil: the report route answers 404
 	Guard     Guard
 	Settings  SettingsStore
 	Static    StaticFiles

@@ -30,13 +30,15 @@ func (s *Server) wsHandler() http.Handler {
 	mux.HandleFunc("GET /api/flash-sales/sales/{saleId}/queue", func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w}
 		defer func() { m.observe(sw.status, 0) }()
-		if _, ok := parseID(r.PathValue("saleId")); !ok {
+		saleID, ok := parseID(r.PathValue("saleId"))
+		if !ok {
 			s.httpFail(sw, errBadSaleID, 0)
 			return
 		}
 		ap, _ := netip.ParseAddrPort(r.RemoteAddr)
 		ip := s.d.Guard.ClientAddr(ap.Addr().Unmap(), strings.Join(r.Header.Values("X-Forwarded-For"), ","))
 		if retry, err := s.d.Guard.CheckAddrAt(ip, ClassJoin, s.now()); err != nil {
+			s.joinRefused(saleID, err, false)
 			s.httpFail(sw, err, retry)
 			return
 		}

@@ -64,9 +64,17 @@ func (s *Server) principal(c *fiber.Ctx, now time.Time) (flashsale.Principal, er
 // guarded runs the address check, the access token and the user check of
 // a shopper route, in that order (cheapest first).
 func (s *Server) guarded(c *fiber.Ctx, class string) (flashsale.Principal, netip.Addr, bool) {
+	return s.guardedJoin(c, class, 0)
+}
+
+// guardedJoin is guarded for a join of sale saleID (0: not a join): a
+// refusal of the guard is counted for the sale's report (joinRefused).
+func (s *Server) guardedJoin(c *fiber.Ctx, class string, saleID int64) (flashsale.Principal, netip.Addr, bool) {
 	now := s.reqNow(c)
-	ip, ok := s.checkAddr(c, class, now)
-	if !ok {
+	ip := s.clientAddr(c)
+	if retry, err := s.d.Guard.CheckAddrAt(ip, class, now); err != nil {
+		s.joinRefused(saleID, err, false)
+		_ = s.fail(c, err, retry)
 		return flashsale.Principal{}, ip, false
 	}
 	p, err := s.principal(c, now)
@@ -75,10 +83,42 @@ func (s *Server) guarded(c *fiber.Ctx, class string) (flashsale.Principal, netip
 		return p, ip, false
 	}
 	if retry, err := s.d.Guard.CheckUserAt(p.UserID, class, now); err != nil {
+		s.joinRefused(saleID, err, true)
 		_ = s.fail(c, err, retry)
 		return p, ip, false
 	}
 	return p, ip, true
+}
+
+// Rules of a join refused by the guard at the edge, as the sale's report
+// names them (the room names the refusals it makes itself).
+const (
+	refusedBlocklist  = "blocklist"
+	refusedPerAddress = "perAddress" // the per-address or per-prefix limit: the guard's answer does not say which
+	refusedPerUser    = "perUser"
+)
+
+// joinRefused tells the room of a join of saleID that the guard refused,
+// by rule: BLOCKED is the blocklist's, RATE_LIMITED the address's limits
+// or, from the user check (user), the user's. Only a sale of the cache
+// counts, so refusals naming made-up sales add nothing to any report.
+func (s *Server) joinRefused(saleID int64, err error, user bool) {
+	if saleID <= 0 {
+		return
+	}
+	if _, ok := s.d.Sales.Sale(saleID); !ok {
+		return
+	}
+	switch flashsale.ErrorCode(err) {
+	case flashsale.CodeBlocked:
+		s.d.Queue.Refused(saleID, refusedBlocklist)
+	case flashsale.CodeRateLimited:
+		if user {
+			s.d.Queue.Refused(saleID, refusedPerUser)
+		} else {
+			s.d.Queue.Refused(saleID, refusedPerAddress)
+		}
+	}
 }
 
 // purchase is POST /api/flash-sales/items/{itemId}/purchase. Checks run

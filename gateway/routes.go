@@ -37,6 +37,7 @@ func (s *Server) routes() {
 	app.Post(ad+"/sales", s.handle("admin_sale_create", s.adminCreate))
 	app.Get(ad+"/sales", s.handle("admin_sale_list", s.adminList))
 	app.Get(ad+"/sales/:saleId", s.handle("admin_sale", s.adminGet))
+	app.Get(ad+"/sales/:saleId/report", s.handle("admin_sale_report", s.adminReport))
 	app.Patch(ad+"/sales/:saleId", s.handle("admin_sale_update", s.adminUpdate))
 	app.Post(ad+"/sales/:saleId/pause", s.handle("admin_sale_pause", s.adminAction(flashsale.ActionPause)))
 	app.Post(ad+"/sales/:saleId/resume", s.handle("admin_sale_resume", s.adminAction(flashsale.ActionResume)))

@@ -241,6 +241,10 @@ func TestQueuePolling(t *testing.T) {
 		{name: "join no token", method: "POST", path: q, wantStatus: 401, wantCode: "UNAUTHENTICATED"},
 		{name: "join blocked", method: "POST", path: q, headers: append(auth7, "X-Forwarded-For", "203.0.113.5"), wantStatus: 403, wantCode: "BLOCKED"},
 		{name: "join blocked user", method: "POST", path: q, headers: []string{"Authorization", bearer(e.token(42, false))}, wantStatus: 403, wantCode: "BLOCKED"},
+		{name: "join limited address", method: "POST", path: q, headers: append(auth7, "X-Forwarded-For", "198.51.100.9"), wantStatus: 429, wantCode: "RATE_LIMITED"},
+		{name: "join limited user", method: "POST", path: q, headers: []string{"Authorization", bearer(e.token(43, false))}, wantStatus: 429, wantCode: "RATE_LIMITED"},
+		{name: "join blocked, unknown sale", method: "POST", path: "/api/flash-sales/sales/99/queue", headers: append(auth7, "X-Forwarded-For", "203.0.113.5"), wantStatus: 403, wantCode: "BLOCKED"},
+		{name: "join blocked, malformed sale", method: "POST", path: "/api/flash-sales/sales/one/queue", headers: append(auth7, "X-Forwarded-For", "203.0.113.5"), wantStatus: 403, wantCode: "BLOCKED"},
 		{name: "join unknown sale", method: "POST", path: "/api/flash-sales/sales/99/queue", headers: auth7, wantStatus: 404, wantCode: "NOT_FOUND"},
 		{name: "join malformed sale", method: "POST", path: "/api/flash-sales/sales/one/queue", headers: auth7, wantStatus: 400, wantCode: "INVALID"},
 		{name: "status", method: "GET", path: q, headers: auth7, wantStatus: 200, check: func(t *testing.T, r resp) {
@@ -253,6 +257,11 @@ func TestQueuePolling(t *testing.T) {
 	})
 	if _, ok := e.guard.classes.Load(ClassJoin); !ok {
 		t.Error("CheckAddr never saw class join")
+	}
+	// The guard's refusals of joins of a known sale reach its report, by
+	// rule; those naming an unknown or malformed sale do not.
+	if got, want := e.queue.refusals(), "map[1/blocklist:2 1/perAddress:1 1/perUser:1]"; got != want {
+		t.Errorf("refusals counted = %s, want %s", got, want)
 	}
 	e.queue.joinErr = flashsale.Errorf(flashsale.CodeRateLimited, "pow required")
 	if r := e.do("POST", q, "", auth7...); r.status != 429 || r.header.Get("Retry-After") != "1" {
@@ -271,7 +280,7 @@ func TestAdmin(t *testing.T) {
 	for _, rt := range []struct{ method, path string }{
 		{"POST", "/api/admin/sales"}, {"GET", "/api/admin/sales"}, {"GET", "/api/admin/sales/1"}, {"PATCH", "/api/admin/sales/1"},
 		{"GET", "/api/admin/settings"}, {"PUT", "/api/admin/settings"}, {"POST", "/api/admin/settings/preset/strict"},
-		{"GET", "/api/admin/audit"}, {"GET", "/api/admin/defense"},
+		{"GET", "/api/admin/audit"}, {"GET", "/api/admin/defense"}, {"GET", "/api/admin/sales/1/report"},
 	} {
 		runCases(t, e, []routeCase{
 			{name: rt.method + rt.path + " no token", method: rt.method, path: rt.path, body: valid, wantStatus: 401, wantCode: "UNAUTHENTICATED"},
@@ -332,6 +341,36 @@ func TestAdmin(t *testing.T) {
 			}
 		}},
 		{name: "get unknown", method: "GET", path: "/api/admin/sales/9", headers: op, wantStatus: 404, wantCode: "NOT_FOUND"},
+		{name: "report", method: "GET", path: "/api/admin/sales/1/report", headers: op, wantStatus: 200, check: func(t *testing.T, r resp) {
+			var got struct {
+				SaleID int64                 `json:"saleId"`
+				State  string                `json:"state"`
+				Final  bool                  `json:"final"`
+				Items  []struct{ ID int64 }  `json:"items"`
+				Room   flashsale.RoomReport  `json:"room"`
+				Orders flashsale.OrderReport `json:"orders"`
+			}
+			r.json(t, &got)
+			if got.SaleID != 1 || len(got.Items) != 2 || got.Final {
+				t.Errorf("report = %s", r.body)
+			}
+			if got.Room.Joined != 12 || got.Room.Wait.P99Ms != 1500 || got.Orders.Conversion != 0.25 || len(got.Room.Minutes) != 2 {
+				t.Errorf("report figures = %s", r.body)
+			}
+			if cc := r.header.Get("Cache-Control"); cc != "no-store" {
+				t.Errorf("Cache-Control = %q", cc)
+			}
+		}},
+		{name: "report csv", method: "GET", path: "/api/admin/sales/1/report?format=csv", headers: op, wantStatus: 200, check: checkReportCSV},
+		{name: "report accept csv", method: "GET", path: "/api/admin/sales/1/report", headers: append([]string{"Accept", "text/csv"}, op...), wantStatus: 200, check: checkReportCSV},
+		{name: "report json format", method: "GET", path: "/api/admin/sales/1/report?format=json", headers: append([]string{"Accept", "text/csv"}, op...), wantStatus: 200, check: func(t *testing.T, r resp) {
+			if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+				t.Errorf("Content-Type = %q", ct)
+			}
+		}},
+		{name: "report unknown", method: "GET", path: "/api/admin/sales/9/report", headers: op, wantStatus: 404, wantCode: "NOT_FOUND"},
+		{name: "report malformed", method: "GET", path: "/api/admin/sales/x/report", headers: op, wantStatus: 400, wantCode: "INVALID"},
+		{name: "report bad format", method: "GET", path: "/api/admin/sales/1/report?format=xml", headers: op, wantStatus: 400, wantCode: "INVALID"},
 		{name: "get malformed", method: "GET", path: "/api/admin/sales/x", headers: op, wantStatus: 400, wantCode: "INVALID"},
 		{name: "patch", method: "PATCH", path: "/api/admin/sales/1", body: `{"admissionRatePerSecond":50,"name":"Renamed","endsAt":"2026-12-02T00:00:00Z"}`, headers: op, wantStatus: 200, check: func(t *testing.T, r resp) {
 			var got struct {
@@ -654,5 +693,25 @@ func TestAdminCreateAllocation(t *testing.T) {
 	r.json(t, &got)
 	if r.status != 201 || got.Allocation != "race" || got.ClaimWindowSeconds != 120 {
 		t.Fatalf("got %d %s; want 201 in race order with the default window", r.status, r.body)
+	}
+}
+
+// checkReportCSV checks the fake report as CSV: the header, then one row
+// per minute of the room or the orders, the room's totals carried into
+// the orders' last minute.
+func checkReportCSV(t *testing.T, r resp) {
+	t.Helper()
+	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "text/csv") {
+		t.Errorf("Content-Type = %q", ct)
+	}
+	if cd := r.header.Get("Content-Disposition"); cd != `attachment; filename="sale-1-report.csv"` {
+		t.Errorf("Content-Disposition = %q", cd)
+	}
+	want := "minute,joins,joined,pre_queue,admissions,admitted,holds,waiting,refusals,wait_count,wait_p50_ms,wait_p90_ms,wait_p99_ms,sold,paid,sold_item_1001,sold_item_1002\n" +
+		"2026-12-01T18:30:00Z,10,10,10,5,5,0,5,2,5,250,500,500,0,0,0,0\n" +
+		"2026-12-01T18:31:00Z,2,12,10,4,9,0,3,0,4,1000,1500,1500,4,0,4,0\n" +
+		"2026-12-01T18:32:00Z,0,12,10,0,9,0,3,0,0,0,0,0,0,1,0,0\n"
+	if got := string(r.body); got != want {
+		t.Errorf("csv =\n%s\nwant\n%s", got, want)
 	}
 }

@@ -153,6 +153,10 @@ func TestSplitterOnePort(t *testing.T) {
 		if got := e.queue.lastAddr.Load().(string); got != "" {
 			t.Errorf("queue handler reached: %q", got)
 		}
+		// The sale's report counts the refusal, by rule.
+		if got := e.queue.refusals(); got != "map[1/blocklist:1]" {
+			t.Errorf("refusals counted = %s, want map[1/blocklist:1]", got)
+		}
 	})
 	t.Run("websocket on another path is 404", func(t *testing.T) {
 		_, res, err := websocket.Dial(ctx, "ws://"+addr+"/api/flash-sales/sales/1", nil)

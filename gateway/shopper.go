@@ -140,12 +140,12 @@ func (s *Server) saleOrder(c *fiber.Ctx) error {
 // queueJoin is POST /api/flash-sales/sales/{saleId}/queue, the polling
 // join; the body may carry {"pow": {...}}.
 func (s *Server) queueJoin(c *fiber.Ctx) error {
-	p, ip, ok := s.guarded(c, ClassJoin)
+	saleID, idOK := parseID(c.Params("saleId"))
+	p, ip, ok := s.guardedJoin(c, ClassJoin, saleID)
 	if !ok {
 		return nil
 	}
-	saleID, ok := parseID(c.Params("saleId"))
-	if !ok {
+	if !idOK {
 		return errBadSaleID
 	}
 	var req struct {

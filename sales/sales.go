@@ -277,6 +277,13 @@ func (s *Store) lockVersion(ctx context.Context, tx pgx.Tx, id, ifVersion int64)
 	return version, nil
 }
 
+// OrderReport is the orders' part of the sale's report (the order store
+// reads it from the orders).
+func (s *Store) OrderReport(ctx context.Context, saleID int64) (_ flashsale.OrderReport, err error) {
+	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
+	return s.orders.OrderReport(ctx, saleID)
+}
+
 // Figures returns the live figures of a sale's items: remaining from Redis
 // (over every stock shard), the order counts by status from PostgreSQL.
 func (s *Store) Figures(ctx context.Context, saleID int64) (_ []flashsale.ItemFigures, err error) {

@@ -170,6 +170,15 @@ func (r *Room) allocate(ctx context.Context, sr *saleRoom, sale *flashsale.Sale,
 		return rem, st.Serving, err
 	}
 	r.notifyHeld(sale.ID, p.admits)
+	// The report counts the same turns: the places whose admission record
+	// this pass wrote, once, for the lease's holder.
+	var holds int64
+	for _, a := range p.admits {
+		if a.atMs != 0 {
+			holds++
+		}
+	}
+	r.tally.held(sale.ID, now, holds)
 	if to > st.Serving {
 		sr.alloc.servedTo = to
 	}

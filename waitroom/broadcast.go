@@ -334,6 +334,7 @@ func (r *Room) applyAdmissions(sr *saleRoom, p *tickPlan, conns []*conn, at, hel
 			continue
 		}
 		c.admittedAt, c.heldItem = at[i], heldItem[i]
+		r.tally.waited(sr.id, p.now, c.joinedAt, at[i])
 		v := view{state: StateAdmitted, out: sr.out}
 		c.last = v
 		c.push(v, p.opens, r.admittedMessage(sr, c.user, at[i], heldItem[i]))

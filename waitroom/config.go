@@ -112,6 +112,12 @@ type Config struct {
 	// Notify, with their places and how they came: the shop's webhook
 	// (notify.go) [nil: nobody is told].
 	Turns TurnLog
+	// Report keeps the report's roll-up: what this gateway's room saw of
+	// each sale, per minute (report.go) [nil: nothing is kept].
+	Report *PGReport
+	// ReportEvery is how often the roll-up is written; it is written once
+	// more when the room stops [5s].
+	ReportEvery time.Duration
 	// Now is the clock [time.Now].
 	Now func() time.Time
 	// ClientIP returns the client address of a WebSocket request [the
@@ -190,6 +196,7 @@ func (c *Config) defaults() {
 		c.AdmittedGrace = DefaultAdmittedGrace
 	}
 	setDur(&c.CheckpointEvery, time.Second)
+	setDur(&c.ReportEvery, 5*time.Second)
 	if c.WaitingPushes == 0 {
 		c.WaitingPushes = 1000
 	}

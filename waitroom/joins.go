@@ -160,6 +160,9 @@ func (r *Room) register(ctx context.Context, sale *flashsale.Sale, p flashsale.P
 		return 0, nil, ctx.Err()
 	}
 	if res.err != nil {
+		if errors.Is(res.err, errDuplicateIdentity) {
+			r.tally.refused(sale.ID, r.cfg.Now(), RuleIdentity)
+		}
 		return 0, nil, res.err
 	}
 	r.m.joined.Inc()

@@ -31,6 +31,7 @@ func (r *Room) Join(ctx context.Context, p flashsale.Principal, saleID int64, ip
 	if r.guard != nil {
 		ch, err := r.guard.CheckJoin(ctx, ip, p.UserID, saleID, pow)
 		if err != nil {
+			r.guardRefused(saleID, err)
 			return Status{}, err
 		}
 		if ch != nil {

@@ -24,6 +24,12 @@
 // lease is short (Config.LeaseTTL), so another gateway leads within
 // seconds of the leader's death.
 //
+// The report after the drop: each gateway counts what its room sees of a
+// sale per minute (queue readings, held turns, refused joins, waits from
+// join to admission) in memory, with no Redis work of its own, and writes
+// its figures to PostgreSQL every Config.ReportEvery and when it stops
+// (report.go); the operator API reads them summed over the gateways.
+//
 // Blocking rules: Join and Status block for at most one join batch and a few
 // Redis round trips (bounded by ctx). ServeHTTP blocks for the life of its
 // WebSocket. Writes to WebSockets are done by a small pool of writers with a
@@ -97,6 +103,7 @@ type Room struct {
 	guard        JoinGuard
 	log          *slog.Logger
 	m            *metrics
+	tally        *tally // the report's figures not yet written
 	id           string // leader lease owner id
 	// restores numbers this gateway's restores (their epochs).
 	restores atomic.Int64
@@ -146,7 +153,7 @@ func New(cfg Config, rdb redis.UniversalClient, sales SaleSource, stock StockSou
 	r := &Room{
 		cfg: cfg, rdb: rdb, sales: sales, stock: stock, reservations: redisstock.New(rdb),
 		access: access, signer: signer, guard: guard,
-		log: logger, m: m, id: hex.EncodeToString(idb[:]),
+		log: logger, m: m, tally: newTally(), id: hex.EncodeToString(idb[:]),
 		joins:   make(chan *joinReq, 4*cfg.MaxJoinBatch),
 		drawn:   make(chan struct{}, 1),
 		rooms:   map[int64]*saleRoom{},
@@ -174,6 +181,7 @@ func (r *Room) Run(ctx context.Context) error {
 	wg.Go(func() { r.batcher(ctx) })
 	wg.Go(func() { r.advanceLoop(ctx) })
 	wg.Go(func() { r.checkpointLoop(ctx) })
+	wg.Go(func() { r.reportLoop(ctx) })
 	t := time.NewTicker(r.cfg.Tick)
 	defer t.Stop()
 	// A sale opening before the next tick gets a tick of its own right
@@ -196,6 +204,10 @@ func (r *Room) Run(ctx context.Context) error {
 			r.sendCond.Broadcast()
 			r.sendMu.Unlock()
 			wg.Wait()
+			// The last figures, once nothing counts any more.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			r.flushReport(fctx)
+			cancel()
 			return nil
 		case <-t.C:
 			regular = true

@@ -137,6 +137,7 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 	drawnBefore := sr.st.N >= 0
 	sr.observe(st)
 	sr.loaded = true
+	r.tally.queue(id, now, sr.st)
 	if stockKnown {
 		sr.soldOut = r.resumeHeld(sr, soldOut, now)
 		r.showItems(sr, rem, now)

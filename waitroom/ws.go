@@ -46,6 +46,7 @@ type conn struct {
 	ticket     int64
 	place      int64  // -1 until known (after the draw)
 	admittedAt int64  // 0 until admitted
+	joinedAt   int64  // Unix ms of the join on this connection (the report's wait)
 	heldItem   int64  // queue order: the item held for the shopper (0: none, or race)
 	chosen     int64  // queue order: the item the shopper chose, as this connection knows it (0: none)
 	last       view   // last view queued
@@ -645,6 +646,7 @@ func (c *conn) handshake(saleID int64) *saleRoom {
 			ch, err := r.guard.CheckJoin(gctx, c.ip, p.UserID, saleID, m.PoW)
 			cancel()
 			if err != nil {
+				r.guardRefused(saleID, err)
 				c.fail(err)
 				return nil
 			}
@@ -674,6 +676,7 @@ func (c *conn) handshake(saleID int64) *saleRoom {
 		r.mu.Lock()
 		if r.perUser[p.UserID] >= r.cfg.MaxConnsPerUser {
 			r.mu.Unlock()
+			r.tally.refused(saleID, r.cfg.Now(), RuleConnsPerUser)
 			c.fail(flashsale.Errorf(flashsale.CodeRateLimited, "too many connections for this user"))
 			return nil
 		}
@@ -710,7 +713,7 @@ func (c *conn) enter(ctx context.Context, sr *saleRoom, ticket int64) error {
 	now := r.cfg.Now()
 	sr.mu.Lock()
 	r.latestSale(sr)
-	c.sr, c.ticket = sr, ticket
+	c.sr, c.ticket, c.joinedAt = sr, ticket, now.UnixMilli()
 	if p, ok := sr.place(ticket); ok {
 		c.place = p
 	}
@@ -760,6 +763,7 @@ func (c *conn) enter(ctx context.Context, sr *saleRoom, ticket int64) error {
 			adm = r.admittedMessage(sr, c.user, at[0], item)
 			sr.mu.Unlock()
 			c.admittedAt, c.heldItem = at[0], item
+			r.tally.waited(sr.id, now, c.joinedAt, at[0])
 		}
 	}
 	sr.mu.Lock()

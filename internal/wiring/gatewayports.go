@@ -40,6 +40,13 @@ func (s staticAdapter) Lookup(path string) (gateway.StaticFile, bool) {
 // saleAdmin is the sale store as the operator API sees it: a change is in
 // this gateway's cache before the answer goes out (other gateways follow
 // through the announcement, or their refresh within a second).
+// reportAdapter is the report's two halves: the room's roll-up and the
+// orders' figures.
+type reportAdapter struct {
+	*waitroom.PGReport
+	*sales.Store
+}
+
 type saleAdmin struct {
 	*sales.Store
 	cache *sales.Cache

@@ -96,6 +96,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		a.goRun("events-shoppers", func() error { return shoppers.Run(runCtx) })
 		turns = shoppers
 	}
+	roomReport := waitroom.NewPGReport(a.pool)
 	room := waitroom.New(waitroom.Config{
 		Notify:         notify,
 		Turns:          turns,
@@ -115,7 +116,9 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		// The queue's tickets, draw and cursor outlive a Redis loss.
 		Durable: waitroom.NewPGDurable(a.pool),
 		// The public draw record is built once, at the draw, and stored.
-		Records:     waitroom.NewPGDraws(a.pool),
+		Records: waitroom.NewPGDraws(a.pool),
+		// What the room saw of each sale, per minute, for the report.
+		Report:      roomReport,
 		DrawKey:     cfg.DrawSecret(),
 		QueueKeyTTL: queueKeyTTL(cfg.QueueKeyTTL),
 	}, a.rdb, a.cache, a.stock, a.access, a.signer, guard, a.log, a.reg)
@@ -146,6 +149,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		Orders:    ord,
 		Queue:     queueAdapter{room},
 		Draws:     drawAdapter{room},
+		Reports:   reportAdapter{roomReport, a.sales},
 		Guard:     guard,
 		Settings:  settings.JSON(),
 		Static:    staticAdapter{site},

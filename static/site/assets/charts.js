@@ -153,3 +153,79 @@ export function setPath(doc, path, value) {
   v[path[path.length - 1]] = value;
   return doc;
 }
+
+// linePaths scales several series of the same length into one width ×
+// height box with a shared scale (0 at the bottom, the largest value at
+// the top) and returns one SVG path per series. A series of one point is
+// drawn flat across the box, so that it shows.
+export function linePaths(lines, width, height) {
+  const all = lines.flat().filter(Number.isFinite);
+  const max = Math.max(...all, 0) || 1;
+  return lines.map((values) => {
+    const pts = values.length === 1 ? [values[0], values[0]] : values;
+    const step = pts.length > 1 ? width / (pts.length - 1) : 0;
+    let d = '';
+    pts.forEach((v, i) => {
+      const x = (i * step).toFixed(1);
+      const y = (height - ((Number.isFinite(v) ? v : 0) / max) * height).toFixed(1);
+      d += (i === 0 ? 'M' : 'L') + x + ',' + y;
+    });
+    return d;
+  });
+}
+
+// cumulative returns the running totals of values.
+export function cumulative(values) {
+  let sum = 0;
+  return values.map((v) => (sum += Number.isFinite(v) ? v : 0));
+}
+
+// drawLines returns (creating it inside container once) a titled chart of
+// several series on one scale, with a legend, and draws lines into it:
+// [{label, values}]. ariaLabel is the chart's text alternative, with its
+// figures, in the page's language (the caller words it).
+export function drawLines(container, key, title, lines, latestText, ariaLabel) {
+  let box = container.querySelector('[data-chart="' + key + '"]');
+  if (!box) {
+    box = document.createElement('figure');
+    box.dataset.chart = key;
+    const cap = document.createElement('figcaption');
+    cap.className = 'chart-title';
+    const name = document.createElement('span');
+    name.className = 'name';
+    const now = document.createElement('span');
+    now.className = 'latest';
+    cap.append(name, now);
+    const svg = document.createElementNS(SVG, 'svg');
+    svg.setAttribute('class', 'chart lines');
+    svg.setAttribute('viewBox', '0 -1 300 80'); // a line at the top keeps its whole stroke
+    svg.setAttribute('preserveAspectRatio', 'none');
+    svg.setAttribute('role', 'img');
+    const legend = document.createElement('ul');
+    legend.className = 'legend';
+    legend.setAttribute('aria-hidden', 'true');
+    box.append(cap, svg, legend);
+    container.append(box);
+  }
+  box.querySelector('.name').textContent = title;
+  box.querySelector('.latest').textContent = latestText;
+  const svg = box.querySelector('svg');
+  svg.setAttribute('aria-label', ariaLabel);
+  const paths = linePaths(lines.map((l) => l.values), 300, 78);
+  const els = paths.map((d, i) => {
+    const p = document.createElementNS(SVG, 'path');
+    p.setAttribute('class', 'line-' + (i % 6));
+    p.setAttribute('d', d);
+    return p;
+  });
+  svg.replaceChildren(...els);
+  box.querySelector('.legend').replaceChildren(
+    ...lines.map((l, i) => {
+      const li = document.createElement('li');
+      const sw = document.createElement('span');
+      sw.className = 'swatch line-' + (i % 6);
+      li.append(sw, document.createTextNode(l.label));
+      return li;
+    }),
+  );
+}

@@ -7,10 +7,14 @@ import { acquireToken, clearToken, decodeClaims, looksLikeJWT, saveToken } from 
 import { Series, drawChart, getPath, pivotCounters, ratePerSecond, setPath, shadowPaths } from './charts.js';
 import { setupLanguage } from './lang.js';
 import { changeLines, conflictChanges } from './conflict.js';
+import { renderReport } from './report.js';
 
 const TOKEN_KEY = 'flashsale.operatorToken';
 const ADMIN = '/api/admin';
 const HISTORY = 300; // points: five minutes at one poll a second
+// The report view reads again this often until the sale has ended; the
+// gateways write the room's figures every 5 s.
+const REPORT_EVERY = 5000;
 
 // The bot-defense rules (defense/settings.go), for shadow mode.
 const SHADOW_RULES = ['blocklist', 'perIp', 'perPrefix', 'perUser', 'pow'];
@@ -36,6 +40,9 @@ const op = {
   change: null, // {key, params, audit}
   createResult: null,
   conflict: null, // {kind: 'sale' | 'settings', mine, current}
+  view: '', // 'report': the report after the drop of op.saleId alone
+  report: null, // the report as last read
+  reportInFlight: false,
 };
 
 function series(key) {
@@ -194,6 +201,7 @@ function selectSale(id) {
     $('message-text').value = '';
   }
   op.saleId = id;
+  $('report-link').href = '/operator?sale=' + encodeURIComponent(id) + '&view=report';
   $('figures-empty').hidden = true;
   $('figures-body').hidden = false;
   loadSales();
@@ -997,11 +1005,60 @@ function renderChange() {
 
 function startPolling() {
   for (const tm of op.timers) clearInterval(tm);
+  if (op.view === 'report') {
+    loadReport();
+    op.timers = [setInterval(loadReport, REPORT_EVERY)];
+    return;
+  }
   loadSales();
   loadSettings();
   loadDefense();
   loadAudit();
   op.timers = [setInterval(loadFigures, 1000), setInterval(loadDefense, 2000), setInterval(loadAudit, 5000), setInterval(loadSales, 10000)];
+}
+
+// ---------- the report after the drop ----------
+
+// loadReport reads the sale's report and shows it; once the sale has
+// ended the report is final and is not read again.
+async function loadReport() {
+  if (!op.saleId || op.reportInFlight || (op.report && op.report.final)) return;
+  op.reportInFlight = true;
+  const r = await api('GET', '/sales/' + encodeURIComponent(op.saleId) + '/report');
+  op.reportInFlight = false;
+  if (!r.ok) {
+    if (r.networkError) showError('NETWORK');
+    else if (r.status !== 401 && r.status !== 403) showError(r.error || 'HTTP_' + r.status, r.message);
+    return;
+  }
+  op.report = r.body;
+  renderReport(op.report, i18n, $);
+}
+
+// downloadReport saves the report as JSON or CSV: fetched with the
+// operator's token (a plain link would carry none), then handed to the
+// browser as a file.
+async function downloadReport(format) {
+  const path = ADMIN + '/sales/' + encodeURIComponent(op.saleId) + '/report?format=' + format;
+  let res;
+  try {
+    res = await fetch(path, { headers: { Authorization: 'Bearer ' + op.token }, cache: 'no-store' });
+  } catch {
+    showError('NETWORK');
+    return;
+  }
+  if (!res.ok) {
+    showError('HTTP_' + res.status);
+    return;
+  }
+  const url = URL.createObjectURL(await res.blob());
+  const a = document.createElement('a');
+  a.href = url;
+  a.download = 'sale-' + op.saleId + '-report.' + format;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000);
 }
 
 // relabel shows everything the script wrote in the newly chosen language.
@@ -1015,6 +1072,7 @@ function relabel() {
   renderAudit();
   renderChange();
   renderConflict();
+  if (op.report) renderReport(op.report, i18n, $);
   if (op.createResult) setCreateResult(op.createResult.key, op.createResult.params);
   for (const b of document.querySelectorAll('#cs-items [data-remove-n]')) b.setAttribute('aria-label', t('op.item.removeLabel', { n: Number(b.dataset.removeN) }));
   for (const row of document.querySelectorAll('#cs-items .item-row')) row.querySelector('legend').textContent = t('op.item.legend', { n: Number(row.dataset.n) });
@@ -1037,6 +1095,18 @@ function init() {
   $('cs-add-item').addEventListener('click', () => addItemRow());
   wireControls();
   wireSettings();
+  $('report-json').addEventListener('click', () => downloadReport('json'));
+  $('report-csv').addEventListener('click', () => downloadReport('csv'));
+  const params = new URLSearchParams(location.search);
+  const sale = params.get('sale');
+  if (params.get('view') === 'report' && sale && /^\d+$/.test(sale)) {
+    // The report view: the chosen sale's report alone.
+    op.view = 'report';
+    op.saleId = sale;
+    document.body.classList.add('report-view');
+    $('report').hidden = false;
+    $('report-back').href = '/operator?sale=' + encodeURIComponent(sale);
+  }
   addItemRow({ productId: 501, quantity: 100, priceCents: 1999, currency: 'EUR', name: t('op.create.demoItem') });
   $('cs-starts').value = localInputValue(Date.now() + 2 * 60 * 1000);
   $('cs-name').value = t('op.create.demoName');
@@ -1046,8 +1116,7 @@ function init() {
     return;
   }
   signIn(token);
-  const sale = new URLSearchParams(location.search).get('sale');
-  if (sale && /^\d+$/.test(sale)) selectSale(sale);
+  if (op.view !== 'report' && sale && /^\d+$/.test(sale)) selectSale(sale);
 }
 
 init();

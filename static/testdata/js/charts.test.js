@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Series, pivotCounters, ratePerSecond, setPath, shadowPaths, sparklinePath } from '../../site/assets/charts.js';
+import { Series, cumulative, linePaths, pivotCounters, ratePerSecond, setPath, shadowPaths, sparklinePath } from '../../site/assets/charts.js';
 
 test('admissions per second from successive polls', () => {
   assert.equal(ratePerSecond({ t: 0, v: 100 }, { t: 2000, v: 300 }), 100);
@@ -36,4 +36,12 @@ test('shadow switches are found wherever the document keeps them', () => {
   setPath(doc, ['a', 'b'], 1);
   assert.equal(doc.rateLimit.perIp.shadow, true);
   assert.deepEqual(doc.a, { b: 1 });
+});
+
+test('several lines share one scale', () => {
+  assert.deepEqual(linePaths([[0, 10], [5, 5]], 100, 50), ['M0.0,50.0L100.0,0.0', 'M0.0,25.0L100.0,25.0']);
+  assert.deepEqual(linePaths([[0, 0]], 10, 10), ['M0.0,10.0L10.0,10.0'], 'all zero: flat at the bottom');
+  assert.deepEqual(linePaths([[4]], 100, 50), ['M0.0,0.0L100.0,0.0'], 'one point: flat across the box');
+  assert.deepEqual(linePaths([[]], 100, 50), [''], 'no point: nothing');
+  assert.deepEqual(cumulative([1, 2, NaN, 3]), [1, 3, 3, 6]);
 });

@@ -7,7 +7,7 @@ import { conflictChanges } from '../../site/assets/conflict.js';
 const site = new URL('../../site/', import.meta.url);
 const read = (p) => readFileSync(new URL(p, site), 'utf8');
 const PAGES = ['index.html', 'operator.html'];
-const SCRIPTS = ['assets/app.js', 'assets/operator.js'];
+const SCRIPTS = ['assets/app.js', 'assets/operator.js', 'assets/report.js'];
 
 const placeholders = (v) =>
   [...new Set((typeof v === 'object' ? Object.values(v).join(' ') : v).match(/\{\w+\}/g) || [])].sort().join(',');
