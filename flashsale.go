@@ -502,13 +502,39 @@ type OrderReport struct {
 	// Minutes are the minutes in which an order was placed or paid, in
 	// time order.
 	Minutes []OrderMinute `json:"minutes"`
+	// SellOut is the sell-out curve at a step fine enough for a drop
+	// that sells out in a second.
+	SellOut SellOut `json:"sellOut"`
 }
 
 // ItemSold is the units of one item sold (live orders) and paid.
+// LastSoldAt is when the item's latest live order was placed (its
+// reservation): for an item sold out, the moment it sold out; nil when
+// nothing is sold.
 type ItemSold struct {
-	ItemID int64 `json:"itemId"`
-	Sold   int64 `json:"sold"`
-	Paid   int64 `json:"paid"`
+	ItemID     int64      `json:"itemId"`
+	Sold       int64      `json:"sold"`
+	Paid       int64      `json:"paid"`
+	LastSoldAt *time.Time `json:"lastSoldAt,omitempty"`
+}
+
+// SellOut is the live orders by when they were placed, per item, in
+// steps of StepMs (the smallest of 100 ms, 250 ms, 500 ms, 1 s, 2 s,
+// 5 s, 10 s, 30 s and whole minutes that keeps the curve within
+// SellOutMaxSteps steps from the first order to the last). Points are
+// the steps holding a live order, in time order; At is a step's start.
+type SellOut struct {
+	StepMs int64          `json:"stepMs"`
+	Points []SellOutPoint `json:"points"`
+}
+
+// SellOutMaxSteps bounds a SellOut's span in steps.
+const SellOutMaxSteps = 2000
+
+// SellOutPoint is one step of a SellOut.
+type SellOutPoint struct {
+	At    time.Time    `json:"at"`
+	Items []ItemMinute `json:"items"`
 }
 
 // OrderMinute is one minute of an OrderReport: per item, the orders
@@ -521,7 +547,8 @@ type OrderMinute struct {
 	Paid  int64        `json:"paid"`
 }
 
-// ItemMinute is one item's live orders placed in an OrderMinute.
+// ItemMinute is one item's live orders placed in an OrderMinute or a
+// SellOutPoint.
 type ItemMinute struct {
 	ItemID int64 `json:"itemId"`
 	Sold   int64 `json:"sold"`

@@ -24,6 +24,7 @@ type reportJSON struct {
 	// Final: the sale has ended, and its queue figures no longer move
 	// (payments of its PENDING orders still may).
 	Final       bool                  `json:"final"`
+	StartsAt    string                `json:"startsAt"` // the opening, for times read from it
 	GeneratedAt string                `json:"generatedAt"`
 	Items       []reportItemJSON      `json:"items"`
 	Room        flashsale.RoomReport  `json:"room"`
@@ -76,7 +77,7 @@ func (s *Server) adminReport(c *fiber.Ctx) error {
 		return err
 	}
 	now := s.now()
-	rep := reportJSON{SaleID: sale.ID, Name: sale.Name, GeneratedAt: fmtTime(now), Room: room, Orders: ord,
+	rep := reportJSON{SaleID: sale.ID, Name: sale.Name, StartsAt: fmtTime(sale.StartsAt), GeneratedAt: fmtTime(now), Room: room, Orders: ord,
 		Items: make([]reportItemJSON, len(sale.Items))}
 	sold := make(map[int64]int64, len(ord.Items))
 	for _, it := range ord.Items {

@@ -31,6 +31,7 @@ type reportDoc struct {
 // says the same per minute, and the report is final once the sale ends.
 func TestReportAfterTheDrop(t *testing.T) {
 	t.Parallel() // waits for the gateways' roll-up (every 5 s)
+	began := time.Now()
 	s := startStack(t)
 	c := newSpecCheck(t, s.Stack)
 	op := s.Token(1, true)
@@ -120,6 +121,28 @@ func TestReportAfterTheDrop(t *testing.T) {
 	wantStatus := map[flashsale.OrderStatus]int64{flashsale.OrderPending: 3, flashsale.OrderPaid: 1, flashsale.OrderCancelled: 1}
 	if fmt.Sprint(ord.ByStatus) != fmt.Sprint(wantStatus) {
 		t.Errorf("orders by status = %v, want %v", ord.ByStatus, wantStatus)
+	}
+	// Each item's last sale is a placement of this test's, and the
+	// sell-out curve at its finest step adds up to the units sold, per
+	// item, each point on its step.
+	for i := range ord.Items {
+		it := &ord.Items[i]
+		if it.LastSoldAt == nil || it.LastSoldAt.Before(began) || it.LastSoldAt.After(time.Now()) {
+			t.Errorf("item %d lastSoldAt = %v, want a time since %v", it.ItemID, it.LastSoldAt, began)
+		}
+		it.LastSoldAt = nil
+	}
+	curve := map[int64]int64{}
+	for i, p := range ord.SellOut.Points {
+		if p.At.UnixMilli()%ord.SellOut.StepMs != 0 || (i > 0 && !p.At.After(ord.SellOut.Points[i-1].At)) {
+			t.Errorf("sell-out point %d at %v: not on a %d ms step after the one before", i, p.At, ord.SellOut.StepMs)
+		}
+		for _, it := range p.Items {
+			curve[it.ItemID] += it.Sold
+		}
+	}
+	if ord.SellOut.StepMs != 100 || curve[itemA] != 2 || curve[itemB] != 2 || len(curve) != 2 {
+		t.Errorf("sell-out curve: step %d ms, sold %v; want 100 ms and 2 units of each item", ord.SellOut.StepMs, curve)
 	}
 	wantItems := []flashsale.ItemSold{{ItemID: itemA, Sold: 2, Paid: 1}, {ItemID: itemB, Sold: 2}}
 	if fmt.Sprint(ord.Items) != fmt.Sprint(wantItems) || ord.Sold != 4 || ord.Placed != 5 || ord.Paid != 1 || ord.Conversion != 0.2 {

@@ -313,6 +313,8 @@ export default {
   'op.report.chartAria': '{name} over {minutes} min: {figures}',
   'op.report.aria.joins': '{joined} joined, pre-queue {prequeue}, at most {peak} in one minute',
   'op.report.aria.admissions': '{admitted} admitted, {holds} with a held unit, at most {peak} in one minute',
+  'op.report.soldOutAfter': 'sold out {time} after the opening',
+  'op.report.aria.step': 'curve in steps of {step}',
   'op.report.aria.itemSold': '{item}: {sold} of {quantity} sold',
   'op.report.aria.wait': '{count} shoppers measured: p50 {p50}, p90 {p90}, p99 {p99}',
   'op.report.noWaits': 'no admission measured yet',

@@ -314,6 +314,8 @@ export default {
   'op.report.chartAria': '{name} en {minutes} min: {figures}',
   'op.report.aria.joins': '{joined} en cola, precola {prequeue}, como mucho {peak} en un minuto',
   'op.report.aria.admissions': '{admitted} admitidos, {holds} con unidad reservada, como mucho {peak} en un minuto',
+  'op.report.soldOutAfter': 'agotado {time} después de la apertura',
+  'op.report.aria.step': 'curva en pasos de {step}',
   'op.report.aria.itemSold': '{item}: {sold} de {quantity} vendidas',
   'op.report.aria.wait': '{count} compradores medidos: p50 {p50}, p90 {p90}, p99 {p99}',
   'op.report.noWaits': 'aún no se ha medido ninguna admisión',

@@ -47,6 +47,42 @@ export function minuteRows(rep) {
   });
 }
 
+// sellOutLines spreads the report's sell-out curve (orders.sellOut) over
+// every step from its first point to its last: per item of items, the
+// units sold by the end of each step.
+export function sellOutLines(rep, items) {
+  const so = (rep.orders && rep.orders.sellOut) || {};
+  const pts = so.points || [];
+  const step = Number(so.stepMs);
+  if (!pts.length || !(step > 0)) return { stepMs: 0, lines: items.map(() => []) };
+  const from = Date.parse(pts[0].at);
+  const n = Math.round((Date.parse(pts[pts.length - 1].at) - from) / step) + 1;
+  const per = new Map(items.map((it) => [it.id, new Array(n).fill(0)]));
+  for (const p of pts) {
+    const i = Math.round((Date.parse(p.at) - from) / step);
+    for (const it of p.items || []) {
+      const a = per.get(it.itemId);
+      if (a && i >= 0 && i < n) a[i] += Number(it.sold) || 0;
+    }
+  }
+  return { stepMs: step, lines: items.map((it) => cumulative(per.get(it.id))) };
+}
+
+// soldOutAfter maps each item sold out (sold ≥ quantity) to the time from
+// the opening to its last sale (lastSoldAt), in ms.
+export function soldOutAfter(rep) {
+  const out = new Map();
+  const opens = Date.parse(rep.startsAt);
+  const sold = new Map(((rep.orders && rep.orders.items) || []).map((it) => [it.itemId, it]));
+  for (const it of rep.items || []) {
+    const s = sold.get(it.id);
+    if (!s || !s.lastSoldAt || Number(s.sold) < Number(it.quantity)) continue;
+    const at = Date.parse(s.lastSoldAt);
+    if (Number.isFinite(at) && Number.isFinite(opens)) out.set(it.id, Math.max(0, at - opens));
+  }
+  return out;
+}
+
 // renderReport shows rep in the report section; $ finds an element by id.
 export function renderReport(rep, i18n, $) {
   const t = (k, p) => i18n.t(k, p);
@@ -97,12 +133,23 @@ export function renderReport(rep, i18n, $) {
     num(room.admitted),
     aria('op.report.chart.admissions', t('op.report.aria.admissions', { admitted: num(room.admitted), holds: num(room.holds), peak: num(peak(adm)) })));
 
+  // The sell-out curve at its own fine step (a drop sells out in about a
+  // second: a minute would show one step), and when each item sold out.
   const itemName = (it) => it.name || t('items.product', { id: it.productId });
   const items = rep.items || [];
-  const soldLines = items.map((it) => ({ label: '#' + it.id + ' ' + itemName(it), values: cumulative(rows.map((r) => r.soldBy[it.id] || 0)) }));
+  const curve = sellOutLines(rep, items);
+  const soldLines = items.map((it, i) => ({ label: '#' + it.id + ' ' + itemName(it), values: curve.lines[i] }));
   const soldOf = new Map((orders.items || []).map((it) => [it.itemId, it]));
-  const soldText = items.map((it) => t('op.report.aria.itemSold', { item: '#' + it.id + ' ' + itemName(it), sold: num((soldOf.get(it.id) || {}).sold || 0), quantity: num(it.quantity) })).join('; ');
-  drawLines(charts, 'sold', name('op.report.chart.sold'), soldLines, num(orders.sold), aria('op.report.chart.sold', soldText));
+  const soldOutIn = soldOutAfter(rep);
+  const soldText = items.map((it) => {
+    const sold = (soldOf.get(it.id) || {}).sold || 0;
+    const text = t('op.report.aria.itemSold', { item: '#' + it.id + ' ' + itemName(it), sold: num(sold), quantity: num(it.quantity) });
+    return soldOutIn.has(it.id) ? text + ' (' + t('op.report.soldOutAfter', { time: secs(soldOutIn.get(it.id)) }) + ')' : text;
+  }).join('; ');
+  const all = items.length > 0 && items.every((it) => soldOutIn.has(it.id));
+  drawLines(charts, 'sold', name('op.report.chart.sold'), soldLines,
+    all ? t('op.report.soldOutAfter', { time: secs(Math.max(...items.map((it) => soldOutIn.get(it.id)))) }) : num(orders.sold),
+    aria('op.report.chart.sold', soldText + (curve.stepMs ? ' · ' + t('op.report.aria.step', { step: secs(curve.stepMs) }) : '')));
 
   const ms = (k) => rows.map((r) => (r[k] === null ? NaN : r[k]));
   drawLines(charts, 'wait', name('op.report.chart.wait'),

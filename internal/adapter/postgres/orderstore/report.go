@@ -80,5 +80,87 @@ func (s *Store) OrderReport(ctx context.Context, saleID int64) (flashsale.OrderR
 	if err := rows.Err(); err != nil {
 		return flashsale.OrderReport{}, fmt.Errorf("orderstore.OrderReport: %w", err)
 	}
+	if err := s.sellOut(ctx, saleID, &rep); err != nil {
+		return flashsale.OrderReport{}, fmt.Errorf("orderstore.OrderReport: %w", err)
+	}
 	return rep, nil
+}
+
+// sellOutSteps are the steps a sell-out curve may take, in milliseconds,
+// finest first; past the last, whole minutes.
+var sellOutSteps = [...]int64{100, 250, 500, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000}
+
+// sellOutStep is the finest step that spans spanMs in at most
+// flashsale.SellOutMaxSteps steps.
+func sellOutStep(spanMs int64) int64 {
+	for _, st := range sellOutSteps {
+		if spanMs/st < flashsale.SellOutMaxSteps {
+			return st
+		}
+	}
+	minutes := spanMs/60_000/flashsale.SellOutMaxSteps + 1
+	return minutes * 60_000
+}
+
+// sellOut fills rep.SellOut and each item's LastSoldAt from the sale's
+// live orders.
+func (s *Store) sellOut(ctx context.Context, saleID int64, rep *flashsale.OrderReport) error {
+	live := map[int64]*flashsale.ItemSold{}
+	for i := range rep.Items {
+		live[rep.Items[i].ItemID] = &rep.Items[i]
+	}
+	var first, last *time.Time
+	rows, err := s.pool.Query(ctx, `SELECT item_id, min(created_at), max(created_at) FROM orders
+		WHERE sale_id = $1 AND status IN ('PENDING', 'PAID') GROUP BY item_id`, saleID)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var item int64
+		var lo, hi time.Time
+		if err := rows.Scan(&item, &lo, &hi); err != nil {
+			rows.Close()
+			return err
+		}
+		lo, hi = lo.UTC(), hi.UTC()
+		if it := live[item]; it != nil {
+			it.LastSoldAt = &hi
+		}
+		if first == nil || lo.Before(*first) {
+			first = &lo
+		}
+		if last == nil || hi.After(*last) {
+			last = &hi
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rep.SellOut = flashsale.SellOut{StepMs: sellOutStep(0), Points: []flashsale.SellOutPoint{}}
+	if first == nil {
+		return nil
+	}
+	step := sellOutStep(last.Sub(*first).Milliseconds())
+	rep.SellOut.StepMs = step
+	// Steps are counted from the Unix epoch, so that two reads agree.
+	rows, err = s.pool.Query(ctx, `SELECT (floor(extract(epoch FROM created_at) * 1000 / $2) * $2)::bigint, item_id, count(*)
+		FROM orders WHERE sale_id = $1 AND status IN ('PENDING', 'PAID') GROUP BY 1, 2 ORDER BY 1, 2`, saleID, step)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var atMs, item, n int64
+		if err := rows.Scan(&atMs, &item, &n); err != nil {
+			return err
+		}
+		at := time.UnixMilli(atMs).UTC()
+		pts := rep.SellOut.Points
+		if len(pts) == 0 || !pts[len(pts)-1].At.Equal(at) {
+			rep.SellOut.Points = append(pts, flashsale.SellOutPoint{At: at, Items: []flashsale.ItemMinute{}})
+		}
+		p := &rep.SellOut.Points[len(rep.SellOut.Points)-1]
+		p.Items = append(p.Items, flashsale.ItemMinute{ItemID: item, Sold: n})
+	}
+	return rows.Err()
 }
