@@ -24,11 +24,10 @@ func (s *Store) OrderReport(ctx context.Context, saleID int64) (flashsale.OrderR
 		is := flashsale.ItemSold{ItemID: item}
 		for status, n := range byStatus {
 			rep.ByStatus[status] += n
-			switch status {
-			case flashsale.OrderPending:
+			if status.Live() { // a live order holds a unit: sold
 				is.Sold += n
-			case flashsale.OrderPaid:
-				is.Sold += n
+			}
+			if status == flashsale.OrderPaid {
 				is.Paid += n
 			}
 			if status != flashsale.OrderRejected {
