@@ -58,6 +58,35 @@ type tickPlan struct {
 	// pingSlots and statusSlots are the ping period and the least gap
 	// between two paced statuses of a connection, in ticks.
 	pingSlots, statusSlots uint64
+	// still: nothing a view is computed from changed since the last tick
+	// (viewInputs), so a waiting connection's view is the one its last
+	// visit computed, and the sweep visits it only in its slot (passBy).
+	still bool
+	drawn bool // the sale's places are drawn (before, nobody has one)
+}
+
+// sweepSlots is how many ticks apart a still sale's sweep visits a
+// waiting connection: its own slot, by connection seq, one tick in
+// sweepSlots. Visiting every connection every tick was most of a waiting
+// room's CPU (docs/BENCHMARKS.md); a view that did not change needs no
+// visit, and what a visit also does (a kick of a newly blocked shopper, a
+// paced status the budget put off) waits at most sweepSlots-1 ticks.
+const sweepSlots = 4
+
+// passBy reports whether a still tick's sweep passes by a connection of
+// mark m: settled, and not its slot. Called with sr.mu held.
+func (p *tickPlan) passBy(m connMark) bool {
+	return p.still && m.settled && uint64(m.slot) != p.tick%sweepSlots
+}
+
+// markOf is c's mark after a visit that computed the view v (see
+// connMark). Called with sr.mu held.
+func (p *tickPlan) markOf(c *conn, v view) connMark {
+	return connMark{
+		settled: c.admittedAt == 0 && (v.state == StateWaiting || v.state == StatePrequeue) && v == c.last && (c.place >= 0 || !p.drawn),
+		slot:    uint8(c.seq % sweepSlots),
+		ping:    uint32(c.seq % p.pingSlots),
+	}
 }
 
 // planTick is the tick's plan for the sale; it records the presence beat
@@ -71,6 +100,9 @@ func (r *Room) planTick(sr *saleRoom, now time.Time, tick uint64, regular bool, 
 		pingSlots:   uint64(max(1, r.cfg.IdleTimeout/2/r.cfg.Tick)),
 		statusSlots: uint64(max(1, r.cfg.StatusEvery/r.cfg.Tick)),
 	}
+	in := sr.inputs(now)
+	p.still, sr.viewed = in == sr.viewed, in
+	p.drawn = sr.st.N >= 0
 	p.hold = r.cfg.OpeningHold > 0 && now.UnixMilli() >= p.opens && now.Before(sr.sale.StartsAt.Add(r.cfg.OpeningHold))
 	p.busy = p.hold || competingBusy(r.cfg.WaitingPushes, r.cfg.Tick, competing)
 	// Every beatEvery; queue order has no capacity cap to free: no marks.
@@ -102,25 +134,28 @@ type sweepOut struct {
 func (r *Room) sweep(sr *saleRoom, p *tickPlan) sweepOut {
 	s := sweepOut{entering: sr.entering[:0], moved: sr.moved[:0]}
 	blocker, _ := r.guard.(Blocker)
-	for c := range sr.conns {
+	for c, m := range sr.conns {
+		if p.passBy(m) {
+			// Passed by unread, unless its ping is due; it still waits.
+			if p.regular && uint64(m.ping) == p.tick%p.pingSlots {
+				s.countPing(p, c)
+			}
+			s.waiting++
+			continue
+		}
 		if blocker != nil && len(s.kick) < maxKicksPerTick && blocker.Blocked(c.ip, c.user) {
 			s.kick = append(s.kick, c)
 			continue
 		}
-		r.sortConn(sr, p, &s, c)
+		sr.conns[c] = r.sortConn(sr, p, &s, c)
 	}
 	return s
 }
 
-// sortConn is the sweep of one connection that is not kicked. Called with
-// sr.mu held.
-func (r *Room) sortConn(sr *saleRoom, p *tickPlan, s *sweepOut, c *conn) {
-	switch p.pingDue(c) {
-	case pingSend:
-		s.ping = append(s.ping, c)
-	case pingWait:
-		s.waited++
-	}
+// sortConn is the sweep of one connection that is not kicked; it returns
+// the connection's mark. Called with sr.mu held.
+func (r *Room) sortConn(sr *saleRoom, p *tickPlan, s *sweepOut, c *conn) connMark {
+	s.countPing(p, c)
 	if c.place < 0 {
 		if pl, ok := sr.place(c.ticket); ok {
 			c.place = pl
@@ -134,10 +169,10 @@ func (r *Room) sortConn(sr *saleRoom, p *tickPlan, s *sweepOut, c *conn) {
 	switch d {
 	case dueAdmit:
 		s.admit = append(s.admit, c)
-		return
+		return connMark{}
 	case dueRequeue:
 		s.expired = append(s.expired, c)
-		return
+		return connMark{}
 	}
 	r.sendMessage(sr, c)
 	if v.state == StateWaiting || v.state == StatePrequeue || v.state == StatePaused {
@@ -153,6 +188,18 @@ func (r *Room) sortConn(sr *saleRoom, p *tickPlan, s *sweepOut, c *conn) {
 	case dueNow:
 		c.last, c.lastTick = v, p.tick
 		c.push(v, p.opens, nil)
+	}
+	return p.markOf(c, v)
+}
+
+// countPing takes c's ping if this tick is its slot. Called with sr.mu
+// held.
+func (s *sweepOut) countPing(p *tickPlan, c *conn) {
+	switch p.pingDue(c) {
+	case pingSend:
+		s.ping = append(s.ping, c)
+	case pingWait:
+		s.waited++
 	}
 }
 

@@ -2,6 +2,7 @@ package waitroom
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
 
@@ -40,7 +41,7 @@ func stepSaleRoom(r *Room, sale *flashsale.Sale, st queueState) *saleRoom {
 func stepConn(r *Room, sr *saleRoom, user, place int64) *conn {
 	c := &conn{r: r, sr: sr, user: user, ticket: place, place: place, seq: uint64(user)}
 	sr.mu.Lock()
-	sr.conns[c] = struct{}{}
+	sr.conns[c] = connMark{}
 	sr.mu.Unlock()
 	return c
 }
@@ -450,5 +451,99 @@ func TestApplyAdmissions(t *testing.T) {
 				t.Errorf("passed over: chosen %d in the status, want %d", v.chosen, c.chosen)
 			}
 		})
+	}
+}
+
+// TestStillSweepPassesSettledWaitersBy: while nothing a view is computed
+// from changes, a waiting connection owed nothing is visited one tick in
+// sweepSlots (its slot), still counted waiting and still pinged in its
+// ping slot; one owed a paced status, or one whose choice changed, is
+// visited every tick; a cursor that moves makes the next tick visit
+// everyone.
+func TestStillSweepPassesSettledWaitersBy(t *testing.T) {
+	e := newEnv(t)
+	r := stepRoom(e, Config{Tick: 10 * time.Millisecond})
+	now := e.clock.Now()
+	sale := e.addSale(newSale(t, 121, now.Add(-time.Minute), 10, 5))
+	sr := stepSaleRoom(r, sale, queueState{Seq: 20, N: 0, Serving: 2})
+	var settled []*conn
+	for u := int64(10); u < 18; u++ { // seq 10…17: two of each slot
+		settled = append(settled, stepConn(r, sr, u, u))
+	}
+	owed := stepConn(r, sr, 30, 9)
+	chose := stepConn(r, sr, 31, 19)
+	sweep := func(tick uint64) (sweepOut, tickPlan) {
+		sr.mu.Lock()
+		defer sr.mu.Unlock()
+		p := r.planTick(sr, now, tick, true, 0)
+		p.statusSlots = 1000 // a changed position is paced: owed, not sent
+		s := r.sweep(sr, &p)
+		sendDue(&p, -1, s.entering, s.moved)
+		return s, p
+	}
+	marks := func() map[*conn]connMark {
+		sr.mu.Lock()
+		defer sr.mu.Unlock()
+		return maps.Clone(sr.conns)
+	}
+	// The first ticks visit everyone: each gets its first status (sent
+	// after the sweep), then is settled.
+	if _, p := sweep(1); p.still {
+		t.Fatal("the first tick is still")
+	}
+	if _, p := sweep(2); !p.still {
+		t.Fatal("tick 2 is not still: nothing changed")
+	}
+	for c, m := range marks() {
+		if !m.settled {
+			t.Errorf("user %d not settled after two ticks", c.user)
+		}
+	}
+	sr.mu.Lock()
+	// A view changed outside the sweep (a choice) unsettles its
+	// connection; here one whose new status the pacing then puts off.
+	owed.last.position++
+	sr.unsettle(owed)
+	sr.unsettle(chose)
+	sr.mu.Unlock()
+
+	s, p := sweep(3)
+	if !p.still || s.waiting != 10 {
+		t.Errorf("tick 3: still %v, waiting %d; want still and all 10 waiting (passed-by ones too)", p.still, s.waiting)
+	}
+	m := marks()
+	for _, c := range settled {
+		if got, want := p.passBy(m[c]), c.seq%sweepSlots != 3; got != want {
+			t.Errorf("user %d (seq %d): passed by %v at tick 3, want %v", c.user, c.seq, got, want)
+		}
+	}
+	if m[owed].settled {
+		t.Error("a connection owed a status is settled")
+	}
+	if _, p := sweep(4); !p.still || marks()[owed].settled {
+		t.Error("a connection owed a status is passed by while the pacing holds it")
+	}
+	if !m[chose].settled {
+		t.Error("the chooser is not settled again after its visit")
+	}
+	sr.mu.Lock()
+	sr.st.Serving = 3 // the cursor moves
+	sr.mu.Unlock()
+	if _, p := sweep(5); p.still {
+		t.Error("tick 5 is still after the cursor moved")
+	}
+	sweep(6)
+	// A passed-by connection's ping slot is kept.
+	sr.mu.Lock()
+	p = r.planTick(sr, now, 7, true, 0)
+	p.pingSlots = 1
+	for c, m := range sr.conns {
+		m.ping = 0 // every connection's slot, as the mark would say
+		sr.conns[c] = m
+	}
+	s = r.sweep(sr, &p)
+	sr.mu.Unlock()
+	if !p.still || len(s.ping) != 10 {
+		t.Errorf("still %v, %d pings; want a still tick with all 10 pinged", p.still, len(s.ping))
 	}
 }

@@ -18,8 +18,10 @@ type saleRoom struct {
 	id         int64
 	registered bool // in activeKey (guarded by Room.mu)
 
-	mu      sync.Mutex
-	conns   map[*conn]struct{}
+	mu sync.Mutex
+	// conns are the sale's connections on this gateway, each with what
+	// the sweep keeps of it (connMark).
+	conns   map[*conn]connMark
 	sale    *flashsale.Sale
 	items   []AdmittedItem
 	itemsJS []byte // items, JSON-encoded once for the admitted messages
@@ -44,6 +46,9 @@ type saleRoom struct {
 	// Config.Notify of a race-order sale's admissions (-1: not leading).
 	notifiedTo int64
 	lastBeat   time.Time // last presence mark of the admitted connections
+	// viewed is what every view of the sale was last computed from
+	// (viewInputs), at the last tick that visited every connection.
+	viewed viewInputs
 
 	// What Durable holds, as far as this gateway knows: checked once
 	// (pgChecked), then kept up by its own checkpoints. savedSeq is the
@@ -96,7 +101,7 @@ func (r *Room) saleRoom(id int64, create bool) *saleRoom {
 	defer r.mu.Unlock()
 	sr := r.rooms[id]
 	if sr == nil && create {
-		sr = &saleRoom{id: id, conns: map[*conn]struct{}{}, leadAt: -1, notifiedTo: -1, st: queueState{N: -1},
+		sr = &saleRoom{id: id, conns: map[*conn]connMark{}, leadAt: -1, notifiedTo: -1, st: queueState{N: -1},
 			pgSt: queueState{N: -1}, savedSeq: -1, savedN: -1}
 		r.rooms[id] = sr
 	}
@@ -319,4 +324,53 @@ func (r *Room) resumeHeld(sr *saleRoom, soldOut bool, now time.Time) bool {
 	}
 	sr.availableSince = time.Time{}
 	return false
+}
+
+// viewInputs is what the sale room's views are computed from (viewOf),
+// besides a connection's own place and choice: while it stays the same, a
+// connection's view stays the one its last visit computed.
+type viewInputs struct {
+	// The sale by version, not by pointer: the cache makes new values at
+	// every refresh (each second) whether or not the sale changed.
+	version int64
+	paused  bool
+	ended   bool
+	serving int64
+	n       int64
+	soldOut bool
+	out     *itemsOut
+	rate    uint64 // math.Float64bits of rate()
+}
+
+// inputs are the room's viewInputs at now. Called with sr.mu held.
+func (sr *saleRoom) inputs(now time.Time) viewInputs {
+	in := viewInputs{serving: sr.st.Serving, n: sr.st.N, soldOut: sr.soldOut, out: sr.out,
+		rate: math.Float64bits(sr.rate())}
+	if s := sr.sale; s != nil {
+		in.version, in.paused = s.Version, s.Paused
+		in.ended = !s.EndsAt.IsZero() && !now.Before(s.EndsAt)
+	}
+	return in
+}
+
+// connMark is what the sweep keeps of a connection in the map beside it,
+// so that a still tick passes the connection by without reading its
+// struct: reading every connection's struct each tick was the sweep's
+// cost even when it did nothing with it. The zero mark is not settled:
+// the next tick visits the connection.
+type connMark struct {
+	// settled: its last visit found it waiting (or in the pre-queue),
+	// with no admission, its place known once the places are drawn, and
+	// owed nothing (the view computed is the one it has).
+	settled bool
+	slot    uint8  // seq % sweepSlots: the still ticks that visit it
+	ping    uint32 // seq % pingSlots: its ping's tick
+}
+
+// unsettle marks c for a visit on the next tick (its view changed outside
+// the sweep). Called with sr.mu held.
+func (sr *saleRoom) unsettle(c *conn) {
+	if _, ok := sr.conns[c]; ok {
+		sr.conns[c] = connMark{}
+	}
 }

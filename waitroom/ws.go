@@ -562,6 +562,7 @@ func (c *conn) choose(sr *saleRoom, itemID int64) {
 	sr.mu.Lock()
 	defer sr.mu.Unlock()
 	c.chosen = itemID
+	sr.unsettle(c)
 	v := c.viewOf(sr, r.cfg.Now())
 	if v.state == StateAdmitted {
 		return // the admitted message is on its way: it names the held item
@@ -769,7 +770,7 @@ func (c *conn) enter(ctx context.Context, sr *saleRoom, ticket int64) error {
 	sr.mu.Lock()
 	defer sr.mu.Unlock()
 	c.last = v
-	sr.conns[c] = struct{}{}
+	sr.conns[c] = connMark{}
 	c.mu.Lock()
 	c.pendSecret = r.MemberSecret(sr.id, c.user)
 	c.mu.Unlock()
