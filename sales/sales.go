@@ -312,11 +312,11 @@ func (s *Store) Figures(ctx context.Context, saleID int64) (_ []flashsale.ItemFi
 			continue
 		}
 		for status, n := range byStatus {
+			if status.Live() { // a live order holds a unit: sold
+				f.Sold += n
+			}
 			switch status {
-			case flashsale.OrderPending:
-				f.Sold += n
 			case flashsale.OrderPaid:
-				f.Sold += n
 				f.Paid += n
 			case flashsale.OrderExpired:
 				f.Expired += n
