@@ -52,31 +52,39 @@ export function sparklinePath(values, width, height) {
   return d;
 }
 
+// chartBox returns the figure of key inside container, creating it once:
+// a caption (name, latest) and an SVG of the class and viewBox given,
+// followed by what extra() makes (at creation only); created says whether
+// it is new.
+function chartBox(container, key, svgClass, viewBox, extra = () => []) {
+  let box = container.querySelector('[data-chart="' + key + '"]');
+  if (box) return { box, created: false };
+  box = document.createElement('figure');
+  box.dataset.chart = key;
+  const cap = document.createElement('figcaption');
+  cap.className = 'chart-title';
+  const name = document.createElement('span');
+  name.className = 'name';
+  const now = document.createElement('span');
+  now.className = 'latest';
+  cap.append(name, now);
+  const svg = document.createElementNS(SVG, 'svg');
+  svg.setAttribute('class', svgClass);
+  svg.setAttribute('viewBox', viewBox);
+  svg.setAttribute('preserveAspectRatio', 'none');
+  svg.setAttribute('role', 'img');
+  box.append(cap, svg, ...extra());
+  container.append(box);
+  return { box, created: true };
+}
+
 // chart returns (creating it inside container once) a titled sparkline and
 // draws values into it.
 // ariaLabel names the chart for screen readers (the caller words it, in
 // the page's language).
 export function drawChart(container, key, title, values, latestText, ariaLabel = title) {
-  let box = container.querySelector('[data-chart="' + key + '"]');
-  if (!box) {
-    box = document.createElement('figure');
-    box.dataset.chart = key;
-    const cap = document.createElement('figcaption');
-    cap.className = 'chart-title';
-    const name = document.createElement('span');
-    name.className = 'name';
-    const now = document.createElement('span');
-    now.className = 'latest';
-    cap.append(name, now);
-    const svg = document.createElementNS(SVG, 'svg');
-    svg.setAttribute('class', 'chart');
-    svg.setAttribute('viewBox', '0 0 300 60');
-    svg.setAttribute('preserveAspectRatio', 'none');
-    svg.setAttribute('role', 'img');
-    svg.append(document.createElementNS(SVG, 'path'));
-    box.append(cap, svg);
-    container.append(box);
-  }
+  const { box, created } = chartBox(container, key, 'chart', '0 0 300 60');
+  if (created) box.querySelector('svg').append(document.createElementNS(SVG, 'path'));
   box.querySelector('.name').textContent = title;
   box.querySelector('svg').setAttribute('aria-label', ariaLabel);
   box.querySelector('.latest').textContent = latestText;
@@ -185,28 +193,13 @@ export function cumulative(values) {
 // [{label, values}]. ariaLabel is the chart's text alternative, with its
 // figures, in the page's language (the caller words it).
 export function drawLines(container, key, title, lines, latestText, ariaLabel) {
-  let box = container.querySelector('[data-chart="' + key + '"]');
-  if (!box) {
-    box = document.createElement('figure');
-    box.dataset.chart = key;
-    const cap = document.createElement('figcaption');
-    cap.className = 'chart-title';
-    const name = document.createElement('span');
-    name.className = 'name';
-    const now = document.createElement('span');
-    now.className = 'latest';
-    cap.append(name, now);
-    const svg = document.createElementNS(SVG, 'svg');
-    svg.setAttribute('class', 'chart lines');
-    svg.setAttribute('viewBox', '0 -1 300 80'); // a line at the top keeps its whole stroke
-    svg.setAttribute('preserveAspectRatio', 'none');
-    svg.setAttribute('role', 'img');
+  // A viewBox from -1: a line at the top keeps its whole stroke.
+  const { box } = chartBox(container, key, 'chart lines', '0 -1 300 80', () => {
     const legend = document.createElement('ul');
     legend.className = 'legend';
     legend.setAttribute('aria-hidden', 'true');
-    box.append(cap, svg, legend);
-    container.append(box);
-  }
+    return [legend];
+  });
   box.querySelector('.name').textContent = title;
   box.querySelector('.latest').textContent = latestText;
   const svg = box.querySelector('svg');
