@@ -83,3 +83,13 @@ func ErrorMessage(err error) string {
 	}
 	return "internal error"
 }
+
+// Shadow is a join check's verdict that the shopper goes to the sale's
+// shadow queue rather than being refused (the bot defense's shadowQueue
+// settings): Rule names what judged them. The waiting room acts on it and
+// never shows it to the shopper, who sees a waiting page like anyone's.
+type Shadow struct {
+	Rule string
+}
+
+func (s *Shadow) Error() string { return "shadowed by " + s.Rule }

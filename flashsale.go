@@ -399,6 +399,10 @@ type Principal struct {
 	// the raw value), "" when the token carries none. A sale's queue holds
 	// one place per key, across user ids.
 	IdentityKey string
+	// Risk is the shop's risk score of the session (the access token's
+	// risk claim, 0 to 1; 0 when the token carries none). The bot
+	// defense may shadow joins above a threshold (shadowQueue.riskAbove).
+	Risk float64
 }
 
 // Kafka topics.
@@ -455,8 +459,10 @@ type RoomReport struct {
 	// Wait is from a shopper's join to their admission, over every
 	// shopper admitted on a WebSocket.
 	Wait WaitFigures `json:"wait"`
-	// Refusals are the joins refused, by rule.
+	// Refusals are the joins refused, by rule; Shadowed the shoppers sent
+	// to the shadow queue, by rule (they are not in Joined).
 	Refusals map[string]int64 `json:"refusals"`
+	Shadowed map[string]int64 `json:"shadowed"`
 	Minutes  []RoomMinute     `json:"minutes"`
 }
 
@@ -472,6 +478,7 @@ type RoomMinute struct {
 	Holds      int64            `json:"holds"`
 	Waiting    int64            `json:"waiting"`
 	Refusals   map[string]int64 `json:"refusals"`
+	Shadowed   map[string]int64 `json:"shadowed"`
 	Wait       WaitFigures      `json:"wait"`
 }
 

@@ -113,6 +113,10 @@ type Claims struct {
 	// account (its hash of a card, an address or a phone): a sale's queue
 	// holds one place per key.
 	IdentityKey string `json:"idk,omitempty"`
+	// Risk is the shop's risk score of the session, 0 to 1 (a token with
+	// one outside is refused): the bot defense may shadow joins above a
+	// threshold.
+	Risk *float64 `json:"risk,omitempty"`
 	jwt.RegisteredClaims
 }
 
@@ -172,6 +176,12 @@ func (v *Verifier) verifyJWT(token string) (flashsale.Principal, time.Time, erro
 		}
 	}
 	cl := claims{exp: c.ExpiresAt.Time, hasExp: true, operator: c.Role == "operator", idk: c.IdentityKey}
+	if c.Risk != nil {
+		if !(*c.Risk >= 0 && *c.Risk <= 1) {
+			return flashsale.Principal{}, time.Time{}, errUnauthenticated
+		}
+		cl.risk = *c.Risk
+	}
 	cl.sub, _ = parseSubject(c.Subject)
 	if c.IssuedAt != nil {
 		cl.iat, cl.hasIat = c.IssuedAt.Time, true
@@ -187,6 +197,7 @@ type claims struct {
 	sub           int64  // 0 unless sub is a user id (parseSubject)
 	operator      bool   // role is "operator"
 	idk           string // the identity key, "" for none
+	risk          float64
 	exp, iat, nbf time.Time
 	hasExp        bool
 	hasIat        bool
@@ -207,7 +218,7 @@ func (v *Verifier) admit(c claims) (flashsale.Principal, time.Time, error) {
 	if c.sub <= 0 || len(c.idk) > MaxIdentityKeyLen {
 		return flashsale.Principal{}, time.Time{}, errUnauthenticated
 	}
-	return flashsale.Principal{UserID: c.sub, Operator: c.operator, IdentityKey: c.idk}, c.exp.Add(leeway), nil
+	return flashsale.Principal{UserID: c.sub, Operator: c.operator, IdentityKey: c.idk, Risk: c.risk}, c.exp.Add(leeway), nil
 }
 
 // parseSubject reads a user id from sub: canonical decimal only (no sign,
@@ -272,12 +283,24 @@ func Mint(secret string, userID int64, operator bool, ttl time.Duration, now tim
 // MintIdentity is Mint with an identity key (the idk claim; "" for none),
 // as a shop's token for a person it has identified.
 func MintIdentity(secret string, userID int64, operator bool, idk string, ttl time.Duration, now time.Time) (string, error) {
-	c := Claims{IdentityKey: idk, RegisteredClaims: jwt.RegisteredClaims{
+	return MintWith(secret, userID, MintOptions{Operator: operator, IdentityKey: idk}, ttl, now)
+}
+
+// MintOptions are a minted token's optional claims.
+type MintOptions struct {
+	Operator    bool
+	IdentityKey string   // the idk claim ("" none)
+	Risk        *float64 // the risk claim (nil none)
+}
+
+// MintWith is Mint with the optional claims of o.
+func MintWith(secret string, userID int64, o MintOptions, ttl time.Duration, now time.Time) (string, error) {
+	c := Claims{IdentityKey: o.IdentityKey, Risk: o.Risk, RegisteredClaims: jwt.RegisteredClaims{
 		Subject:   strconv.FormatInt(userID, 10),
 		IssuedAt:  jwt.NewNumericDate(now),
 		ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
 	}}
-	if operator {
+	if o.Operator {
 		c.Role = "operator"
 	}
 	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString([]byte(secret))

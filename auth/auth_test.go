@@ -192,3 +192,26 @@ func TestSubjectAndLifetime(t *testing.T) {
 		})
 	}
 }
+
+// TestRiskClaim: a token's risk claim (0 to 1) reaches the principal; one
+// outside is refused; a token without one has risk 0.
+func TestRiskClaim(t *testing.T) {
+	now := time.Now()
+	v := NewVerifier("risk-secret-0123456789abcdef", WithClock(func() time.Time { return now }))
+	for _, tc := range []struct {
+		risk *float64
+		want float64
+		ok   bool
+	}{{nil, 0, true}, {ptr(0.0), 0, true}, {ptr(0.75), 0.75, true}, {ptr(1.0), 1, true}, {ptr(1.5), 0, false}, {ptr(-0.1), 0, false}} {
+		tok, err := MintWith("risk-secret-0123456789abcdef", 7, MintOptions{Risk: tc.risk}, time.Hour, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := v.Verify(tok)
+		if (err == nil) != tc.ok || err == nil && p.Risk != tc.want {
+			t.Errorf("risk %v: %+v, %v; want risk %v, ok %v", tc.risk, p, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -126,18 +126,19 @@ const (
 	oBlocked
 	oChallenged
 	oShadow
+	oShadowQueue
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{OutcomeAllowed, OutcomeLimited, OutcomeBlocked, OutcomeChallenged, OutcomeShadow}
+var outcomeNames = [numOutcomes]string{OutcomeAllowed, OutcomeLimited, OutcomeBlocked, OutcomeChallenged, OutcomeShadow, OutcomeShadowQueue}
 
 // ruleOutcomes are the outcomes each rule can have (Counters reports these).
 var ruleOutcomes = [numRules][]int{
-	rBlocklist: {oAllowed, oBlocked, oShadow},
+	rBlocklist: {oAllowed, oBlocked, oShadow, oShadowQueue},
 	rPerIP:     {oAllowed, oLimited, oShadow},
 	rPerPrefix: {oAllowed, oLimited, oShadow},
 	rPerUser:   {oAllowed, oLimited, oShadow},
-	rPow:       {oAllowed, oChallenged, oShadow},
+	rPow:       {oAllowed, oChallenged, oShadow, oShadowQueue},
 }
 
 // Shared refusals: returning them allocates nothing, so a flood of refused
@@ -321,11 +322,18 @@ func (g *Guard) classID(name string) (uint8, bool) {
 // they joined.
 func (g *Guard) Blocked(ip netip.Addr, userID int64) bool {
 	c := g.cur.Load()
-	if c.shadow[rBlocklist] {
+	if c.shadow[rBlocklist] || c.st.ShadowQueue.Rules[ShadowBlocklist] {
 		return false
 	}
 	return c.addrBlocked(ip) || c.userBlocked(userID)
 }
+
+// Shadows reports whether a join that rule (ShadowQueue.Rules) would
+// refuse goes to the shadow queue instead (waitroom.Shadower).
+func (g *Guard) Shadows(rule string) bool { return g.cur.Load().st.ShadowQueue.Rules[rule] }
+
+// ShadowRisk is the risk claim above which a join is shadowed (0: off).
+func (g *Guard) ShadowRisk() float64 { return g.cur.Load().st.ShadowQueue.RiskAbove }
 
 // Settings returns the settings being enforced.
 func (g *Guard) Settings() Settings { return g.cur.Load().st.clone() }
@@ -403,6 +411,13 @@ func (g *Guard) blocklist(c *compiled, blocked bool) error {
 		g.count(rBlocklist, oAllowed)
 		return nil
 	}
+	if c.st.ShadowQueue.Rules[ShadowBlocklist] && !c.shadow[rBlocklist] {
+		// Bound for the shadow queue at join: every route lets them
+		// through, so that nothing tells them (they are never admitted,
+		// so nothing of theirs buys).
+		g.count(rBlocklist, oShadowQueue)
+		return nil
+	}
 	if g.refuse(c, rBlocklist, oBlocked) {
 		return nil
 	}
@@ -442,6 +457,10 @@ func (g *Guard) CheckJoin(ctx context.Context, ip netip.Addr, userID, saleID int
 	c := g.cur.Load()
 	ip = normAddr(ip)
 	if c.addrBlocked(ip) || c.userBlocked(userID) {
+		if c.st.ShadowQueue.Rules[ShadowBlocklist] && !c.shadow[rBlocklist] {
+			g.count(rBlocklist, oShadowQueue)
+			return nil, &flashsale.Shadow{Rule: ShadowBlocklist}
+		}
 		if !g.refuse(c, rBlocklist, oBlocked) {
 			return nil, errBlocked
 		}
@@ -470,6 +489,12 @@ func (g *Guard) CheckJoin(ctx context.Context, ip netip.Addr, userID, saleID int
 	if c.shadow[rPow] {
 		g.count(rPow, oShadow)
 		return nil, nil
+	}
+	if len(pow) > 0 && string(pow) != "null" && c.st.ShadowQueue.Rules[ShadowPow] {
+		// A solution was sent and is no good: no second chance, and no
+		// sign of it either.
+		g.count(rPow, oShadowQueue)
+		return nil, &flashsale.Shadow{Rule: ShadowPow}
 	}
 	g.count(rPow, oChallenged)
 	if len(pow) > 0 {

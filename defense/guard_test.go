@@ -2,6 +2,7 @@ package defense
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -321,8 +322,10 @@ func TestMetrics(t *testing.T) {
 			got[rule+"/"+outcome] = m.GetCounter().GetValue()
 		}
 	}
-	if len(got) != 15 {
-		t.Errorf("%d rule/outcome series, want 15", len(got))
+	// Three outcomes for each of five rules, and shadowQueue for the
+	// blocklist and proof of work.
+	if len(got) != 17 {
+		t.Errorf("%d rule/outcome series, want 17", len(got))
 	}
 	for k, want := range map[string]float64{"blocklist/allowed": 2, "perIp/allowed": 1, "perIp/limited": 1, "perUser/limited": 0} {
 		if got[k] != want {
@@ -361,5 +364,68 @@ func TestDrawClassOwnBuckets(t *testing.T) {
 	}
 	if _, err := g.CheckAddrAt(ip, ClassDraw, clk.Now()); flashsale.ErrorCode(err) != flashsale.CodeRateLimited {
 		t.Fatalf("past the configured burst: %v, want RATE_LIMITED", err)
+	}
+}
+
+// TestShadowQueueVerdicts: with shadowQueue rules on, a blocklisted
+// shopper's join and a join with a bad proof of work are sent to the
+// shadow queue (a *flashsale.Shadow naming the rule), and the blocklist
+// lets the shopper's other requests through (nothing tells them); a join
+// without a solution still gets its challenge, and the rules not named
+// still refuse. Counted as outcome shadowQueue.
+func TestShadowQueueVerdicts(t *testing.T) {
+	st := DefaultSettings()
+	st.Blocklist.Users = []string{"42"}
+	st.Pow.Difficulty = 1000
+	st.ShadowQueue = ShadowQueue{Rules: map[string]bool{ShadowBlocklist: true, ShadowPow: true}, RiskAbove: 0.5}
+	g, _ := newTestGuard(t, st)
+	ip := netip.MustParseAddr("198.51.100.7")
+	ctx := context.Background()
+	var sh *flashsale.Shadow
+	if ch, err := g.CheckJoin(ctx, ip, 42, 1, nil); ch != nil || !errors.As(err, &sh) || sh.Rule != ShadowBlocklist {
+		t.Fatalf("blocklisted join: %s, %v: want the shadow queue by blocklist", ch, err)
+	}
+	if _, err := g.CheckUser(42, ClassRead); err != nil {
+		t.Fatalf("a blocklisted shopper's read, blocklist shadow-queued: %v", err)
+	}
+	if g.Blocked(ip, 42) {
+		t.Fatal("Blocked is true for a shadow-queued blocklist: the room would close the shadow's page")
+	}
+	if ch, err := g.CheckJoin(ctx, ip, 7, 1, nil); ch == nil || err != nil {
+		t.Fatalf("join without a solution: %s, %v: want a challenge", ch, err)
+	}
+	sh = nil
+	if ch, err := g.CheckJoin(ctx, ip, 7, 1, json.RawMessage(`{"nonce":"1","prefix":"forged"}`)); ch != nil || !errors.As(err, &sh) || sh.Rule != ShadowPow {
+		t.Fatalf("join with a forged solution: %s, %v: want the shadow queue by pow", ch, err)
+	}
+	if !g.Shadows(ShadowBlocklist) || !g.Shadows(ShadowPow) || g.Shadows(ShadowIdentity) || g.ShadowRisk() != 0.5 {
+		t.Fatalf("Shadows/ShadowRisk do not read the settings")
+	}
+	got := map[[2]string]uint64{}
+	for _, c := range g.Counters() {
+		got[[2]string{c.Rule, c.Outcome}] = c.Count
+	}
+	if got[[2]string{RuleBlocklist, OutcomeShadowQueue}] != 2 || got[[2]string{RulePow, OutcomeShadowQueue}] != 1 {
+		t.Fatalf("counters %v: want blocklist/shadowQueue 2, pow/shadowQueue 1", got)
+	}
+	// Without the rule the blocklist refuses again.
+	st.ShadowQueue.Rules = map[string]bool{ShadowPow: true}
+	g.Apply(st)
+	if _, err := g.CheckJoin(ctx, ip, 42, 1, nil); flashsale.ErrorCode(err) != flashsale.CodeBlocked {
+		t.Fatalf("blocklisted join without the rule: %v, want BLOCKED", err)
+	}
+}
+
+func TestShadowQueueSettingsValidated(t *testing.T) {
+	for _, q := range []ShadowQueue{
+		{Rules: map[string]bool{"perIp": true}},
+		{RiskAbove: 1},
+		{RiskAbove: -0.1},
+	} {
+		st := DefaultSettings()
+		st.ShadowQueue = q
+		if err := st.normalize(); flashsale.ErrorCode(err) != flashsale.CodeInvalid {
+			t.Errorf("%+v: %v, want INVALID", q, err)
+		}
 	}
 }

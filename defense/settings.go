@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,6 +32,8 @@ const (
 	OutcomeBlocked    = "blocked"
 	OutcomeChallenged = "challenged"
 	OutcomeShadow     = "shadow"
+	// OutcomeShadowQueue: sent to the sale's shadow queue (ShadowQueue).
+	OutcomeShadowQueue = "shadowQueue"
 )
 
 // Route classes the gateway and waiting room use. Settings may name other
@@ -88,8 +92,12 @@ type Settings struct {
 	Pow       Pow        `json:"pow"`
 	Blocklist Blocklist  `json:"blocklist"`
 	// Shadow lists rules (RulePerIP, ...) that only count what they would
-	// refuse (outcome "shadow") without refusing.
+	// refuse (outcome "shadow") without refusing: a dry run.
 	Shadow map[string]bool `json:"shadow,omitempty"`
+	// ShadowQueue sends joins to the sale's shadow queue rather than
+	// refusing them: the shopper waits on a page like anyone's and is
+	// never admitted.
+	ShadowQueue ShadowQueue `json:"shadowQueue,omitzero"`
 	// Version is the stored version, set by the Store; ignored on input.
 	Version int64 `json:"version,omitempty"`
 }
@@ -137,6 +145,29 @@ type Pow struct {
 	// DefaultHashRate.
 	HashRate float64 `json:"hashRate,omitempty"`
 }
+
+// ShadowQueue is which joins go to a sale's shadow queue (waitroom,
+// shadow.go) instead of being refused. Rules: "blocklist" (a blocklisted
+// address or user), "pow" (a join whose proof of work is wrong, forged,
+// reused or, after a challenge, missing), "perAddress" (a WebSocket over
+// the waiting room's per-address cap, up to four times the cap),
+// "identity" (a second user id of an identity key, instead of
+// DUPLICATE_IDENTITY). RiskAbove (0 to 1; 0 off) shadows a join whose
+// token's risk claim is above it.
+type ShadowQueue struct {
+	Rules     map[string]bool `json:"rules,omitempty"`
+	RiskAbove float64         `json:"riskAbove,omitempty"`
+}
+
+// Shadow-queue rule names (ShadowQueue.Rules).
+const (
+	ShadowBlocklist  = "blocklist"
+	ShadowPow        = "pow"
+	ShadowPerAddress = "perAddress"
+	ShadowIdentity   = "identity"
+)
+
+var shadowRuleNames = [...]string{ShadowBlocklist, ShadowPow, ShadowPerAddress, ShadowIdentity}
 
 // Blocklist refuses addresses and users with BLOCKED.
 type Blocklist struct {
@@ -374,6 +405,21 @@ func (st *Settings) normalize() error {
 	if len(st.Shadow) == 0 {
 		st.Shadow = nil
 	}
+	q := &st.ShadowQueue
+	for rule, on := range q.Rules {
+		if !slices.Contains(shadowRuleNames[:], rule) {
+			return flashsale.Errorf(flashsale.CodeInvalid, "shadowQueue.rules: %q is not a rule (%s)", truncate(rule, 40), strings.Join(shadowRuleNames[:], ", "))
+		}
+		if !on {
+			delete(q.Rules, rule)
+		}
+	}
+	if len(q.Rules) == 0 {
+		q.Rules = nil
+	}
+	if math.IsNaN(q.RiskAbove) || q.RiskAbove < 0 || q.RiskAbove >= 1 {
+		return flashsale.Errorf(flashsale.CodeInvalid, "shadowQueue.riskAbove: must be at least 0 (off) and below 1")
+	}
 	return nil
 }
 
@@ -431,6 +477,7 @@ func (st Settings) clone() Settings {
 			c.Shadow[k] = v
 		}
 	}
+	c.ShadowQueue.Rules = maps.Clone(st.ShadowQueue.Rules)
 	return c
 }
 

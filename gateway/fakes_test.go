@@ -321,11 +321,14 @@ type fakeReports struct{}
 func (fakeReports) RoomReport(context.Context, int64) (flashsale.RoomReport, error) {
 	t0 := time.Date(2026, 12, 1, 18, 30, 0, 0, time.UTC)
 	return flashsale.RoomReport{Joined: 12, PreQueue: 10, Admitted: 9, Waiting: 3, Refusals: map[string]int64{"blocklist": 2},
+		Shadowed: map[string]int64{"risk": 3},
 		Wait: flashsale.WaitFigures{Count: 9, MinMs: 100, P50Ms: 500, P90Ms: 1000, P99Ms: 1500, MaxMs: 1500},
 		Minutes: []flashsale.RoomMinute{
 			{At: t0, Joins: 10, Joined: 10, PreQueue: 10, Admissions: 5, Admitted: 5, Waiting: 5, Refusals: map[string]int64{"blocklist": 2},
+				Shadowed: map[string]int64{"risk": 3},
 				Wait: flashsale.WaitFigures{Count: 5, MinMs: 100, P50Ms: 250, P90Ms: 500, P99Ms: 500, MaxMs: 500}},
 			{At: t0.Add(time.Minute), Joins: 2, Joined: 12, PreQueue: 10, Admissions: 4, Admitted: 9, Waiting: 3,
+				Refusals: map[string]int64{}, Shadowed: map[string]int64{},
 				Wait: flashsale.WaitFigures{Count: 4, MinMs: 500, P50Ms: 1000, P90Ms: 1500, P99Ms: 1500, MaxMs: 1500}},
 		}}, nil
 }
@@ -590,3 +593,11 @@ func (e *env) do(method, path, body string, headers ...string) resp {
 func bearer(tok string) string { return "Bearer " + tok }
 
 var errBoom = errors.New("database on fire")
+
+func (q *fakeQueue) ShadowList(_ context.Context, saleID int64, limit int) (any, error) {
+	return map[string]any{"shadowed": 0, "byRule": map[string]int64{}, "released": 0, "shoppers": []any{}}, nil
+}
+
+func (q *fakeQueue) ReleaseShadowed(_ context.Context, saleID, userID int64) error {
+	return flashsale.Errorf(flashsale.CodeNotFound, "user %d is not in this sale's shadow queue", userID)
+}

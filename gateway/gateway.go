@@ -109,6 +109,11 @@ type Queue interface {
 	// Refused counts, for the sale's report, a join the gateway's guard
 	// refused before the room saw it, by rule. It must not block.
 	Refused(saleID int64, rule string)
+	// ShadowList is the sale's shadow queue for the console: counts by
+	// rule and up to limit shoppers. ReleaseShadowed takes a shopper out
+	// of it (NOT_FOUND if not in it).
+	ShadowList(ctx context.Context, saleID int64, limit int) (any, error)
+	ReleaseShadowed(ctx context.Context, saleID, userID int64) error
 }
 
 // Reports are the two halves of a sale's report (GET

@@ -102,7 +102,7 @@ func (s *Server) adminReport(c *fiber.Ctx) error {
 // reportCSVHeader are the CSV's first columns; a column sold_item_<id>
 // per item of the sale follows (docs/CONTRACT.md).
 var reportCSVHeader = []string{"minute", "joins", "joined", "pre_queue", "admissions", "admitted", "holds", "waiting",
-	"refusals", "wait_count", "wait_p50_ms", "wait_p90_ms", "wait_p99_ms", "sold", "paid"}
+	"refusals", "shadowed", "wait_count", "wait_p50_ms", "wait_p90_ms", "wait_p99_ms", "sold", "paid"}
 
 // reportCSV renders the report one row per minute: every minute of the
 // room's figures and every minute an order was placed or paid in, in
@@ -144,9 +144,12 @@ func reportCSV(rep *reportJSON) []byte {
 			r = *m
 			last = r
 		}
-		var refused int64
+		var refused, shadowed int64
 		for _, n := range r.Refusals {
 			refused += n
+		}
+		for _, n := range r.Shadowed {
+			shadowed += n
 		}
 		o := orders[k]
 		var soldN, paidN int64
@@ -158,7 +161,7 @@ func reportCSV(rep *reportJSON) []byte {
 			}
 		}
 		row := []string{time.Unix(k, 0).UTC().Format(time.RFC3339), i64(r.Joins), i64(r.Joined), i64(r.PreQueue),
-			i64(r.Admissions), i64(r.Admitted), i64(r.Holds), i64(r.Waiting), i64(refused),
+			i64(r.Admissions), i64(r.Admitted), i64(r.Holds), i64(r.Waiting), i64(refused), i64(shadowed),
 			i64(r.Wait.Count), i64(r.Wait.P50Ms), i64(r.Wait.P90Ms), i64(r.Wait.P99Ms), i64(soldN), i64(paidN)}
 		for _, it := range rep.Items {
 			row = append(row, i64(byItem[it.ID]))

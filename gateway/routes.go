@@ -38,6 +38,8 @@ func (s *Server) routes() {
 	app.Get(ad+"/sales", s.handle("admin_sale_list", s.adminList))
 	app.Get(ad+"/sales/:saleId", s.handle("admin_sale", s.adminGet))
 	app.Get(ad+"/sales/:saleId/report", s.handle("admin_sale_report", s.adminReport))
+	app.Get(ad+"/sales/:saleId/shadow", s.handle("admin_shadow", s.adminShadow))
+	app.Post(ad+"/sales/:saleId/shadow/:userId/release", s.handle("admin_shadow_release", s.adminShadowRelease))
 	app.Patch(ad+"/sales/:saleId", s.handle("admin_sale_update", s.adminUpdate))
 	app.Post(ad+"/sales/:saleId/pause", s.handle("admin_sale_pause", s.adminAction(flashsale.ActionPause)))
 	app.Post(ad+"/sales/:saleId/resume", s.handle("admin_sale_resume", s.adminAction(flashsale.ActionResume)))

@@ -707,10 +707,10 @@ func checkReportCSV(t *testing.T, r resp) {
 	if cd := r.header.Get("Content-Disposition"); cd != `attachment; filename="sale-1-report.csv"` {
 		t.Errorf("Content-Disposition = %q", cd)
 	}
-	want := "minute,joins,joined,pre_queue,admissions,admitted,holds,waiting,refusals,wait_count,wait_p50_ms,wait_p90_ms,wait_p99_ms,sold,paid,sold_item_1001,sold_item_1002\n" +
-		"2026-12-01T18:30:00Z,10,10,10,5,5,0,5,2,5,250,500,500,0,0,0,0\n" +
-		"2026-12-01T18:31:00Z,2,12,10,4,9,0,3,0,4,1000,1500,1500,4,0,4,0\n" +
-		"2026-12-01T18:32:00Z,0,12,10,0,9,0,3,0,0,0,0,0,0,1,0,0\n"
+	want := "minute,joins,joined,pre_queue,admissions,admitted,holds,waiting,refusals,shadowed,wait_count,wait_p50_ms,wait_p90_ms,wait_p99_ms,sold,paid,sold_item_1001,sold_item_1002\n" +
+		"2026-12-01T18:30:00Z,10,10,10,5,5,0,5,2,3,5,250,500,500,0,0,0,0\n" +
+		"2026-12-01T18:31:00Z,2,12,10,4,9,0,3,0,0,4,1000,1500,1500,4,0,4,0\n" +
+		"2026-12-01T18:32:00Z,0,12,10,0,9,0,3,0,0,0,0,0,0,0,1,0,0\n"
 	if got := string(r.body); got != want {
 		t.Errorf("csv =\n%s\nwant\n%s", got, want)
 	}

@@ -40,7 +40,7 @@ const maxRequeuePerTick = 1000
 // admission record is older than the token's life a new ticket). Users
 // who bought in the sale (a buyer record in Redis) are not sent back: they
 // are reported in bought, and keep their place.
-func (r *Room) requeue(ctx context.Context, sr *saleRoom, users []int64, now time.Time) (tickets map[int64]int64, bought map[int64]bool, err error) {
+func (r *Room) requeue(ctx context.Context, sr *saleRoom, users []int64, now time.Time) (tickets map[int64]joinTicket, bought map[int64]bool, err error) {
 	sr.mu.Lock()
 	sale := sr.sale
 	sr.mu.Unlock()
@@ -75,12 +75,12 @@ func (r *Room) requeue(ctx context.Context, sr *saleRoom, users []int64, now tim
 			again = append(again, u)
 		}
 	}
-	tickets = map[int64]int64{}
+	tickets = map[int64]joinTicket{}
 	if len(again) == 0 {
 		return tickets, bought, nil
 	}
 	// Their identity keys were checked at their first join.
-	_, ts, err := registerJoins(ctx, r.rdb, sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(sale).Milliseconds(), sr.knownNow(), again, make([]string, len(again)))
+	_, ts, err := registerJoins(ctx, r.rdb, sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(sale).Milliseconds(), sr.knownNow(), false, again, make([]string, len(again)))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -111,7 +111,12 @@ func (r *Room) requeueConns(ctx context.Context, sr *saleRoom, conns []*conn, no
 			continue
 		}
 		if t, ok := tickets[c.user]; ok {
-			c.ticket, c.place, c.admittedAt = t, -1, 0
+			c.ticket, c.place, c.admittedAt = t.ticket, -1, 0
+			if t.ticket == ticketShadowed {
+				// Shadowed since (a join of theirs elsewhere): from now
+				// on this page shows the shadow queue.
+				c.ticket, c.shadow = t.shown, true
+			}
 		}
 	}
 }

@@ -156,7 +156,9 @@ func (r *Room) sweep(sr *saleRoom, p *tickPlan) sweepOut {
 // the connection's mark. Called with sr.mu held.
 func (r *Room) sortConn(sr *saleRoom, p *tickPlan, s *sweepOut, c *conn) connMark {
 	s.countPing(p, c)
-	if c.place < 0 {
+	if c.shadow {
+		c.place = sr.shadowPlace(c.ticket, c.user)
+	} else if c.place < 0 {
 		if pl, ok := sr.place(c.ticket); ok {
 			c.place = pl
 		}

@@ -119,7 +119,23 @@ func (r *Room) Choose(ctx context.Context, p flashsale.Principal, saleID, itemID
 	case 0:
 		return errChoiceClosed
 	}
+	// A shadowed shopper's choice is taken as anyone's, and kept nowhere.
+	if _, shadowed, err := r.shadowTicket(ctx, saleID, p.UserID); err != nil || shadowed {
+		return err
+	}
 	return flashsale.Errorf(flashsale.CodeNotFound, "not in this sale's queue; join first")
+}
+
+// checkChoice is Choose's check of the sale and item alone, for a
+// shadowed connection's choice, which goes nowhere.
+func checkChoice(sale *flashsale.Sale, itemID int64) error {
+	if !sale.QueueOrder() {
+		return errNoChoice
+	}
+	if !saleHasItem(sale, itemID) {
+		return errNotItem
+	}
+	return nil
 }
 
 func saleHasItem(sale *flashsale.Sale, itemID int64) bool {

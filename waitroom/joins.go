@@ -25,7 +25,7 @@ var errDuplicateIdentity = flashsale.Errorf(flashsale.CodeDuplicateIdentity,
 	"this identity already holds a place in this sale under another account")
 
 type joinRes struct {
-	ticket int64
+	ticket joinTicket
 	st     queueState
 	err    error
 }
@@ -107,12 +107,13 @@ func (r *Room) flushJoins(ctx context.Context, batch []*joinReq) {
 		}
 		sr := r.saleRoom(id, true)
 		r.firstCheck(ctx, sr)
-		st, tickets, err := registerJoins(ctx, r.rdb, qs[0].sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(qs[0].sale).Milliseconds(), sr.knownNow(), users, idks)
+		shadowIdk := r.shadows(ShadowIdentity)
+		st, tickets, err := registerJoins(ctx, r.rdb, qs[0].sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(qs[0].sale).Milliseconds(), sr.knownNow(), shadowIdk, users, idks)
 		if errors.Is(err, errStale) {
 			// Redis lost the queue (or holds an older one): rebuild it,
 			// then register the batch in the rebuilt queue.
 			if err = r.restoreSale(ctx, id); err == nil {
-				st, tickets, err = registerJoins(ctx, r.rdb, qs[0].sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(qs[0].sale).Milliseconds(), sr.knownNow(), users, idks)
+				st, tickets, err = registerJoins(ctx, r.rdb, qs[0].sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(qs[0].sale).Milliseconds(), sr.knownNow(), shadowIdk, users, idks)
 			}
 		}
 		for i, q := range qs {
@@ -120,7 +121,7 @@ func (r *Room) flushJoins(ctx context.Context, batch []*joinReq) {
 				q.done <- joinRes{err: err}
 				continue
 			}
-			if tickets[i] == ticketDuplicate {
+			if tickets[i].ticket == ticketDuplicate {
 				q.done <- joinRes{err: errDuplicateIdentity}
 				continue
 			}
@@ -131,8 +132,10 @@ func (r *Room) flushJoins(ctx context.Context, batch []*joinReq) {
 
 // register puts the user in the sale's queue (one batched script call) and
 // returns the ticket and the sale room, loaded. A user whose identity key
-// holds a place under another user is refused DUPLICATE_IDENTITY.
-func (r *Room) register(ctx context.Context, sale *flashsale.Sale, p flashsale.Principal) (int64, *saleRoom, error) {
+// holds a place under another user is refused DUPLICATE_IDENTITY, or
+// shadowed (shadowQueue's identity rule). A shadowed user's ticket is
+// ticketShadowed, with the ticket shown.
+func (r *Room) register(ctx context.Context, sale *flashsale.Sale, p flashsale.Principal) (joinTicket, *saleRoom, error) {
 	userID := p.UserID
 	sr := r.saleRoom(sale.ID, true)
 	r.mu.Lock()
@@ -144,30 +147,38 @@ func (r *Room) register(ctx context.Context, sale *flashsale.Sale, p flashsale.P
 			r.mu.Lock()
 			sr.registered = false
 			r.mu.Unlock()
-			return 0, nil, fmt.Errorf("waitroom.register: %w", err)
+			return joinTicket{}, nil, fmt.Errorf("waitroom.register: %w", err)
 		}
 	}
 	q := &joinReq{sale: sale, user: userID, idk: p.IdentityKey, done: make(chan joinRes, 1)}
 	select {
 	case r.joins <- q:
 	case <-ctx.Done():
-		return 0, nil, ctx.Err()
+		return joinTicket{}, nil, ctx.Err()
 	}
 	var res joinRes
 	select {
 	case res = <-q.done:
 	case <-ctx.Done():
-		return 0, nil, ctx.Err()
+		return joinTicket{}, nil, ctx.Err()
 	}
 	if res.err != nil {
 		if errors.Is(res.err, errDuplicateIdentity) {
 			r.tally.refused(sale.ID, r.cfg.Now(), RuleIdentity)
 		}
-		return 0, nil, res.err
+		return joinTicket{}, nil, res.err
 	}
-	r.m.joined.Inc()
+	switch res.ticket.ticket {
+	case ticketShadowedNew:
+		res.ticket.ticket = ticketShadowed
+		r.m.shadowed.WithLabelValues(ShadowIdentity).Inc()
+		r.tally.shadowed(sale.ID, r.cfg.Now(), ShadowIdentity)
+	case ticketShadowed:
+	default:
+		r.m.joined.Inc()
+	}
 	if err := r.ensureLoaded(ctx, sr, res.st); err != nil {
-		return 0, nil, err
+		return joinTicket{}, nil, err
 	}
 	return res.ticket, sr, nil
 }

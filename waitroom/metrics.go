@@ -21,6 +21,7 @@ type metrics struct {
 	tags      prometheus.Counter
 	published *prometheus.CounterVec
 	leading   prometheus.Gauge
+	shadowed  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -53,9 +54,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			[]string{"outcome"}),
 		leading: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flashsale_waitroom_leading_sales",
 			Help: "Sales whose queue this gateway leads (it holds the leader lease): with one sale running, 1 on its leader and 0 on every other gateway."}),
+		shadowed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashsale_waitroom_shadowed_total",
+			Help: "Shoppers this gateway sent to a sale's shadow queue, by rule (the bot defense's shadowQueue)."},
+			[]string{"rule"}),
 	}
 	// Several rooms on one registry share the collectors.
-	var errs [12]error
+	var errs [13]error
 	m.joined, errs[0] = prom.Register(reg, m.joined)
 	m.waiting, errs[1] = prom.Register(reg, m.waiting)
 	m.admitted, errs[2] = prom.Register(reg, m.admitted)
@@ -68,5 +72,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.tags, errs[9] = prom.Register(reg, m.tags)
 	m.published, errs[10] = prom.Register(reg, m.published)
 	m.leading, errs[11] = prom.Register(reg, m.leading)
+	m.shadowed, errs[12] = prom.Register(reg, m.shadowed)
 	return m, errors.Join(errs[:]...)
 }

@@ -28,21 +28,36 @@ func (r *Room) Join(ctx context.Context, p flashsale.Principal, saleID int64, ip
 	if !ok {
 		return Status{}, notFound()
 	}
+	var guardErr error
 	if r.guard != nil {
 		ch, err := r.guard.CheckJoin(ctx, ip, p.UserID, saleID, pow)
-		if err != nil {
+		var sh *flashsale.Shadow
+		if err != nil && !errors.As(err, &sh) {
 			r.guardRefused(saleID, err)
 			return Status{}, err
 		}
 		if ch != nil {
 			return Status{Type: TypeChallenge, Challenge: ch}, nil
 		}
+		guardErr = err
+	}
+	if rule := r.joinRule(guardErr, p, false); rule != "" {
+		ticket, sr, shadowed, err := r.shadowJoin(ctx, sale, p.UserID, rule)
+		if err != nil {
+			return Status{}, err
+		}
+		if shadowed {
+			return r.pollStatus(ctx, sr, p.UserID, ticket, true)
+		}
 	}
 	ticket, sr, err := r.register(ctx, sale, p)
 	if err != nil {
 		return Status{}, err
 	}
-	return r.pollStatus(ctx, sr, p.UserID, ticket)
+	if ticket.ticket == ticketShadowed {
+		return r.pollStatus(ctx, sr, p.UserID, ticket.shown, true)
+	}
+	return r.pollStatus(ctx, sr, p.UserID, ticket.ticket, false)
 }
 
 // Status is the caller's current status (the polling GET), with the
@@ -59,6 +74,14 @@ func (r *Room) Status(ctx context.Context, p flashsale.Principal, saleID int64) 
 	if err := r.ensureLoaded(ctx, sr, queueState{N: -1}); err != nil {
 		return Status{}, err
 	}
+	// A shadowed shopper may hold a ticket from before: the shadow
+	// queue is what they see.
+	if t, ok, err := r.shadowTicket(ctx, saleID, p.UserID); err != nil || ok {
+		if err != nil {
+			return Status{}, err
+		}
+		return r.pollStatus(ctx, sr, p.UserID, t, true)
+	}
 	ticket, err := r.rdb.HGet(ctx, lua.QueueKey(saleID, keyTickets), strconv.FormatInt(p.UserID, 10)).Int64()
 	if errors.Is(err, redis.Nil) {
 		return Status{}, flashsale.Errorf(flashsale.CodeNotFound, "not in this sale's queue; join first")
@@ -66,17 +89,19 @@ func (r *Room) Status(ctx context.Context, p flashsale.Principal, saleID int64) 
 	if err != nil {
 		return Status{}, fmt.Errorf("waitroom.Status: %w", err)
 	}
-	return r.pollStatus(ctx, sr, p.UserID, ticket)
+	return r.pollStatus(ctx, sr, p.UserID, ticket, false)
 }
 
 // pollStatus builds the polling answer for one user.
-func (r *Room) pollStatus(ctx context.Context, sr *saleRoom, userID, ticket int64) (Status, error) {
+func (r *Room) pollStatus(ctx context.Context, sr *saleRoom, userID, ticket int64, shadow bool) (Status, error) {
 	now := r.cfg.Now()
 	sr.mu.Lock()
 	r.latestSale(sr)
-	place, ok := sr.place(ticket)
-	if !ok {
-		place = -1
+	place := int64(-1)
+	if shadow {
+		place = sr.shadowPlace(ticket, userID)
+	} else if p, ok := sr.place(ticket); ok {
+		place = p
 	}
 	v := sr.viewOf(place, now)
 	passed := sr.passedView(0)
@@ -91,7 +116,7 @@ func (r *Room) pollStatus(ctx context.Context, sr *saleRoom, userID, ticket int6
 	}
 	// chosen reports the shopper's choice (queue order, before the turn).
 	chosen := func() error {
-		if !sale.QueueOrder() {
+		if !sale.QueueOrder() || shadow {
 			return nil
 		}
 		c, err := readChoice(ctx, r.rdb, sr.id, userID)
@@ -131,7 +156,10 @@ func (r *Room) pollStatus(ctx context.Context, sr *saleRoom, userID, ticket int6
 			return Status{}, err
 		}
 		if t, ok := tickets[userID]; ok {
-			return r.pollStatus(ctx, sr, userID, t)
+			if t.ticket == ticketShadowed {
+				return r.pollStatus(ctx, sr, userID, t.shown, true)
+			}
+			return r.pollStatus(ctx, sr, userID, t.ticket, false)
 		}
 	}
 	tok, exp, nb := r.token(sale, userID, at[0])

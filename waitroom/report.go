@@ -46,6 +46,7 @@ type minuteTally struct {
 	seq, serving, prequeue int64
 	holds                  int64
 	refusals               map[string]int64
+	shadowed               map[string]int64
 	waits                  [waitBuckets]int64
 	waitMin, waitMax       int64 // -1: no wait seen
 	// ver counts changes; a flush clears the row's dirt only if none
@@ -125,6 +126,17 @@ func (t *tally) refused(sale int64, now time.Time, rule string) {
 	m.refusals[rule]++
 }
 
+// shadowed counts a shopper sent to the shadow queue by rule.
+func (t *tally) shadowed(sale int64, now time.Time, rule string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.row(sale, now)
+	if m.shadowed == nil {
+		m.shadowed = map[string]int64{}
+	}
+	m.shadowed[rule]++
+}
+
 // waitSlack is how long before a join on a connection its admission may
 // have been recorded and still be this join's: the tick that admits a
 // place records the time it started, which can precede a join it admits
@@ -184,6 +196,7 @@ func (t *tally) dirty() []reportRow {
 		if m.ver != m.flushed {
 			c := *m
 			c.refusals = maps.Clone(m.refusals)
+			c.shadowed = maps.Clone(m.shadowed)
 			out = append(out, reportRow{key: k, m: c})
 		}
 	}
@@ -251,23 +264,24 @@ func NewPGReport(pool *pgxpool.Pool) *PGReport { return &PGReport{pool: pool} }
 func (p *PGReport) save(ctx context.Context, gateway string, rows []reportRow) error {
 	var b pgx.Batch
 	for _, r := range rows {
-		refusals, err := json.Marshal(r.m.refusals)
+		refusals, err := jsonCounts(r.m.refusals)
 		if err != nil {
-			return fmt.Errorf("waitroom.save report: %w", err)
+			return err
 		}
-		if r.m.refusals == nil {
-			refusals = []byte("{}")
+		shadowed, err := jsonCounts(r.m.shadowed)
+		if err != nil {
+			return err
 		}
 		var wmin, wmax *int64
 		if r.m.waitMin >= 0 {
 			wmin, wmax = &r.m.waitMin, &r.m.waitMax
 		}
-		b.Queue(`INSERT INTO sale_report_minutes (sale_id, minute, gateway, seq, serving, prequeue, holds, refusals, waits, wait_min_ms, wait_max_ms)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+		b.Queue(`INSERT INTO sale_report_minutes (sale_id, minute, gateway, seq, serving, prequeue, holds, refusals, shadowed, waits, wait_min_ms, wait_max_ms)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 			ON CONFLICT (sale_id, minute, gateway) DO UPDATE SET seq = EXCLUDED.seq, serving = EXCLUDED.serving,
-				prequeue = EXCLUDED.prequeue, holds = EXCLUDED.holds, refusals = EXCLUDED.refusals, waits = EXCLUDED.waits,
-				wait_min_ms = EXCLUDED.wait_min_ms, wait_max_ms = EXCLUDED.wait_max_ms, updated_at = now()`,
-			r.key.sale, time.Unix(r.key.minute, 0).UTC(), gateway, r.m.seq, r.m.serving, r.m.prequeue, r.m.holds, refusals, r.m.waits[:], wmin, wmax)
+				prequeue = EXCLUDED.prequeue, holds = EXCLUDED.holds, refusals = EXCLUDED.refusals, shadowed = EXCLUDED.shadowed,
+				waits = EXCLUDED.waits, wait_min_ms = EXCLUDED.wait_min_ms, wait_max_ms = EXCLUDED.wait_max_ms, updated_at = now()`,
+			r.key.sale, time.Unix(r.key.minute, 0).UTC(), gateway, r.m.seq, r.m.serving, r.m.prequeue, r.m.holds, refusals, shadowed, r.m.waits[:], wmin, wmax)
 	}
 	if err := p.pool.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("waitroom.save report: %w", err)
@@ -275,12 +289,24 @@ func (p *PGReport) save(ctx context.Context, gateway string, rows []reportRow) e
 	return nil
 }
 
+// jsonCounts is counts as a JSON object ({} for none).
+func jsonCounts(counts map[string]int64) ([]byte, error) {
+	if counts == nil {
+		return []byte("{}"), nil
+	}
+	b, err := json.Marshal(counts)
+	if err != nil {
+		return nil, fmt.Errorf("waitroom.save report: %w", err)
+	}
+	return b, nil
+}
+
 // minuteSum is one minute summed over the gateways' rows.
 type minuteSum struct {
 	at                     time.Time
 	seq, serving, prequeue int64
 	holds                  int64
-	refusals               map[string]int64
+	refusals, shadowed     map[string]int64
 	waits                  [waitBuckets]int64
 	waitMin, waitMax       int64
 }
@@ -289,7 +315,7 @@ type minuteSum struct {
 // room never saw has an empty report (Joined 0, PreQueue -1, no minutes).
 func (p *PGReport) RoomReport(ctx context.Context, saleID int64) (_ flashsale.RoomReport, err error) {
 	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
-	rows, err := p.pool.Query(ctx, `SELECT minute, seq, serving, prequeue, holds, refusals, waits, wait_min_ms, wait_max_ms
+	rows, err := p.pool.Query(ctx, `SELECT minute, seq, serving, prequeue, holds, refusals, shadowed, waits, wait_min_ms, wait_max_ms
 		FROM sale_report_minutes WHERE sale_id = $1 ORDER BY minute`, saleID)
 	if err != nil {
 		return flashsale.RoomReport{}, fmt.Errorf("waitroom.RoomReport: %w", err)
@@ -300,21 +326,24 @@ func (p *PGReport) RoomReport(ctx context.Context, saleID int64) (_ flashsale.Ro
 		var (
 			at                            time.Time
 			seq, serving, prequeue, holds int64
-			refusals                      map[string]int64
+			refusals, shadowed            map[string]int64
 			waits                         []int64
 			wmin, wmax                    *int64
 		)
-		if err := rows.Scan(&at, &seq, &serving, &prequeue, &holds, &refusals, &waits, &wmin, &wmax); err != nil {
+		if err := rows.Scan(&at, &seq, &serving, &prequeue, &holds, &refusals, &shadowed, &waits, &wmin, &wmax); err != nil {
 			return flashsale.RoomReport{}, fmt.Errorf("waitroom.RoomReport: %w", err)
 		}
 		if len(sums) == 0 || !sums[len(sums)-1].at.Equal(at) {
-			sums = append(sums, &minuteSum{at: at.UTC(), prequeue: -1, waitMin: -1, waitMax: -1, refusals: map[string]int64{}})
+			sums = append(sums, &minuteSum{at: at.UTC(), prequeue: -1, waitMin: -1, waitMax: -1, refusals: map[string]int64{}, shadowed: map[string]int64{}})
 		}
 		s := sums[len(sums)-1]
 		s.seq, s.serving, s.prequeue = max(s.seq, seq), max(s.serving, serving), max(s.prequeue, prequeue)
 		s.holds += holds
 		for rule, n := range refusals {
 			s.refusals[rule] += n
+		}
+		for rule, n := range shadowed {
+			s.shadowed[rule] += n
 		}
 		for i, n := range waits {
 			if i < waitBuckets {
@@ -338,7 +367,7 @@ func (p *PGReport) RoomReport(ctx context.Context, saleID int64) (_ flashsale.Ro
 // readings carried forward as totals (a reading never goes down), the
 // counts per minute and overall, the minutes between two rows filled in.
 func roomReport(sums []*minuteSum) flashsale.RoomReport {
-	rep := flashsale.RoomReport{PreQueue: -1, Refusals: map[string]int64{}, Minutes: []flashsale.RoomMinute{}}
+	rep := flashsale.RoomReport{PreQueue: -1, Refusals: map[string]int64{}, Shadowed: map[string]int64{}, Minutes: []flashsale.RoomMinute{}}
 	var all minuteSum
 	all.waitMin, all.waitMax = -1, -1
 	joined, admitted, prequeue := int64(0), int64(0), int64(-1)
@@ -347,7 +376,7 @@ func roomReport(sums []*minuteSum) flashsale.RoomReport {
 			// The minutes no gateway wrote: nothing changed in them.
 			for at := sums[i-1].at.Add(time.Minute); at.Before(s.at); at = at.Add(time.Minute) {
 				rep.Minutes = append(rep.Minutes, flashsale.RoomMinute{At: at, Joined: joined, PreQueue: prequeue,
-					Admitted: admitted, Waiting: joined - admitted, Refusals: map[string]int64{}})
+					Admitted: admitted, Waiting: joined - admitted, Refusals: map[string]int64{}, Shadowed: map[string]int64{}})
 			}
 		}
 		j := max(joined, s.seq)
@@ -357,11 +386,14 @@ func roomReport(sums []*minuteSum) flashsale.RoomReport {
 		prequeue = max(prequeue, s.prequeue)
 		rep.Minutes = append(rep.Minutes, flashsale.RoomMinute{At: s.at, Joins: j - joined, Joined: j, PreQueue: prequeue,
 			Admissions: a - admitted, Admitted: a, Holds: s.holds, Waiting: j - a, Refusals: s.refusals,
-			Wait: waitFigures(&s.waits, s.waitMin, s.waitMax)})
+			Shadowed: orEmpty(s.shadowed), Wait: waitFigures(&s.waits, s.waitMin, s.waitMax)})
 		joined, admitted = j, a
 		rep.Holds += s.holds
 		for rule, n := range s.refusals {
 			rep.Refusals[rule] += n
+		}
+		for rule, n := range s.shadowed {
+			rep.Shadowed[rule] += n
 		}
 		for b, n := range s.waits {
 			all.waits[b] += n
@@ -374,6 +406,13 @@ func roomReport(sums []*minuteSum) flashsale.RoomReport {
 	rep.Joined, rep.Admitted, rep.PreQueue, rep.Waiting = joined, admitted, prequeue, joined-admitted
 	rep.Wait = waitFigures(&all.waits, all.waitMin, all.waitMax)
 	return rep
+}
+
+func orEmpty(m map[string]int64) map[string]int64 {
+	if m == nil {
+		return map[string]int64{}
+	}
+	return m
 }
 
 // waitFigures computes the percentiles of a histogram: each is the bound

@@ -36,12 +36,15 @@ type saleRoom struct {
 	out       *itemsOut
 	backSince map[int64]time.Time
 	perm      *Permuter
-	entering  []dueStatus // scratch of the sweep (keepScratch)
-	moved     []dueStatus // scratch of the sweep (keepScratch)
-	touched   time.Time   // last polling use
-	samples   [rateSamples]struct{ ms, serving int64 }
-	nsample   int
-	leadAt    int64 // serving when this gateway last led (-1: not leading)
+	// shadowChecked is when checkShadowed last looked up this gateway's
+	// shadowed connections of the sale.
+	shadowChecked time.Time
+	entering      []dueStatus // scratch of the sweep (keepScratch)
+	moved         []dueStatus // scratch of the sweep (keepScratch)
+	touched       time.Time   // last polling use
+	samples       [rateSamples]struct{ ms, serving int64 }
+	nsample       int
+	leadAt        int64 // serving when this gateway last led (-1: not leading)
 	// notifiedTo is the cursor up to which this gateway, leading, has told
 	// Config.Notify of a race-order sale's admissions (-1: not leading).
 	notifiedTo int64

@@ -63,6 +63,9 @@ import (
 //	wr:{sN}:wants     ZSET (all scores 0) "item:place:userId", item and
 //	                  place zero-padded: the passed shoppers by the item
 //	                  they want, in place order (ZRANGEBYLEX)
+//	wr:{sN}:idk       HASH identity key → the user whose place it holds
+//	wr:{sN}:shadow, wr:{sN}:shadown, wr:{sN}:released
+//	                  the shadow queue (shadow.go)
 //
 // and one untagged key, activeKey, the SET of sale ids with a queue, so that
 // every gateway ticks (and may lead) sales whose shoppers are elsewhere.
@@ -131,13 +134,18 @@ end
 // to the back. It freezes the pre-queue (the draw) once now >= drawAt. A
 // user whose identity key ("" for none) holds a place under another user
 // gets no ticket (-3); the first user to join with a key keeps it, so one
-// key holds one place, across gateways (one script decides).
+// key holds one place, across gateways (one script decides). With
+// shadowIdentity 1 such a user goes to the shadow queue instead (-4),
+// unless an operator released them (-5: shadowed by this call). A user in
+// the shadow queue (shadow.go) stays there (-4); the fourth answer holds
+// the ticket shown to each -4 and -5.
 //
-//	KEYS: state, tickets, order, admitted, presence, gone, idk
+//	KEYS: state, tickets, order, admitted, presence, gone, idk, shadow,
+//	      shadown, released
 //	ARGV: nowMs, drawAtMs, admissionTtlMs, knownSeq, knownN, knownServing,
-//	      guard, then userId, identityKey for each user
-//	returns {n or -1, serving, {ticket or -3...}}, or {-2} when the queue
-//	must be restored first (see staleCheck)
+//	      guard, shadowIdentity, then userId, identityKey for each user
+//	returns {n or -1, serving, {ticket or -3, -4, -5...}, {shown...}}, or
+//	{-2} when the queue must be restored first (see staleCheck)
 var joinScript = redis.NewScript(staleCheck + `
 if stale(KEYS[1], 4) then return {-2} end
 redis.call('HSET', KEYS[1], 'live', '1')
@@ -148,14 +156,26 @@ if not n and now >= tonumber(ARGV[2]) then
   n = redis.call('HGET', KEYS[1], 'seq') or '0'
   redis.call('HSET', KEYS[1], 'n', n)
 end
-local out = {}
-for i = 8, #ARGV, 2 do
+local out, shown = {}, {}
+for i = 9, #ARGV, 2 do
   local uid, idk = ARGV[i], ARGV[i + 1]
   local t = false
-  if idk ~= '' then
+  shown[#shown + 1] = 0
+  local sh = redis.call('HGET', KEYS[8], uid)
+  if sh then
+    t = -4
+    shown[#shown] = tonumber(string.match(sh, '|(%d+)$'))
+  elseif idk ~= '' then
     local owner = redis.call('HGET', KEYS[7], idk)
     if owner and owner ~= uid then
       t = -3
+      if ARGV[8] == '1' and redis.call('SISMEMBER', KEYS[10], uid) == 0 then
+        local seq = redis.call('HGET', KEYS[1], 'seq') or '0'
+        redis.call('HSET', KEYS[8], uid, 'identity|' .. ARGV[1] .. '|' .. seq)
+        redis.call('HINCRBY', KEYS[9], 'identity', 1)
+        t = -5
+        shown[#shown] = tonumber(seq)
+      end
     elseif not owner then
       redis.call('HSET', KEYS[7], idk, uid)
     end
@@ -185,7 +205,7 @@ for i = 8, #ARGV, 2 do
   end
 end
 local serving = tonumber(redis.call('HGET', KEYS[1], 'serving') or '0')
-return {n and tonumber(n) or -1, serving, out}
+return {n and tonumber(n) or -1, serving, out, shown}
 `)
 
 // tickScript is run by every gateway for every active sale once per tick.
@@ -559,34 +579,41 @@ func loadScripts(ctx context.Context, rdb redis.UniversalClient) error {
 
 // registerJoins runs joinScript for one batch of one sale. It returns
 // errStale when the queue must be restored first.
-func registerJoins(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.Sale, lead time.Duration, nowMs, ttlMs int64, kn known, users []int64, idks []string) (queueState, []int64, error) {
-	args := make([]any, 0, 7+2*len(users))
+func registerJoins(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.Sale, lead time.Duration, nowMs, ttlMs int64, kn known, shadowIdentity bool, users []int64, idks []string) (queueState, []joinTicket, error) {
+	args := make([]any, 0, 8+2*len(users))
 	args = append(args, nowMs, DrawAt(sale, lead).UnixMilli(), ttlMs)
 	args = append(args, kn.args()...)
+	args = append(args, boolArg(shadowIdentity))
 	for i, u := range users {
 		args = append(args, u, idks[i])
 	}
-	res, err := joinScript.Run(ctx, rdb, saleKeys(sale.ID, keyState, keyTickets, keyOrder, keyAdmitted, keyPresence, keyGone, keyIdentity), args...).Slice()
+	res, err := joinScript.Run(ctx, rdb, saleKeys(sale.ID, keyState, keyTickets, keyOrder, keyAdmitted, keyPresence, keyGone, keyIdentity,
+		keyShadow, keyShadowN, keyReleased), args...).Slice()
 	if err != nil {
 		return queueState{}, nil, fmt.Errorf("waitroom.join: %w", err)
 	}
 	if len(res) == 1 && toInt(res[0]) == -2 {
 		return queueState{}, nil, errStale
 	}
-	if len(res) != 3 {
+	if len(res) != 4 {
 		return queueState{}, nil, errors.New("waitroom.join: bad script reply")
 	}
 	st := queueState{N: toInt(res[0]), Serving: toInt(res[1])}
 	raw, _ := res[2].([]any)
-	if len(raw) != len(users) {
+	shown, _ := res[3].([]any)
+	if len(raw) != len(users) || len(shown) != len(users) {
 		return queueState{}, nil, errors.New("waitroom.join: bad script reply")
 	}
-	tickets := make([]int64, len(raw))
+	out := make([]joinTicket, len(raw))
 	for i, v := range raw {
-		tickets[i] = toInt(v)
+		out[i] = joinTicket{ticket: toInt(v), shown: toInt(shown[i])}
 	}
-	return st, tickets, nil
+	return st, out, nil
 }
+
+// joinTicket is joinScript's answer for one user: a ticket, ticketDuplicate,
+// or ticketShadowed with the ticket shown.
+type joinTicket struct{ ticket, shown int64 }
 
 type tickArgs struct {
 	me       string

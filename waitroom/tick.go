@@ -256,6 +256,7 @@ func (r *Room) tickAll(ctx context.Context, regular bool) (untilOpening time.Dur
 		}
 		waiting += r.broadcast(ctx, sr, now, tick, regular, competing)
 		r.reissueHolds(ctx, sr, now)
+		r.checkShadowed(ctx, sr, now)
 		r.retire(ctx, sr, now)
 		if d := sr.untilOpening(now, r.cfg.Tick, r.cfg.DrawLead); d > 0 && (untilOpening == 0 || d < untilOpening) {
 			untilOpening = d

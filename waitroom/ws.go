@@ -37,6 +37,9 @@ type conn struct {
 	ws  *websocket.Conn
 	ip  netip.Addr
 	seq uint64
+	// overCap: accepted over the per-address cap (Config.MaxConnsPerIP)
+	// for the shadow queue (shadowQueue's perAddress rule).
+	overCap bool
 
 	closeOnce sync.Once
 
@@ -45,6 +48,7 @@ type conn struct {
 	user       int64
 	ticket     int64
 	place      int64  // -1 until known (after the draw)
+	shadow     bool   // in the shadow queue: ticket is the one shown, in no queue
 	admittedAt int64  // 0 until admitted
 	joinedAt   int64  // Unix ms of the join on this connection (the report's wait)
 	heldItem   int64  // queue order: the item held for the shopper (0: none, or race)
@@ -396,7 +400,8 @@ func (r *Room) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		httpError(w, http.StatusServiceUnavailable, flashsale.CodeUnavailable, "this gateway is full; retry shortly")
 		return
 	}
-	if r.perIP[key] >= r.cfg.MaxConnsPerIP {
+	overCap := r.perIP[key] >= r.cfg.MaxConnsPerIP
+	if overCap && (r.perIP[key] >= shadowCapFactor*r.cfg.MaxConnsPerIP || !r.shadows(ShadowPerAddress)) {
 		r.mu.Unlock()
 		httpError(w, http.StatusTooManyRequests, flashsale.CodeRateLimited, "too many connections from this address")
 		return
@@ -422,7 +427,7 @@ func (r *Room) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	// The connection gets its own goroutine and ServeHTTP returns, so that
 	// net/http frees its per-connection state (buffers, request, a deep
 	// stack): this halves the memory of an idle connection.
-	go r.serveConn(ws, ip, saleID, release)
+	go r.serveConn(ws, ip, overCap, saleID, release)
 }
 
 // capKey is what the per-address connection cap counts by: the address
@@ -441,9 +446,9 @@ func capKey(ip netip.Addr) netip.Addr {
 // fresh goroutine whose stack stays small (the handshake's deep calls
 // would otherwise keep this goroutine's stack grown for the connection's
 // life). release runs when the connection is done.
-func (r *Room) serveConn(ws *websocket.Conn, ip netip.Addr, saleID int64, release func()) {
+func (r *Room) serveConn(ws *websocket.Conn, ip netip.Addr, overCap bool, saleID int64, release func()) {
 	ws.SetReadLimit(r.cfg.MaxMessageBytes + 1)
-	c := &conn{r: r, ws: ws, ip: ip, place: -1}
+	c := &conn{r: r, ws: ws, ip: ip, overCap: overCap, place: -1}
 	r.mu.Lock()
 	r.connSeq++
 	c.seq = r.connSeq
@@ -548,9 +553,18 @@ func (l *chooseLimit) allow(now time.Time) bool {
 // status carrying the choice at once, or a choiceRefused.
 func (c *conn) choose(sr *saleRoom, itemID int64) {
 	r := c.r
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	err := r.Choose(ctx, flashsale.Principal{UserID: c.user}, sr.id, itemID)
-	cancel()
+	var err error
+	sr.mu.Lock()
+	shadow, sale := c.shadow, sr.sale
+	sr.mu.Unlock()
+	if shadow {
+		// The shadow queue answers from memory: no Redis work.
+		err = checkChoice(sale, itemID)
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = r.Choose(ctx, flashsale.Principal{UserID: c.user}, sr.id, itemID)
+		cancel()
+	}
 	if err != nil {
 		if flashsale.ErrorCode(err) == flashsale.CodeInternal {
 			r.log.Warn("record a choice", "sale", sr.id, "user", c.user, "err", err)
@@ -642,14 +656,22 @@ func (c *conn) handshake(saleID int64) *saleRoom {
 			c.fail(flashsale.Errorf(flashsale.CodeUnauthenticated, "missing, invalid or expired access token"))
 			return nil
 		}
+		var guardErr error
 		if r.guard != nil {
 			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			ch, err := r.guard.CheckJoin(gctx, c.ip, p.UserID, saleID, m.PoW)
 			cancel()
-			if err != nil {
+			var sh *flashsale.Shadow
+			if err != nil && !errors.As(err, &sh) {
 				r.guardRefused(saleID, err)
 				c.fail(err)
 				return nil
+			}
+			guardErr = err
+			if ch != nil && challenged && r.shadows(ShadowPow) {
+				// Challenged once and back without a solution: the
+				// shadow queue rather than another challenge.
+				ch, guardErr = nil, &flashsale.Shadow{Rule: ShadowPow}
 			}
 			if ch != nil {
 				msg, err := challengeMessage(ch)
@@ -685,7 +707,7 @@ func (c *conn) handshake(saleID int64) *saleRoom {
 		r.mu.Unlock()
 		c.user = p.UserID
 		jctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		ticket, sr, err := r.register(jctx, sale, p)
+		ticket, sr, err := c.join(jctx, sale, p, guardErr)
 		if err == nil {
 			err = c.enter(jctx, sr, ticket)
 		}
@@ -707,15 +729,35 @@ func (c *conn) handshake(saleID int64) *saleRoom {
 	}
 }
 
+// join puts the connection's shopper in the sale's queue, or in its
+// shadow queue when a shadow rule judged the join (guardErr is the
+// guard's verdict).
+func (c *conn) join(ctx context.Context, sale *flashsale.Sale, p flashsale.Principal, guardErr error) (joinTicket, *saleRoom, error) {
+	r := c.r
+	if rule := r.joinRule(guardErr, p, c.overCap); rule != "" {
+		t, sr, shadowed, err := r.shadowJoin(ctx, sale, p.UserID, rule)
+		if err != nil || shadowed {
+			return joinTicket{ticket: ticketShadowed, shown: t}, sr, err
+		}
+	}
+	return r.register(ctx, sale, p)
+}
+
 // enter adds the joined connection to its sale room and queues its first
 // status (and the admitted message, when its turn has come).
-func (c *conn) enter(ctx context.Context, sr *saleRoom, ticket int64) error {
+func (c *conn) enter(ctx context.Context, sr *saleRoom, j joinTicket) error {
 	r := c.r
 	now := r.cfg.Now()
 	sr.mu.Lock()
 	r.latestSale(sr)
+	ticket := j.ticket
+	if j.ticket == ticketShadowed {
+		ticket, c.shadow = j.shown, true
+	}
 	c.sr, c.ticket, c.joinedAt = sr, ticket, now.UnixMilli()
-	if p, ok := sr.place(ticket); ok {
+	if c.shadow {
+		c.place = sr.shadowPlace(ticket, c.user)
+	} else if p, ok := sr.place(ticket); ok {
 		c.place = p
 	}
 	v := sr.viewOf(c.place, now)
@@ -723,7 +765,7 @@ func (c *conn) enter(ctx context.Context, sr *saleRoom, ticket int64) error {
 	place := c.place
 	queue := sr.sale.QueueOrder()
 	sr.mu.Unlock()
-	if queue && v.state != StateAdmitted {
+	if queue && v.state != StateAdmitted && !c.shadow {
 		// A choice made before (another tab, a reconnect) is shown.
 		chosen, err := readChoice(ctx, r.rdb, sr.id, c.user)
 		if err != nil {

@@ -27,6 +27,14 @@ type wsShopper struct {
 
 func joinWS(t *testing.T, s *stack, saleID, user int64) *wsShopper {
 	t.Helper()
+	return joinWSToken(t, s, saleID, s.Token(user, false))
+}
+
+// joinWSToken is joinWS with the given access token. When the server
+// closes the socket, a message {"type": "closed", "status": <close
+// status>} is recorded.
+func joinWSToken(t *testing.T, s *stack, saleID int64, token string) *wsShopper {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	url := strings.Replace(s.App.PublicURL, "http://", "ws://", 1) + fmt.Sprintf("/api/flash-sales/sales/%d/queue", saleID)
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
@@ -36,7 +44,7 @@ func joinWS(t *testing.T, s *stack, saleID, user int64) *wsShopper {
 		cancel()
 		t.Fatalf("dial: %v", err)
 	}
-	msg, _ := json.Marshal(map[string]string{"type": "join", "accessToken": s.Token(user, false)})
+	msg, _ := json.Marshal(map[string]string{"type": "join", "accessToken": token})
 	if err := c.Write(dctx, websocket.MessageText, msg); err != nil {
 		cancel()
 		t.Fatal(err)
@@ -48,6 +56,13 @@ func joinWS(t *testing.T, s *stack, saleID, user int64) *wsShopper {
 		for {
 			_, data, err := c.Read(ctx)
 			if err != nil {
+				w.mu.Lock()
+				w.msgs = append(w.msgs, map[string]any{"type": "closed", "status": float64(websocket.CloseStatus(err))})
+				w.mu.Unlock()
+				select {
+				case w.wake <- struct{}{}:
+				default:
+				}
 				return
 			}
 			var m map[string]any

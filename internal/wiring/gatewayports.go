@@ -26,6 +26,10 @@ func (q queueAdapter) Status(ctx context.Context, p flashsale.Principal, saleID 
 	return q.Room.Status(ctx, p, saleID)
 }
 
+func (q queueAdapter) ShadowList(ctx context.Context, saleID int64, limit int) (any, error) {
+	return q.Room.ShadowList(ctx, saleID, limit)
+}
+
 // staticAdapter presents the embedded site as the gateway's StaticFiles.
 type staticAdapter struct{ site *static.Site }
 
