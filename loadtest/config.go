@@ -170,6 +170,13 @@ type Config struct {
 	// room gives a key one place (DUPLICATE_IDENTITY), so no key may end
 	// with two orders ("one order per identity key (run)").
 	DuplicateIdentities float64 `json:"duplicateIdentities,omitempty"`
+	// ShadowShare (0–1): this share of the shoppers carry a risk claim of
+	// 0.99 in their tokens, and the run turns the bot defense's shadow
+	// queue on for them (shadowQueue.riskAbove 0.9; with
+	// DuplicateIdentities also the identity rule, so second accounts are
+	// shadowed rather than refused). The report checks that no shadowed
+	// shopper is admitted or buys.
+	ShadowShare float64 `json:"shadowShare,omitempty"`
 
 	Hostile Hostile `json:"hostile"`
 
@@ -245,6 +252,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.DuplicateIdentities < 0 || c.DuplicateIdentities >= 1 {
 		return c, errors.New("loadtest: DuplicateIdentities must be from 0 to below 1")
+	}
+	if !(c.ShadowShare >= 0 && c.ShadowShare < 1) {
+		return c, errors.New("loadtest: ShadowShare must be from 0 to below 1")
 	}
 	if c.FastShare < 0 || c.FastShare > 1 {
 		return c, errors.New("loadtest: FastShare must be from 0 to 1")

@@ -54,9 +54,12 @@ type Report struct {
 	LastReservationMs  int64   `json:"lastReservationMs"`  // last 202
 	AdmissionsPerSec   float64 `json:"admissionsPerSecond"`
 
-	Counters Counters                `json:"counters"`
-	Orders   OrdersReport            `json:"orders"`
-	Queue    *flashsale.QueueFigures `json:"queue,omitempty"`
+	Counters Counters `json:"counters"`
+	// Shadow is what the run saw of its shadowed shoppers
+	// (Config.ShadowShare; nil without).
+	Shadow *ShadowReport           `json:"shadow,omitempty"`
+	Orders OrdersReport            `json:"orders"`
+	Queue  *flashsale.QueueFigures `json:"queue,omitempty"`
 
 	Invariants []InvariantResult `json:"invariants"`
 	// Summary is the machine-readable verdict (oversold, acknowledged

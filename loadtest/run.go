@@ -47,6 +47,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rec := newRecorder(started)
 	adm := &admin{hc: ctl, bases: bases, tok: opTok, rec: rec}
+	if cfg.ShadowShare > 0 {
+		if err := adm.enableShadowQueue(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
 	var sale *adminSale
 	if cfg.SaleID == 0 {
 		sale, err = adm.createSale(ctx, cfg, started)
@@ -254,6 +259,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Persist = poller.stop(rep.Orders.Reserved, info.OpensAt.UnixMilli(), rep.LastReservationMs)
 	}
 	rep.checkRun(p.Orders, items, quiet, qd)
+	if cfg.ShadowShare > 0 {
+		rep.checkShadow(cctx, adm, info.ID, p.Orders)
+	}
 	if cfg.DatabaseURL != "" {
 		rep.checkPostgres(cctx, cfg.DatabaseURL, info.ID)
 	} else {

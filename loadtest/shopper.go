@@ -194,6 +194,9 @@ func (s *shard) admittedNow(sh *shopper, w *wait, m *roomMsg) {
 	}
 	if !w.admitted {
 		s.rec.live.admitted.Add(1)
+		if shadowShopper(s.cfg, sh.userID) {
+			s.rec.live.shadowAdmitted.Add(1)
+		}
 	}
 	if !w.waitObserved {
 		w.waitObserved = true
@@ -254,7 +257,13 @@ func (s *shard) seen(w *wait, m *roomMsg) {
 // run is one shopper's whole life, bounded by ctx.
 func (s *shard) run(ctx context.Context, sh *shopper) {
 	defer s.rec.live.done.Add(1)
-	tok, err := auth.MintIdentity(s.cfg.JWTSecret, sh.userID, false, identityKey(s.cfg, sh.userID), s.ttl, time.Now())
+	o := auth.MintOptions{IdentityKey: identityKey(s.cfg, sh.userID)}
+	if shadowShopper(s.cfg, sh.userID) {
+		risk := shadowRisk
+		o.Risk = &risk
+		s.rec.live.shadowed.Add(1)
+	}
+	tok, err := auth.MintWith(s.cfg.JWTSecret, sh.userID, o, s.ttl, time.Now())
 	if err != nil {
 		s.rec.errorf(err.Error())
 		return
@@ -844,6 +853,19 @@ func identityKey(cfg Config, userID int64) string {
 		person = userID - 1
 	}
 	return "person-" + strconv.FormatInt(person, 10)
+}
+
+// shadowRisk is the risk claim of a shadowed shopper's token, and
+// shadowRiskAbove the threshold the run sets (Config.ShadowShare).
+const (
+	shadowRisk      = 0.99
+	shadowRiskAbove = 0.9
+)
+
+// shadowShopper reports whether the shopper is drawn among
+// Config.ShadowShare: its token carries shadowRisk.
+func shadowShopper(cfg Config, userID int64) bool {
+	return cfg.ShadowShare > 0 && rand.New(rand.NewPCG(cfg.Seed^0x5ad0, uint64(userID))).Float64() < cfg.ShadowShare
 }
 
 func (s *shard) draw(userID int64, salt uint64) *rand.Rand {

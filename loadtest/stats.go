@@ -272,6 +272,11 @@ type Counters struct {
 	// before (a larger position, or WAITING after an admission that had
 	// not expired).
 	PlacesLost int64 `json:"placesLost"`
+	// Shadowed: shoppers whose token carries the shadow risk claim
+	// (Config.ShadowShare); ShadowAdmitted: those of them that saw an
+	// admission (must be 0).
+	Shadowed       int64 `json:"shadowed,omitempty"`
+	ShadowAdmitted int64 `json:"shadowAdmitted,omitempty"`
 }
 
 func (c *Counters) add(o Counters) {
@@ -288,11 +293,14 @@ func (c *Counters) add(o Counters) {
 	c.Reconnects += o.Reconnects
 	c.GatewayMoves += o.GatewayMoves
 	c.PlacesLost += o.PlacesLost
+	c.Shadowed += o.Shadowed
+	c.ShadowAdmitted += o.ShadowAdmitted
 }
 
 type liveCounters struct {
 	joined, admitted, reserved, soldOut, paid, hostile, errors, requests, done atomic.Int64
 	waitingAtEnd, reconnects, gatewayMoves, placesLost                         atomic.Int64
+	shadowed, shadowAdmitted                                                   atomic.Int64
 }
 
 func (l *liveCounters) snapshot() Counters {
@@ -302,6 +310,7 @@ func (l *liveCounters) snapshot() Counters {
 		Errors: l.errors.Load(), Requests: l.requests.Load(), Done: l.done.Load(),
 		WaitingAtEnd: l.waitingAtEnd.Load(), Reconnects: l.reconnects.Load(),
 		GatewayMoves: l.gatewayMoves.Load(), PlacesLost: l.placesLost.Load(),
+		Shadowed: l.shadowed.Load(), ShadowAdmitted: l.shadowAdmitted.Load(),
 	}
 }
 

@@ -101,6 +101,7 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	claimWindow := fs.Duration("claim-window", 0, "claim window of the created sale in queue order, whole seconds (0: the default, 2m)")
 	reaction := fs.Duration("reaction", 0, "a person's median time from the token buying to the click (log-normal, about 2x either way; 0: at once)")
 	fastShare := fs.Float64("fast-share", 0, "fraction of shoppers who are fast clients and click the instant their token buys (with --reaction)")
+	shadowShare := fs.Float64("shadow-share", 0, "fraction of shoppers whose token carries a risk claim of 0.99; the run turns the shadow queue on for them (riskAbove 0.9, and the identity rule with -duplicate-identities) and checks that none is admitted or buys")
 	duplicates := fs.Float64("duplicate-identities", 0, "fraction of shoppers who are a second account of another shopper: every token carries an identity key (idk), these the other shopper's; the report checks one order per key")
 	rate := fs.Int("rate", -1, "admission rate per second of the created sale")
 	startsIn := fs.Duration("starts-in", 0, "the created sale opens this long after the start")
@@ -162,6 +163,7 @@ func cmdLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	cfg.Allocation, cfg.ClaimWindow = *allocation, *claimWindow
 	cfg.Reaction, cfg.FastShare = *reaction, *fastShare
 	cfg.DuplicateIdentities = *duplicates
+	cfg.ShadowShare = *shadowShare
 	setInt(&cfg.Items, *items)
 	setInt(&cfg.AdmissionRate, *rate)
 	setInt(&cfg.Hostile.PurchaseFlood, *flood)

@@ -91,12 +91,13 @@ var mustHold = []string{
 func TestSmokeAgainstStack(t *testing.T) {
 	for _, tc := range []struct {
 		name, transport, allocation string
-		duplicates                  float64
+		duplicates, shadow          float64
 	}{
-		{loadtest.TransportWS, loadtest.TransportWS, "race", 0},
-		{loadtest.TransportPolling, loadtest.TransportPolling, "race", 0},
-		{"ws-queue-order", loadtest.TransportWS, "queue", 0},
-		{"ws-duplicate-identities", loadtest.TransportWS, "queue", 0.33},
+		{loadtest.TransportWS, loadtest.TransportWS, "race", 0, 0},
+		{loadtest.TransportPolling, loadtest.TransportPolling, "race", 0, 0},
+		{"ws-queue-order", loadtest.TransportWS, "queue", 0, 0},
+		{"ws-duplicate-identities", loadtest.TransportWS, "queue", 0.33, 0},
+		{"ws-shadowed", loadtest.TransportWS, "queue", 0.2, 0.3},
 	} {
 		transport := tc.transport
 		t.Run(tc.name, func(t *testing.T) {
@@ -110,6 +111,7 @@ func TestSmokeAgainstStack(t *testing.T) {
 			cfg.Transport = transport
 			cfg.Allocation = tc.allocation
 			cfg.DuplicateIdentities = tc.duplicates
+			cfg.ShadowShare = tc.shadow
 			cfg.PollInterval = 200 * time.Millisecond
 			cfg.SourceAddrs = 8
 			// The Redis check compares the hostile phase's commands with
@@ -148,7 +150,16 @@ func TestSmokeAgainstStack(t *testing.T) {
 				got[c.Name] = c
 			}
 			names := mustHold
-			if tc.duplicates > 0 {
+			if tc.shadow > 0 {
+				// A share of the shoppers (and, the identity rule on,
+				// every second account) wait in the shadow queue: never
+				// admitted, never buying, while the rest buy every unit.
+				names = append(names[:len(names):len(names)], "one order per identity key (run)",
+					"shadowed shoppers never admitted (run)", "shadowed shoppers never buy (admin API)")
+				if sr := r.Shadow; sr == nil || sr.Drawn == 0 || sr.InQueue < sr.Drawn || sr.Server["risk"] != sr.Drawn || sr.Server["identity"] == 0 {
+					t.Errorf("shadow report %+v: want every drawn shopper in the shadow queue by risk, and second accounts by identity", sr)
+				}
+			} else if tc.duplicates > 0 {
 				names = append(names[:len(names):len(names)], "one order per identity key (run)")
 				refused := int64(0)
 				for out, n := range r.Steps["join"].Outcomes {
