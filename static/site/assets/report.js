@@ -36,7 +36,8 @@ export function minuteRows(rep) {
       admissions: r ? Number(r.admissions) || 0 : 0,
       holds: r ? Number(r.holds) || 0 : 0,
       waiting,
-      refusals: r ? Object.values(r.refusals || {}).reduce((a, n) => a + (Number(n) || 0), 0) : 0,
+      refusals: r ? sum(r.refusals) : 0,
+      shadowed: r ? sum(r.shadowed) : 0,
       p50: wait ? wait.p50Ms : null,
       p90: wait ? wait.p90Ms : null,
       p99: wait ? wait.p99Ms : null,
@@ -45,6 +46,20 @@ export function minuteRows(rep) {
       soldBy,
     };
   });
+}
+
+function sum(counts) {
+  return Object.values(counts || {}).reduce((a, n) => a + (Number(n) || 0), 0);
+}
+
+// ruleRows are the report's joins refused and shoppers shadowed by rule:
+// [rule, refused, shadowed] for every rule with either, the most first.
+export function ruleRows(room) {
+  const ref = (room && room.refusals) || {};
+  const sh = (room && room.shadowed) || {};
+  const rules = [...new Set([...Object.keys(ref), ...Object.keys(sh)])];
+  const rows = rules.map((rule) => [rule, Number(ref[rule]) || 0, Number(sh[rule]) || 0]);
+  return rows.sort((a, b) => b[1] + b[2] - (a[1] + a[2]) || a[0].localeCompare(b[0]));
 }
 
 // sellOutLines spreads the report's sell-out curve (orders.sellOut) over
@@ -159,10 +174,10 @@ export function renderReport(rep, i18n, $) {
       ? t('op.report.aria.wait', { count: num(wait.count), p50: secs(wait.p50Ms), p90: secs(wait.p90Ms), p99: secs(wait.p99Ms) })
       : t('op.report.noWaits')));
 
-  // Refusals by rule.
-  const refusals = Object.entries(room.refusals || {}).sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]));
-  const refRows = refusals.map(([rule, n]) => row([i18n.has('op.report.rule.' + rule) ? t('op.report.rule.' + rule) : rule, num(n)]));
-  if (!refRows.length) refRows.push(row([t('op.report.noRefusals'), '–']));
+  // Refusals and shadowing by rule.
+  const refRows = ruleRows(room).map(([rule, refused, shadowed]) =>
+    row([i18n.has('op.report.rule.' + rule) ? t('op.report.rule.' + rule) : rule, num(refused), num(shadowed)]));
+  if (!refRows.length) refRows.push(row([t('op.report.noRefusals'), '–', '–']));
   $('report-refusals').replaceChildren(...refRows);
 
   // Orders by status, then the conversion.
@@ -173,7 +188,7 @@ export function renderReport(rep, i18n, $) {
 
   // Every minute's figures.
   $('report-minutes').replaceChildren(
-    ...rows.map((r) => row([i18n.time(r.at), num(r.joins), num(r.admissions), num(r.holds), num(r.waiting), num(r.refusals),
+    ...rows.map((r) => row([i18n.time(r.at), num(r.joins), num(r.admissions), num(r.holds), num(r.waiting), num(r.refusals), num(r.shadowed),
       secs(r.p50), secs(r.p90), secs(r.p99), num(r.sold), num(r.paid)])),
   );
   $('report-minutes-empty').hidden = rows.length > 0;

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { sellOutLines, soldOutAfter } from '../../site/assets/report.js';
+import { ruleRows, sellOutLines, soldOutAfter } from '../../site/assets/report.js';
 
 const rep = {
   startsAt: '2026-12-05T18:00:00Z',
@@ -32,4 +32,10 @@ test('an empty sell-out curve has no lines', () => {
 test('sold out after the opening: only the items sold out', () => {
   assert.deepEqual([...soldOutAfter(rep)], [[1, 1100]]);
   assert.equal(soldOutAfter({ ...rep, startsAt: 'not a time' }).size, 0);
+});
+
+test('refusals and shadowing by rule: every rule with either, the most first', () => {
+  const room = { refusals: { blocklist: 2, identity: 1 }, shadowed: { risk: 5, blocklist: 1 } };
+  assert.deepEqual(ruleRows(room), [['risk', 0, 5], ['blocklist', 2, 1], ['identity', 1, 0]]);
+  assert.deepEqual(ruleRows({}), []);
 });
