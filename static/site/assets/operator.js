@@ -8,6 +8,7 @@ import { Series, drawChart, getPath, pivotCounters, ratePerSecond, setPath, shad
 import { setupLanguage } from './lang.js';
 import { changeLines, conflictChanges } from './conflict.js';
 import { renderReport } from './report.js';
+import { renderShadowKnobs, renderShadowed, ruleName as shadowRuleName } from './shadowq.js';
 
 const TOKEN_KEY = 'flashsale.operatorToken';
 const ADMIN = '/api/admin';
@@ -349,6 +350,28 @@ async function loadFigures() {
   }
   op.sale = r.body;
   renderFigures(true);
+  loadShadowed(id);
+}
+
+// loadShadowed reads the sale's shadow queue (every other figures poll)
+// and shows it.
+async function loadShadowed(id, force = false) {
+  op.shadowTick = (op.shadowTick || 0) + 1;
+  if (!force && op.shadowTick % 2 !== 1) return;
+  const r = await api('GET', '/sales/' + encodeURIComponent(id) + '/shadow?limit=50');
+  if (id !== op.saleId || !r.ok) return;
+  renderShadowed(r.body, $('shadowq-list'), $('shadowq-summary'), {
+    t, num, time: (ms) => i18n.time(ms),
+    onRelease: async (user) => {
+      const rr = await api('POST', '/sales/' + encodeURIComponent(id) + '/shadow/' + encodeURIComponent(user) + '/release');
+      if (rr.ok) {
+        await showChange('op.change.released', { user: String(user) }, false);
+      } else {
+        showChange('op.change.refused', { why: refusal(rr) }, false);
+      }
+      loadShadowed(id, true);
+    },
+  });
 }
 
 function renderFigures(sample) {
@@ -579,6 +602,7 @@ function fieldLabel(path) {
   const key = 'field.' + path.replace(/\.\d+\./g, '.*.').replace(/^items\.\*\./, 'items.');
   // shadow.<rule>: the rule's own name.
   if (path.startsWith('shadow.')) return t('field.shadow', { rule: ruleLabel(path.slice('shadow.'.length)) });
+  if (path.startsWith('shadowQueue.rules.')) return t('field.shadowQueue', { rule: shadowRuleName(path.slice('shadowQueue.rules.'.length), t) });
   if (i18n.has(key)) {
     const m = /^items\.(\d+)\./.exec(path);
     return m ? t('field.itemN', { n: Number(m[1]) + 1, field: t(key) }) : t(key);
@@ -739,6 +763,25 @@ function renderSettings(forceDoc = false) {
     row.append(cb, l);
     box.append(row);
   }
+  renderShadowKnobs(s, $('shadowq-rules'), $('shadowq-risk'), {
+    t,
+    idle: (el) => document.activeElement !== el,
+    onRule: (rule, on) =>
+      changeSettings((doc) => {
+        setPath(doc, ['shadowQueue', 'rules', rule], on);
+        if (!on) delete doc.shadowQueue.rules[rule];
+      }, on ? 'op.change.sqOn' : 'op.change.sqOff', { rule: shadowRuleName(rule, t) }),
+    onRisk: (v) => {
+      if (!(v >= 0 && v < 1)) {
+        showChange('op.change.badRisk', {}, false);
+        return;
+      }
+      changeSettings((doc) => {
+        setPath(doc, ['shadowQueue', 'riskAbove'], v);
+        if (v === 0) delete doc.shadowQueue.riskAbove;
+      }, 'op.change.sqRisk', { v: i18n.number(v) });
+    },
+  });
   if (forceDoc || document.activeElement !== $('settings-json')) {
     $('settings-json').value = JSON.stringify(s, null, 2);
     op.settingsDocVersion = Number(s.version);

@@ -39,3 +39,12 @@ test('refusals and shadowing by rule: every rule with either, the most first', (
   assert.deepEqual(ruleRows(room), [['risk', 0, 5], ['blocklist', 2, 1], ['identity', 1, 0]]);
   assert.deepEqual(ruleRows({}), []);
 });
+
+test('the shadow queue summary: counts by rule, the most first', async () => {
+  const { shadowSummary } = await import('../../site/assets/shadowq.js');
+  const t = (k, p = {}) => k + JSON.stringify(p);
+  const num = (n) => String(n);
+  assert.equal(shadowSummary({ shadowed: 0, released: 0, byRule: {} }, t, num), 'sq.none{}');
+  assert.equal(shadowSummary({ shadowed: 3, released: 1, byRule: { pow: 1, risk: 2 } }, t, num),
+    'sq.summary' + JSON.stringify({ n: '3', released: '1', rules: 'sq.ruleCount' + JSON.stringify({ rule: 'sq.rule.risk{}', n: '2' }) + ', sq.ruleCount' + JSON.stringify({ rule: 'sq.rule.pow{}', n: '1' }) }));
+});
