@@ -7,11 +7,13 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/flashsale/flashsale/auth"
 	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/internal/wiring"
 	"github.com/flashsale/flashsale/internal/wiring/apptest"
@@ -137,6 +139,23 @@ func TestScreenshots(t *testing.T) {
 		s.buy(u, it, s.admit(u, spring))
 	}
 
+	// The shadow queue on for risky sessions: three of them join each
+	// sale, so the console lists them and the report counts them.
+	doc := strings.Replace(apptest.Permissive, `"blocklist"`, `"shadowQueue": {"riskAbove": 0.8}, "blocklist"`, 1)
+	if err := s.App.SetDefense(context.Background(), "test", []byte(doc)); err != nil {
+		t.Fatal(err)
+	}
+	for u := int64(8301); u <= 8303; u++ {
+		risk := 0.95
+		tok, err := auth.MintWith(apptest.Secret, u, auth.MintOptions{Risk: &risk}, time.Hour, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sale := range []int64{winter, spring} {
+			s.Want(s.Do("POST", queuePath(sale), tok, nil), 200, "")
+		}
+	}
+
 	b := newBrowser(t)
 	for i, lang := range []string{"en", "es"} {
 		user := int64(8120 + i)
@@ -162,7 +181,8 @@ func TestScreenshots(t *testing.T) {
 		op.waitJS("items, queue and charts", `document.querySelectorAll('#fig-items tr').length === 2 &&
 		  document.getElementById('fig-waiting').textContent.trim() !== '' &&
 		  document.querySelectorAll('#charts svg').length > 0 &&
-		  document.querySelectorAll('#audit-list li').length > 0`)
+		  document.querySelectorAll('#audit-list li').length > 0 &&
+		  document.querySelectorAll('#shadowq-list tr').length === 3`)
 		op.do("block a user",
 			chromedp.SetValue(chromedp.CSS("#block-user-input"), fmt.Sprint(666+i)),
 			chromedp.Click(chromedp.CSS("#block-user-apply")),
@@ -174,7 +194,8 @@ func TestScreenshots(t *testing.T) {
 		// WebSockets (measured waits), orders and payments.
 		op.navigate(s.reportURL(spring))
 		op.waitJS("report with waits", `document.querySelectorAll('#report-charts svg').length === 4 &&
-		  document.getElementById('rep-p50').textContent.trim() !== '–' && document.getElementById('rep-paid').textContent.trim() === '`+fmt.Sprint(i+1)+`'`)
+		  document.getElementById('rep-p50').textContent.trim() !== '–' && document.getElementById('rep-paid').textContent.trim() === '`+fmt.Sprint(i+1)+`' &&
+		  [...document.querySelectorAll('#report-refusals tr td:last-child')].some((td) => td.textContent.trim() === '3')`)
 		shootSizes(op, "report-"+lang)
 	}
 }
