@@ -301,7 +301,8 @@ func closeStatus(code flashsale.Code) websocket.StatusCode {
 	case flashsale.CodeTooLarge:
 		return websocket.StatusMessageTooBig // 1009
 	case flashsale.CodeUnauthenticated, flashsale.CodeBlocked, flashsale.CodeNotFound, flashsale.CodeForbidden,
-		flashsale.CodeDuplicateIdentity:
+		flashsale.CodeDuplicateIdentity, flashsale.CodeNotInvited, flashsale.CodeCodeInvalid, flashsale.CodeCodeUsed,
+		flashsale.CodeNotYet:
 		return websocket.StatusPolicyViolation // 1008
 	case flashsale.CodeRateLimited, flashsale.CodeUnavailable:
 		return websocket.StatusTryAgainLater // 1013
@@ -673,6 +674,13 @@ func (c *conn) handshake(saleID int64) *saleRoom {
 				}
 				continue
 			}
+		}
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = r.checkAccess(actx, sale, p, m.Code)
+		cancel()
+		if err != nil {
+			c.fail(err)
+			return nil
 		}
 		r.mu.Lock()
 		if r.perUser[p.UserID] >= r.cfg.MaxConnsPerUser {

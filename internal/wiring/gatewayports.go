@@ -18,8 +18,8 @@ import (
 // polling answers are any JSON value).
 type queueAdapter struct{ *waitroom.Room }
 
-func (q queueAdapter) Join(ctx context.Context, p flashsale.Principal, saleID int64, ip netip.Addr, pow json.RawMessage) (any, error) {
-	return q.Room.Join(ctx, p, saleID, ip, pow)
+func (q queueAdapter) Join(ctx context.Context, p flashsale.Principal, saleID int64, ip netip.Addr, pow json.RawMessage, code string) (any, error) {
+	return q.Room.Join(ctx, p, saleID, ip, pow, code)
 }
 
 func (q queueAdapter) Status(ctx context.Context, p flashsale.Principal, saleID int64) (any, error) {
