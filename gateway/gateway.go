@@ -318,6 +318,7 @@ type Deps struct {
 	Static    StaticFiles
 	Payments  ShopPayments // nil: payment callbacks off (no payment secret)
 	Push      Push         // nil: turn notifications off
+	Invites   AccessAdmin  // nil: the codes and allowlist routes answer 404
 	Metrics   *prometheus.Registry
 	Logger    *slog.Logger
 }

@@ -234,9 +234,12 @@ type publicSaleJSON struct {
 	ShuffleSeed       string `json:"shuffleSeed,omitempty"`
 	// Allocation is "queue" for a sale allocated in queue order (its
 	// shoppers choose an item while they wait); absent for a race.
-	Allocation string           `json:"allocation,omitempty"`
-	Message    *messageJSON     `json:"message,omitempty"`
-	Items      []publicItemJSON `json:"items"`
+	Allocation string       `json:"allocation,omitempty"`
+	Message    *messageJSON `json:"message,omitempty"`
+	// Access is the sale's access rule, absent for a plain open sale:
+	// the page asks for a code when its rule is "codes".
+	Access *flashsale.SaleAccess `json:"access,omitempty"`
+	Items  []publicItemJSON      `json:"items"`
 }
 
 type publicItemJSON struct {
@@ -278,6 +281,10 @@ func (s *Server) publicView(sale *flashsale.Sale, now time.Time) publicSaleJSON 
 	}
 	if sale.QueueOrder() {
 		v.Allocation = flashsale.AllocationQueue
+	}
+	if !sale.Access.Plain() {
+		a := sale.Access
+		v.Access = &a
 	}
 	if s.seedPublic(sale, now) {
 		v.ShuffleSeed = sale.SeedHex()

@@ -159,6 +159,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		Static:    staticAdapter{site},
 		Payments:  payments,
 		Push:      pushes,
+		Invites:   invites,
 		Metrics:   a.reg,
 		Logger:    a.log,
 	})
