@@ -159,7 +159,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		Static:    staticAdapter{site},
 		Payments:  payments,
 		Push:      pushes,
-		Invites:   invites,
+		Invites:   accessAdmin{invites, a.cache},
 		Metrics:   a.reg,
 		Logger:    a.log,
 	})
