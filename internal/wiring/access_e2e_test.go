@@ -439,3 +439,49 @@ func TestOpenAPIAccess(t *testing.T) {
 	s.Want(c.call(false, "PATCH", base, op, map[string]any{"access": map[string]any{"rule": "allowlist"}}), 200, "")
 	s.Want(c.call(false, "GET", "/api/admin/audit?limit=20", op, nil), 200, "")
 }
+
+// TestAccessPresale: a codes sale with a presale hour. A code of tier 1
+// is refused NOT_YET before the tier's start and is not spent; from the
+// start it joins. A shopper without a code is NOT_INVITED, with the
+// public start in the message, until then, and joins without one after.
+func TestAccessPresale(t *testing.T) {
+	var clock jumpClock
+	s := apptest.Start(t, func(c *wiring.Config) { c.Clock = clock.Now })
+	op := s.Token(1, true)
+	now := clock.Now()
+	presale, public := now.Add(2*time.Minute).Truncate(time.Second).UTC(), now.Add(8*time.Minute).Truncate(time.Second).UTC()
+	sale := createAccessSale(t, s, now, map[string]any{"rule": "codes", "publicFrom": public.Format(time.RFC3339),
+		"tiers": []map[string]any{{"tier": 1, "joinFrom": presale.Format(time.RFC3339)}}})
+	gen := s.Do("POST", fmt.Sprintf("/api/admin/sales/%d/codes", sale), op, map[string]any{"count": 1, "tier": 1})
+	s.Want(gen, 201, "")
+	code := gen.Body["codes"].([]any)[0].(map[string]any)["code"].(string)
+	queue := fmt.Sprintf("/api/flash-sales/sales/%d/queue", sale)
+	used := func() float64 {
+		r := s.Do("GET", fmt.Sprintf("/api/admin/sales/%d/codes", sale), op, nil)
+		s.Want(r, 200, "")
+		return r.Body["codes"].([]any)[0].(map[string]any)["used"].(float64)
+	}
+
+	s.Want(s.Do("POST", queue, s.Token(500, false), map[string]any{"code": code}), 403, "NOT_YET")
+	wantWSRefused(t, s, sale, s.Token(500, false), map[string]any{"code": code}, "NOT_YET")
+	if u := used(); u != 0 {
+		t.Fatalf("code used %v times after NOT_YET, want 0", u)
+	}
+	r := s.Do("POST", queue, s.Token(501, false), nil)
+	s.Want(r, 403, "NOT_INVITED")
+	if msg, _ := r.Body["message"].(string); !strings.Contains(msg, public.Format(time.RFC3339)) {
+		t.Errorf("NOT_INVITED message %q; want the public start", msg)
+	}
+
+	clock.AdvanceTo(presale)
+	s.Want(s.Do("POST", queue, s.Token(500, false), map[string]any{"code": code}), 200, "")
+	s.Want(s.Do("POST", queue, s.Token(501, false), nil), 403, "NOT_INVITED")
+	clock.AdvanceTo(public)
+	s.Want(s.Do("POST", queue, s.Token(501, false), nil), 200, "")
+	if m, _ := accessJoin(t, s, sale, s.Token(502, false), nil); m["type"] != "status" {
+		t.Fatalf("a shopper without a code after publicFrom: %v; want a status", m)
+	}
+	if u, j := used(), queueJoined(t, s, sale); u != 1 || j != 3 {
+		t.Errorf("code used %v, joined %d; want 1 and 3", u, j)
+	}
+}
