@@ -38,6 +38,19 @@ const (
 	// CodeDuplicateIdentity: a join whose identity key (the access
 	// token's idk claim) holds a place in the sale under another user.
 	CodeDuplicateIdentity Code = "DUPLICATE_IDENTITY"
+	// CodeNotInvited: a join of a codes or allowlist sale by a shopper
+	// the rule does not let in (no code, not on the list, no trusted
+	// tier), before the sale's publicFrom if it has one.
+	CodeNotInvited Code = "NOT_INVITED"
+	// CodeCodeInvalid: a join with an invitation code the sale does not
+	// have (unknown, or another sale's).
+	CodeCodeInvalid Code = "CODE_INVALID"
+	// CodeCodeUsed: a join with an invitation code that has been used
+	// as many times as it may be.
+	CodeCodeUsed Code = "CODE_USED"
+	// CodeNotYet: a join before the shopper's tier, or the public, may
+	// join (the message says when).
+	CodeNotYet Code = "NOT_YET"
 )
 
 // Error is the one domain error type. Message is safe to show a user.

@@ -65,6 +65,9 @@ type Sale struct {
 	// and MessageAt when it was set.
 	Message   string
 	MessageAt time.Time
+	// Access is who may join the queue, and from when (the zero value:
+	// anyone, any time).
+	Access SaleAccess
 }
 
 // Allocations of a sale.
@@ -194,6 +197,9 @@ func (s *Sale) Validate() error {
 		return Invalid("items", "at least one item required")
 	case len(s.Items) > MaxSaleItems:
 		return Invalid("items", "at most %d items", MaxSaleItems)
+	}
+	if err := s.Access.Validate(); err != nil {
+		return err
 	}
 	for i, it := range s.Items {
 		field := func(name string) string { return fmt.Sprintf("items[%d].%s", i, name) }
@@ -403,6 +409,10 @@ type Principal struct {
 	// risk claim, 0 to 1; 0 when the token carries none). The bot
 	// defense may shadow joins above a threshold (shadowQueue.riskAbove).
 	Risk float64
+	// Tier is the access token's tier claim (1 first, up to MaxTier), 0
+	// when it has none or when its signer is not trusted to assert one
+	// (auth.WithTierSigners): a sale's access rule reads it.
+	Tier int
 }
 
 // Kafka topics.
@@ -426,6 +436,7 @@ type SaleUpdate struct {
 	Name                   *string
 	AdmissionRatePerSecond *int
 	EndsAt                 *time.Time
+	Access                 *SaleAccess
 }
 
 // ItemFigures are the live figures of one item (GET /api/admin/sales/{id}).

@@ -31,7 +31,7 @@ type imports struct{ code, tests string }
 // stated in the package docs.
 //
 // The tree is sorted by kind (TestKinds): the root and the leaves lua and
-// static; components at the top (admission, auth, defense, expiry,
+// static; components at the top (access, admission, auth, defense, expiry,
 // gateway, orders, purchase, reconcile, sales, waitroom, writer); adapters
 // named after their dependency under internal/adapter; the connection
 // plumbing of the public port under internal/conn; the composition root,
@@ -48,6 +48,9 @@ var layout = map[string]imports{
 	"static":    {},
 
 	// Components.
+	// access decides who may join a sale; its tests run the sale store
+	// that moves a sale's version when the allowlist changes.
+	"access":    {code: "flashsale internal/adapter/postgres", tests: "sales internal/adapter/redisstock internal/harness/testenv"},
 	"admission": {code: "flashsale"},
 	"auth":      {code: "flashsale", tests: "internal/harness/testenv"},
 	// Every store behind the gateway answers its outages UNAVAILABLE with
@@ -129,7 +132,7 @@ var layout = map[string]imports{
 	"internal/conn/watchdog": {},
 
 	// The composition root and the binaries.
-	"internal/wiring": {code: "flashsale admission auth defense events expiry gateway orders purchase push reconcile sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn internal/adapter/redisclock",
+	"internal/wiring": {code: "flashsale access admission auth defense events expiry gateway orders purchase push reconcile sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn internal/adapter/redisclock",
 		// lua names the queue keys the Redis-loss tests mark, as the
 		// leader marks them when it sees the stock lost.
 		// pushtest is the push service the turn notifications are
@@ -412,7 +415,8 @@ func TestSleepsOnlyGoDown(t *testing.T) {
 // additions and their outbox; the order store reads it in the snapshot a
 // Redis rebuild counts from. The waiting room alone writes and reads its
 // per-minute roll-up for the report (the orders' half of the report is
-// the order store's). The load harness (loadtest) audits a run's
+// the order store's). The access package alone keeps a sale's invitation
+// codes, their bindings and its allowlist. The load harness (loadtest) audits a run's
 // orders in the database from outside, as an operator would, and is not in
 // the production path.
 var tableOwners = map[string]string{
@@ -424,6 +428,9 @@ var tableOwners = map[string]string{
 	"shopper_events":      "events",
 	"stock_adds":          "internal/adapter/postgres/orderstore sales",
 	"sale_report_minutes": "waitroom",
+	"access_codes":        "access",
+	"access_bindings":     "access",
+	"access_allowlist":    "access",
 }
 
 // eventWriters may insert into the event outbox: one SQL builder.

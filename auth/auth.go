@@ -17,11 +17,13 @@ package auth
 
 import (
 	"crypto"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,6 +50,7 @@ type Verifier struct {
 	issuer   string // of asymmetric tokens, when set
 	audience string // one of an asymmetric token's aud, when set
 	maxLife  time.Duration
+	tier     TierSigners // whose tier claims count
 	now      func() time.Time
 	parser   *jwt.Parser
 	hs256    sync.Pool // *hs256State
@@ -87,6 +90,48 @@ func WithMaxLifetime(d time.Duration) Option {
 	}
 }
 
+// TierSigners names the signers whose tokens may assert a shopper's
+// tier (the tier claim): a sale's access rule lets a tier in, so a tier
+// is only believed from a signer the operator trusts to vouch for
+// people. A tier claim in any other token is ignored (Principal.Tier is
+// 0), never refused: the token still identifies its user. The zero value
+// trusts no signer.
+type TierSigners struct {
+	Secret     bool // the HS256 secret (FLASHSALE_JWT_SECRET)
+	PublicKeys bool // the PEM public keys (WithPublicKey)
+	JWKS       bool // the keys of the identity provider's JWK Set (WithJWKS)
+}
+
+// Names of the signers in the FLASHSALE_JWT_TIER_SIGNERS list.
+const (
+	SignerSecret     = "secret"
+	SignerPublicKeys = "public-keys"
+	SignerJWKS       = "jwks"
+)
+
+// ParseTierSigners reads a list of signer names (SignerSecret,
+// SignerPublicKeys, SignerJWKS; "none" or nothing for none).
+func ParseTierSigners(names []string) (TierSigners, error) {
+	var t TierSigners
+	for _, n := range names {
+		switch n {
+		case SignerSecret:
+			t.Secret = true
+		case SignerPublicKeys:
+			t.PublicKeys = true
+		case SignerJWKS:
+			t.JWKS = true
+		case "none", "":
+		default:
+			return TierSigners{}, fmt.Errorf("unknown signer %q: want %s, %s or %s", n, SignerSecret, SignerPublicKeys, SignerJWKS)
+		}
+	}
+	return t, nil
+}
+
+// WithTierSigners trusts the tier claims of tokens signed by t's signers.
+func WithTierSigners(t TierSigners) Option { return func(v *Verifier) { v.tier = t } }
+
 // WithClock injects the clock used for exp and nbf.
 func WithClock(now func() time.Time) Option { return func(v *Verifier) { v.now = now } }
 
@@ -117,6 +162,10 @@ type Claims struct {
 	// one outside is refused): the bot defense may shadow joins above a
 	// threshold.
 	Risk *float64 `json:"risk,omitempty"`
+	// Tier is the shopper's tier, 1 (first) to flashsale.MaxTier, as its
+	// signer asserts it; anything else (a string, 0, a fraction) is no
+	// tier. Raw, so a foreign token's odd tier costs it nothing else.
+	Tier json.RawMessage `json:"tier,omitempty"`
 	jwt.RegisteredClaims
 }
 
@@ -182,6 +231,9 @@ func (v *Verifier) verifyJWT(token string) (flashsale.Principal, time.Time, erro
 		}
 		cl.risk = *c.Risk
 	}
+	if tier := parseTier(c.Tier); tier != 0 && v.tierTrusted(t, token) {
+		cl.tier = tier
+	}
 	cl.sub, _ = parseSubject(c.Subject)
 	if c.IssuedAt != nil {
 		cl.iat, cl.hasIat = c.IssuedAt.Time, true
@@ -198,6 +250,7 @@ type claims struct {
 	operator      bool   // role is "operator"
 	idk           string // the identity key, "" for none
 	risk          float64
+	tier          int    // a trusted tier claim, 0 for none
 	exp, iat, nbf time.Time
 	hasExp        bool
 	hasIat        bool
@@ -218,7 +271,57 @@ func (v *Verifier) admit(c claims) (flashsale.Principal, time.Time, error) {
 	if c.sub <= 0 || len(c.idk) > MaxIdentityKeyLen {
 		return flashsale.Principal{}, time.Time{}, errUnauthenticated
 	}
-	return flashsale.Principal{UserID: c.sub, Operator: c.operator, IdentityKey: c.idk, Risk: c.risk}, c.exp.Add(leeway), nil
+	return flashsale.Principal{UserID: c.sub, Operator: c.operator, IdentityKey: c.idk, Risk: c.risk, Tier: c.tier}, c.exp.Add(leeway), nil
+}
+
+// parseTier reads a tier claim: an integer 1 to flashsale.MaxTier, 0 for
+// anything else.
+func parseTier(raw json.RawMessage) int {
+	if len(raw) != 1 || raw[0] < '1' || raw[0] > '0'+flashsale.MaxTier {
+		return 0
+	}
+	return int(raw[0] - '0')
+}
+
+// tierTrusted reports whether the signer of t, a token verified by
+// verifyJWT, is trusted to assert a tier. An asymmetric token's signature
+// is checked again against the trusted keys alone: the key set it was
+// verified with mixes the PEM keys and the JWK Set's, and a kid names a
+// key without proving which one signed.
+func (v *Verifier) tierTrusted(t *jwt.Token, token string) bool {
+	if _, hmac := t.Method.(*jwt.SigningMethodHMAC); hmac {
+		return v.tier.Secret
+	}
+	if !v.tier.PublicKeys && !v.tier.JWKS {
+		return false
+	}
+	dot := strings.LastIndexByte(token, '.')
+	if dot < 0 {
+		return false
+	}
+	signed := token[:dot]
+	verifies := func(key any) bool { return t.Method.Verify(signed, t.Signature, key) == nil }
+	if v.tier.PublicKeys {
+		for _, k := range v.pubKeys {
+			if verifies(k) {
+				return true
+			}
+		}
+	}
+	if v.tier.JWKS && v.jwks != nil {
+		switch k, _ := v.jwks.key(t); k := k.(type) {
+		case nil:
+		case jwt.VerificationKeySet:
+			for _, kk := range k.Keys {
+				if verifies(kk) {
+					return true
+				}
+			}
+		default:
+			return verifies(k)
+		}
+	}
+	return false
 }
 
 // parseSubject reads a user id from sub: canonical decimal only (no sign,
@@ -286,11 +389,18 @@ func MintIdentity(secret string, userID int64, operator bool, idk string, ttl ti
 	return MintWith(secret, userID, MintOptions{Operator: operator, IdentityKey: idk}, ttl, now)
 }
 
+// MintTier is MintIdentity with a tier claim (0 for none), as a shop's
+// token for a member.
+func MintTier(secret string, userID int64, operator bool, idk string, tier int, ttl time.Duration, now time.Time) (string, error) {
+	return MintWith(secret, userID, MintOptions{Operator: operator, IdentityKey: idk, Tier: tier}, ttl, now)
+}
+
 // MintOptions are a minted token's optional claims.
 type MintOptions struct {
 	Operator    bool
 	IdentityKey string   // the idk claim ("" none)
 	Risk        *float64 // the risk claim (nil none)
+	Tier        int      // the tier claim (0 none)
 }
 
 // MintWith is Mint with the optional claims of o.
@@ -302,6 +412,9 @@ func MintWith(secret string, userID int64, o MintOptions, ttl time.Duration, now
 	}}
 	if o.Operator {
 		c.Role = "operator"
+	}
+	if o.Tier != 0 {
+		c.Tier = json.RawMessage(strconv.Itoa(o.Tier))
 	}
 	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString([]byte(secret))
 	if err != nil {

@@ -58,6 +58,7 @@ type adminSaleJSON struct {
 	Message                *messageJSON            `json:"message,omitempty"`
 	Items                  []adminItemJSON         `json:"items"`
 	Queue                  *flashsale.QueueFigures `json:"queue,omitempty"`
+	Access                 flashsale.SaleAccess    `json:"access"`
 }
 
 type adminItemJSON struct {
@@ -115,6 +116,7 @@ func (s *Server) adminView(sale *flashsale.Sale, figs []flashsale.ItemFigures, n
 		Paused:                 sale.Paused,
 		Message:                saleMessage(sale),
 		Items:                  make([]adminItemJSON, len(sale.Items)),
+		Access:                 sale.Access,
 	}
 	if s.seedPublic(sale, now) {
 		v.ShuffleSeed = sale.SeedHex()
@@ -147,6 +149,7 @@ type createSaleRequest struct {
 	StockShards            *int                `json:"stockShards"` // absent: 1
 	Allocation             *string             `json:"allocation"`  // absent: queue
 	ClaimWindowSeconds     *int                `json:"claimWindowSeconds"`
+	Access                 json.RawMessage     `json:"access"` // absent: open
 	Items                  []createItemRequest `json:"items"`
 }
 
@@ -222,6 +225,13 @@ func parseSaleRequest(body []byte) (flashsale.Sale, error) {
 		}
 		sale.ClaimWindow = time.Duration(w) * time.Second
 	}
+	if len(req.Access) > 0 && string(req.Access) != "null" {
+		a, err := flashsale.ParseAccess(req.Access)
+		if err != nil {
+			return sale, err
+		}
+		sale.Access = a
+	}
 	sale.Items = make([]flashsale.Item, len(req.Items))
 	for i, it := range req.Items {
 		switch {
@@ -262,9 +272,10 @@ func parseSaleRequest(body []byte) (flashsale.Sale, error) {
 
 // updateSaleRequest is the body of PATCH /api/admin/sales/{saleId}.
 type updateSaleRequest struct {
-	Name                   *string `json:"name"`
-	AdmissionRatePerSecond *int    `json:"admissionRatePerSecond"`
-	EndsAt                 *string `json:"endsAt"`
+	Name                   *string         `json:"name"`
+	AdmissionRatePerSecond *int            `json:"admissionRatePerSecond"`
+	EndsAt                 *string         `json:"endsAt"`
+	Access                 json.RawMessage `json:"access"`
 }
 
 func parseUpdateRequest(body []byte) (flashsale.SaleUpdate, error) {
@@ -297,6 +308,13 @@ func parseUpdateRequest(body []byte) (flashsale.SaleUpdate, error) {
 		}
 		e = e.UTC()
 		u.EndsAt = &e
+	}
+	if len(req.Access) > 0 {
+		a, err := flashsale.ParseAccess(req.Access)
+		if err != nil {
+			return u, err
+		}
+		u.Access = &a
 	}
 	return u, nil
 }

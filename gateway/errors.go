@@ -25,7 +25,8 @@ func statusOf(code flashsale.Code) int {
 		return http.StatusBadRequest
 	case flashsale.CodeUnauthenticated, flashsale.CodeBadSignature, flashsale.CodeStaleSignature:
 		return http.StatusUnauthorized
-	case flashsale.CodeForbidden, flashsale.CodeNotAdmitted, flashsale.CodeBlocked:
+	case flashsale.CodeForbidden, flashsale.CodeNotAdmitted, flashsale.CodeBlocked,
+		flashsale.CodeNotInvited, flashsale.CodeCodeInvalid, flashsale.CodeCodeUsed, flashsale.CodeNotYet:
 		return http.StatusForbidden
 	case flashsale.CodeNotFound:
 		return http.StatusNotFound

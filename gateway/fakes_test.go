@@ -190,7 +190,7 @@ func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusTeapot)
 }
 
-func (q *fakeQueue) Join(_ context.Context, p flashsale.Principal, saleID int64, ip netip.Addr, pow json.RawMessage) (any, error) {
+func (q *fakeQueue) Join(_ context.Context, p flashsale.Principal, saleID int64, ip netip.Addr, pow json.RawMessage, _ string) (any, error) {
 	if q.joinErr != nil {
 		return nil, q.joinErr
 	}

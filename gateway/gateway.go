@@ -100,7 +100,8 @@ type Orders interface {
 // as they are.
 type Queue interface {
 	http.Handler
-	Join(ctx context.Context, p flashsale.Principal, saleID int64, ip netip.Addr, pow json.RawMessage) (any, error)
+	// Join's code is the invitation code the shopper gave ("" none).
+	Join(ctx context.Context, p flashsale.Principal, saleID int64, ip netip.Addr, pow json.RawMessage, code string) (any, error)
 	Status(ctx context.Context, p flashsale.Principal, saleID int64) (any, error)
 	// Choose records the caller's choice of item for their turn (a sale
 	// allocated in queue order): NOT_FOUND, INVALID, CHOICE_CLOSED.
@@ -322,6 +323,7 @@ type Deps struct {
 	Static    StaticFiles
 	Payments  ShopPayments // nil: payment callbacks off (no payment secret)
 	Push      Push         // nil: turn notifications off
+	Invites   AccessAdmin  // nil: the codes and allowlist routes answer 404
 	Metrics   *prometheus.Registry
 	Logger    *slog.Logger
 }

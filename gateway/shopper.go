@@ -137,8 +137,12 @@ func (s *Server) saleOrder(c *fiber.Ctx) error {
 	return c.JSON(s.orderView(o))
 }
 
+// maxCodeLen bounds an invitation code in a join (as the waiting room's
+// WebSocket join does).
+const maxCodeLen = 64
+
 // queueJoin is POST /api/flash-sales/sales/{saleId}/queue, the polling
-// join; the body may carry {"pow": {...}}.
+// join; the body may carry {"pow": {...}, "code": "..."}.
 func (s *Server) queueJoin(c *fiber.Ctx) error {
 	saleID, idOK := parseID(c.Params("saleId"))
 	p, ip, ok := s.guardedJoin(c, ClassJoin, saleID)
@@ -149,7 +153,8 @@ func (s *Server) queueJoin(c *fiber.Ctx) error {
 		return errBadSaleID
 	}
 	var req struct {
-		PoW json.RawMessage `json:"pow"`
+		PoW  json.RawMessage `json:"pow"`
+		Code *string         `json:"code"`
 	}
 	if body := bytes.TrimSpace(c.Body()); len(body) > 0 {
 		if err := decodeStrict(body, &req); err != nil {
@@ -158,13 +163,20 @@ func (s *Server) queueJoin(c *fiber.Ctx) error {
 		if bytes.Equal(req.PoW, []byte("null")) {
 			req.PoW = nil
 		}
+		if req.Code != nil && (*req.Code == "" || len(*req.Code) > maxCodeLen) {
+			return flashsale.Invalid("code", "1 to %d characters (leave it out for none)", maxCodeLen)
+		}
+	}
+	var code string
+	if req.Code != nil {
+		code = *req.Code
 	}
 	if _, ok := s.d.Sales.Sale(saleID); !ok {
 		return errNoSale
 	}
 	ctx, cancel := s.reqCtx()
 	defer cancel()
-	st, err := s.d.Queue.Join(ctx, p, saleID, ip, req.PoW)
+	st, err := s.d.Queue.Join(ctx, p, saleID, ip, req.PoW, code)
 	if err != nil {
 		return err
 	}
@@ -222,9 +234,12 @@ type publicSaleJSON struct {
 	ShuffleSeed       string `json:"shuffleSeed,omitempty"`
 	// Allocation is "queue" for a sale allocated in queue order (its
 	// shoppers choose an item while they wait); absent for a race.
-	Allocation string           `json:"allocation,omitempty"`
-	Message    *messageJSON     `json:"message,omitempty"`
-	Items      []publicItemJSON `json:"items"`
+	Allocation string       `json:"allocation,omitempty"`
+	Message    *messageJSON `json:"message,omitempty"`
+	// Access is the sale's access rule, absent for a plain open sale:
+	// the page asks for a code when its rule is "codes".
+	Access *flashsale.SaleAccess `json:"access,omitempty"`
+	Items  []publicItemJSON      `json:"items"`
 }
 
 type publicItemJSON struct {
@@ -266,6 +281,10 @@ func (s *Server) publicView(sale *flashsale.Sale, now time.Time) publicSaleJSON 
 	}
 	if sale.QueueOrder() {
 		v.Allocation = flashsale.AllocationQueue
+	}
+	if !sale.Access.Plain() {
+		a := sale.Access
+		v.Access = &a
 	}
 	if s.seedPublic(sale, now) {
 		v.ShuffleSeed = sale.SeedHex()

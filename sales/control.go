@@ -260,3 +260,27 @@ func (s *Store) AddPending(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Touch bumps the sale's version in tx and writes the audit row of a
+// change to what another package keeps about the sale (the access
+// package's allowlist): the gateways reload what they cache of the sale
+// when its version moves. NOT_FOUND for no sale, VERSION_CONFLICT when
+// ifVersion (not 0) is not the sale's. Call Announce after the commit.
+func (s *Store) Touch(ctx context.Context, tx pgx.Tx, id, ifVersion int64, actor, action string, body map[string]any) error {
+	version, err := s.lockVersion(ctx, tx, id, ifVersion)
+	if err != nil {
+		return err
+	}
+	if err := bumpVersion(ctx, tx, id, version, "", nil); err != nil {
+		return err
+	}
+	if body == nil {
+		body = map[string]any{}
+	}
+	body["saleId"] = id
+	return audit(ctx, tx, actor, action, body)
+}
+
+// Announce tells every gateway that the sale changed (best effort: the
+// caches also refresh on a timer).
+func (s *Store) Announce(ctx context.Context, id int64) { s.announce(ctx, id) }

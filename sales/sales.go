@@ -72,10 +72,10 @@ func (s *Store) Create(ctx context.Context, in flashsale.Sale) (_ flashsale.Sale
 			ends = &in.EndsAt
 		}
 		if err := tx.QueryRow(ctx, `INSERT INTO sales (name, starts_at, ends_at, admission_rate, shuffle_seed, shuffle_commitment, stock_shards,
-				allocation, claim_window_seconds)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id, created_at, version`,
+				allocation, claim_window_seconds, access)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id, created_at, version`,
 			in.Name, in.StartsAt, ends, in.AdmissionRatePerSecond, seed, out.ShuffleCommitment, in.Shards(),
-			out.Allocation, int(out.ClaimWindow/time.Second)).Scan(&out.ID, &out.CreatedAt, &out.Version); err != nil {
+			out.Allocation, int(out.ClaimWindow/time.Second), accessColumn(in.Access)).Scan(&out.ID, &out.CreatedAt, &out.Version); err != nil {
 			return err
 		}
 		for i, it := range in.Items {
@@ -88,11 +88,15 @@ func (s *Store) Create(ctx context.Context, in flashsale.Sale) (_ flashsale.Sale
 			}
 			out.Items[i] = it
 		}
-		return audit(ctx, tx, in.CreatedBy, "sale.create", map[string]any{
+		body := map[string]any{
 			"saleId": out.ID, "name": out.Name, "startsAt": out.StartsAt, "admissionRatePerSecond": out.AdmissionRatePerSecond,
 			"shuffleCommitment": out.ShuffleCommitment, "items": len(out.Items), "stockShards": out.Shards(),
 			"allocation": out.Allocation, "claimWindowSeconds": int(out.ClaimWindow / time.Second),
-		})
+		}
+		if !out.Access.Plain() {
+			body["access"] = out.Access
+		}
+		return audit(ctx, tx, in.CreatedBy, "sale.create", body)
 	})
 	if err != nil {
 		return flashsale.Sale{}, fmt.Errorf("sales.Create: %w", err)
@@ -116,15 +120,19 @@ func (s *Store) announce(ctx context.Context, id int64) {
 }
 
 const saleColumns = `id, name, starts_at, coalesce(ends_at, 'epoch'::timestamptz), admission_rate, shuffle_seed, shuffle_commitment, created_at, stock_shards,
-	version, paused, message_text, coalesce(message_at, 'epoch'::timestamptz), allocation, claim_window_seconds`
+	version, paused, message_text, coalesce(message_at, 'epoch'::timestamptz), allocation, claim_window_seconds, access`
 
 // scanSale reads a sale's row and tells the stock store its shard count.
 func (s *Store) scanSale(row pgx.Row) (flashsale.Sale, error) {
 	var sl flashsale.Sale
 	var window int
+	var access []byte
 	err := row.Scan(&sl.ID, &sl.Name, &sl.StartsAt, &sl.EndsAt, &sl.AdmissionRatePerSecond, &sl.ShuffleSeed, &sl.ShuffleCommitment, &sl.CreatedAt, &sl.StockShards,
-		&sl.Version, &sl.Paused, &sl.Message, &sl.MessageAt, &sl.Allocation, &window)
+		&sl.Version, &sl.Paused, &sl.Message, &sl.MessageAt, &sl.Allocation, &window, &access)
 	sl.ClaimWindow = time.Duration(window) * time.Second
+	if err == nil {
+		sl.Access, err = readAccess(access)
+	}
 	if err == nil {
 		s.stock.SetShards(sl.ID, sl.StockShards)
 	}
@@ -219,9 +227,10 @@ func (s *Store) Update(ctx context.Context, id int64, u flashsale.SaleUpdate) (_
 			name = coalesce($3, name),
 			admission_rate = coalesce($4, admission_rate),
 			ends_at = coalesce($5, ends_at),
+			access = coalesce($6, access),
 			version = version + 1,
 			updated_at = now()
-			WHERE id = $1 AND version = $2`, id, version, u.Name, u.AdmissionRatePerSecond, u.EndsAt)
+			WHERE id = $1 AND version = $2`, id, version, u.Name, u.AdmissionRatePerSecond, u.EndsAt, updateAccess(u.Access))
 		if err != nil {
 			return err
 		}
@@ -238,6 +247,9 @@ func (s *Store) Update(ctx context.Context, id int64, u flashsale.SaleUpdate) (_
 		if u.EndsAt != nil {
 			change["endsAt"] = *u.EndsAt
 		}
+		if u.Access != nil {
+			change["access"] = *u.Access
+		}
 		return audit(ctx, tx, u.Actor, "sale.update", change)
 	})
 	if code := flashsale.ErrorCode(err); code == flashsale.CodeNotFound || code == flashsale.CodeVersionConflict {
@@ -248,6 +260,39 @@ func (s *Store) Update(ctx context.Context, id int64, u flashsale.SaleUpdate) (_
 	}
 	s.announce(ctx, id)
 	return s.Get(ctx, id)
+}
+
+// accessColumn is the sales.access value of a rule: {} for the plain
+// open rule, the API's access object otherwise.
+func accessColumn(a flashsale.SaleAccess) []byte {
+	if a.Plain() {
+		return []byte(`{}`)
+	}
+	b, err := a.MarshalJSON()
+	if err != nil { // a SaleAccess always marshals
+		return []byte(`{}`)
+	}
+	return b
+}
+
+// updateAccess is the update's access column value, nil to keep it.
+func updateAccess(a *flashsale.SaleAccess) []byte {
+	if a == nil {
+		return nil
+	}
+	return accessColumn(*a)
+}
+
+// readAccess reads sales.access: {} is the plain open rule.
+func readAccess(b []byte) (flashsale.SaleAccess, error) {
+	if len(b) == 0 || string(b) == "{}" {
+		return flashsale.SaleAccess{}, nil
+	}
+	a, err := flashsale.ParseAccess(b)
+	if err != nil {
+		return flashsale.SaleAccess{}, fmt.Errorf("sales: stored access rule: %w", err)
+	}
+	return a, nil
 }
 
 var errConflict = &flashsale.Error{Code: flashsale.CodeVersionConflict,

@@ -59,7 +59,7 @@ func newQueueEnv(t *testing.T, id, qty, n int64) *queueEnv {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = j.Run(jctx) }()
 	for u := int64(1); u <= n; u++ {
-		if _, err := j.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
+		if _, err := j.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil, ""); err != nil {
 			t.Fatal(err)
 		}
 	}

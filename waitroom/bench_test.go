@@ -36,7 +36,7 @@ func BenchmarkJoin(b *testing.B) {
 				b.Error(err)
 				return
 			}
-			if _, err := g.room.Join(context.Background(), p, sale.ID, testIP, nil); err != nil {
+			if _, err := g.room.Join(context.Background(), p, sale.ID, testIP, nil, ""); err != nil {
 				b.Error(err)
 				return
 			}

@@ -120,6 +120,9 @@ type Config struct {
 	ReportEvery time.Duration
 	// Now is the clock [time.Now].
 	Now func() time.Time
+	// Gate checks each join against the sale's access rule (nil: every
+	// sale is open).
+	Gate Gate
 	// ClientIP returns the client address of a WebSocket request [the
 	// address of RemoteAddr].
 	ClientIP func(*http.Request) netip.Addr

@@ -333,7 +333,7 @@ func eventually(t testing.TB, what string, timeout time.Duration, cond func() bo
 func (g *gateway) joinUsers(t testing.TB, saleID, n int64) {
 	t.Helper()
 	for u := int64(1); u <= n; u++ {
-		if _, err := g.room.Join(context.Background(), flashsale.Principal{UserID: u}, saleID, testIP, nil); err != nil {
+		if _, err := g.room.Join(context.Background(), flashsale.Principal{UserID: u}, saleID, testIP, nil, ""); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -166,7 +166,7 @@ func TestGoneCountedInTheBucketThatCounted(t *testing.T) {
 	g := e.newGateway(Config{AdmissionTTL: time.Hour, AdmittedGrace: 2 * time.Second}, nil)
 	early, late := int64(11), int64(12)
 	for _, u := range []int64{early, late} {
-		if _, err := g.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
+		if _, err := g.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -286,7 +286,7 @@ func TestRedisEmptyRestartRestoresQueue(t *testing.T) {
 		ws[u] = c
 	}
 	for u := int64(21); u <= 30; u++ {
-		if _, err := gws[u%2].room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
+		if _, err := gws[u%2].room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -566,7 +566,7 @@ func TestRestoreFromCheckpointAlone(t *testing.T) {
 	a := e.newKillable(cfg, rr.options())
 	ctx := context.Background()
 	for u := int64(1); u <= 10; u++ {
-		if _, err := a.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
+		if _, err := a.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -613,7 +613,7 @@ func TestRestoredHolesDoNotHoldCapacity(t *testing.T) {
 	s2.AdmissionRatePerSecond = 0 // nobody admitted before the fault
 	e.sales.put(&s2)
 	for u := int64(1); u <= 4; u++ {
-		if _, err := g.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
+		if _, err := g.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil, ""); err != nil {
 			t.Fatal(err)
 		}
 	}

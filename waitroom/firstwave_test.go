@@ -32,7 +32,7 @@ func TestFirstWaveBeforeOpening(t *testing.T) {
 	e.clock.Advance(10*time.Second - lead) // the close: opening − lead
 	eventually(t, "the first wave", 10*time.Second, func() bool { return g.admitted(t, sale.ID) == 6 })
 	// A join after the close queues first come, first served behind it.
-	late, err := g.room.Join(context.Background(), flashsale.Principal{UserID: 11}, sale.ID, testIP, nil)
+	late, err := g.room.Join(context.Background(), flashsale.Principal{UserID: 11}, sale.ID, testIP, nil, "")
 	if err != nil || late.State != StateWaiting || late.Position != 4 {
 		t.Fatalf("join after the close: %+v, %v; want WAITING at position 4", late, err)
 	}

@@ -53,14 +53,22 @@ type ClientMessage struct {
 	PoW         json.RawMessage `json:"pow,omitempty"`
 	// ItemID is the chosen item of a choose (a positive id).
 	ItemID int64 `json:"itemId,omitempty"`
+	// Code is the invitation code of a join to a codes sale (at most
+	// MaxCodeLen bytes; "" none).
+	Code string `json:"code,omitempty"`
 }
+
+// MaxCodeLen bounds an invitation code in a join.
+const MaxCodeLen = 64
 
 var errNotJoin = &flashsale.Error{Code: flashsale.CodeInvalid,
 	Message: `expected {"type":"join","accessToken":"..."} or {"type":"choose","itemId":N}`}
 
+var errCodeTooLong = flashsale.Errorf(flashsale.CodeInvalid, "code: at most %d bytes", MaxCodeLen)
+
 // ParseClientMessage parses one client message. Anything but a JSON object
 // with "type":"join" and a string accessToken (pow, when present, must be a
-// JSON object), or "type":"choose" and a positive integer itemId, is
+// JSON object; code, when present, at most MaxCodeLen bytes), or "type":"choose" and a positive integer itemId, is
 // INVALID. An empty accessToken parses; it is refused as UNAUTHENTICATED
 // by the token check. Which type is expected when is the caller's rule
 // (a join first, then chooses).
@@ -75,6 +83,9 @@ func ParseClientMessage(b []byte) (ClientMessage, error) {
 	}
 	switch m.Type {
 	case TypeJoin:
+		if len(m.Code) > MaxCodeLen {
+			return ClientMessage{}, errCodeTooLong
+		}
 	case TypeChoose:
 		if m.ItemID <= 0 {
 			return ClientMessage{}, errNotJoin

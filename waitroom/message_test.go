@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,7 +67,8 @@ func TestParseClientMessage(t *testing.T) {
 func FuzzParseClientMessage(f *testing.F) {
 	for _, s := range []string{`{"type":"join","accessToken":"abc"}`, `{"type":"join","accessToken":"a","pow":{"n":1}}`,
 		`{"type":"x"}`, `[]`, `{"type":"join","pow":[1]}`, "\x00", `{"type":"join","accessToken":"\u00e9"}`,
-		`{"type":"choose","itemId":12}`, `{"type":"choose","itemId":-1}`, `{"type":"choose","itemId":1e3}`} {
+		`{"type":"choose","itemId":12}`, `{"type":"choose","itemId":-1}`, `{"type":"choose","itemId":1e3}`,
+		`{"type":"join","accessToken":"a","code":"VIP2026"}`, `{"type":"join","code":7}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -79,8 +81,11 @@ func FuzzParseClientMessage(f *testing.F) {
 		}
 		switch m.Type {
 		case TypeJoin:
+			if len(m.Code) > MaxCodeLen {
+				t.Fatalf("accepted a code of %d bytes", len(m.Code))
+			}
 		case TypeChoose:
-			if m.ItemID <= 0 || m.AccessToken != "" || m.PoW != nil {
+			if m.ItemID <= 0 || m.AccessToken != "" || m.PoW != nil || m.Code != "" {
 				t.Fatalf("accepted choose %+v", m)
 			}
 		default:
@@ -225,5 +230,31 @@ func TestAdmittedJSON(t *testing.T) {
 	}
 	if got := appendAdmitted(nil, tok, 1764469200123, 1764469100000, 1002, heldJS); string(got) != string(want) {
 		t.Fatalf("appendAdmitted with a hold = %s, want %s", got, want)
+	}
+}
+
+// TestParseClientMessageCode: a join carries the invitation code as
+// given; an over-long one is INVALID; a choose drops it.
+func TestParseClientMessageCode(t *testing.T) {
+	for _, tt := range []struct {
+		name, in, code string
+		invalid        bool
+	}{
+		{"code", `{"type":"join","accessToken":"a","code":"vip2026"}`, "vip2026", false},
+		{"none", `{"type":"join","accessToken":"a"}`, "", false},
+		{"longest", `{"type":"join","accessToken":"a","code":"` + strings.Repeat("A", MaxCodeLen) + `"}`, strings.Repeat("A", MaxCodeLen), false},
+		{"too long", `{"type":"join","accessToken":"a","code":"` + strings.Repeat("A", MaxCodeLen+1) + `"}`, "", true},
+		{"not a string", `{"type":"join","accessToken":"a","code":7}`, "", true},
+		{"choose", `{"type":"choose","itemId":3,"code":"X"}`, "", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := ParseClientMessage([]byte(tt.in))
+			if got := flashsale.ErrorCode(err) == flashsale.CodeInvalid; got != tt.invalid {
+				t.Fatalf("err = %v, want invalid %v", err, tt.invalid)
+			}
+			if m.Code != tt.code {
+				t.Errorf("code = %q, want %q", m.Code, tt.code)
+			}
+		})
 	}
 }

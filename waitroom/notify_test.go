@@ -65,7 +65,7 @@ func TestNotifyRaceOrderOncePerPlace(t *testing.T) {
 	gws[1].waitTicks(t, 2)
 	e.clock.Advance(time.Minute)
 	for u := int64(41); u <= 60; u++ { // joined after the opening
-		if _, err := gws[int(u)%2].room.Join(context.Background(), flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
+		if _, err := gws[int(u)%2].room.Join(context.Background(), flashsale.Principal{UserID: u}, sale.ID, testIP, nil, ""); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -33,7 +33,7 @@ func TestPausedSaleHoldsTheCursor(t *testing.T) {
 	next := dial(t, g.url(71))
 	next.join(e.token(2))
 	next.untilState(StatePaused)
-	st, err := g.room.Join(context.Background(), flashsale.Principal{UserID: 3}, 71, testIP, nil)
+	st, err := g.room.Join(context.Background(), flashsale.Principal{UserID: 3}, 71, testIP, nil, "")
 	if err != nil || st.State != StatePaused {
 		t.Fatalf("polling join while paused: %+v, %v", st, err)
 	}

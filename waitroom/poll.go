@@ -20,9 +20,10 @@ func notFound() error { return flashsale.Errorf(flashsale.CodeNotFound, "no such
 // Join puts the caller in the sale's queue (the polling POST) and returns
 // the status. A challenge from the JoinGuard comes back as a Status with
 // Type "challenge" (and no error); the caller solves it and joins again
-// with pow. Errors are *flashsale.Error (NOT_FOUND, BLOCKED, RATE_LIMITED)
-// or internal.
-func (r *Room) Join(ctx context.Context, p flashsale.Principal, saleID int64, ip netip.Addr, pow json.RawMessage) (_ Status, err error) {
+// with pow. code is the invitation code the shopper gave ("" none).
+// Errors are *flashsale.Error (NOT_FOUND, BLOCKED, RATE_LIMITED, the
+// access rule's refusals) or internal.
+func (r *Room) Join(ctx context.Context, p flashsale.Principal, saleID int64, ip netip.Addr, pow json.RawMessage, code string) (_ Status, err error) {
 	defer postgres.MarkOutage(&err) // an outage answers UNAVAILABLE
 	sale, ok := r.sales.Sale(saleID)
 	if !ok {
@@ -49,6 +50,9 @@ func (r *Room) Join(ctx context.Context, p flashsale.Principal, saleID int64, ip
 		if shadowed {
 			return r.pollStatus(ctx, sr, p.UserID, ticket, true)
 		}
+	}
+	if err := r.checkAccess(ctx, sale, p, code); err != nil {
+		return Status{}, err
 	}
 	ticket, sr, err := r.register(ctx, sale, p)
 	if err != nil {

@@ -39,6 +39,7 @@ const (
 	RuleBlocklist    = "blocklist"          // BLOCKED by the defense's blocklist
 	RuleIdentity     = "identity"           // DUPLICATE_IDENTITY
 	RuleConnsPerUser = "connectionsPerUser" // too many WebSockets of one user
+	RuleAccess       = "access"             // the sale's access rule (NOT_INVITED, CODE_INVALID, CODE_USED, NOT_YET)
 )
 
 // minuteTally is one gateway's figures of one sale in one minute.

@@ -53,7 +53,7 @@ func TestTwoGatewaysFairQueue(t *testing.T) {
 			wg.Go(func() {
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				st, err := gws[i%2].room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil)
+				st, err := gws[i%2].room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil, "")
 				if err != nil {
 					t.Errorf("join %d: %v", u, err)
 					return
@@ -81,7 +81,7 @@ func TestTwoGatewaysFairQueue(t *testing.T) {
 		}
 	}
 	// A reconnect before opening keeps the ticket (no new pre-queue entry).
-	if _, err := gws[1].room.Join(ctx, flashsale.Principal{UserID: 1}, sale.ID, testIP, nil); err != nil {
+	if _, err := gws[1].room.Join(ctx, flashsale.Principal{UserID: 1}, sale.ID, testIP, nil, ""); err != nil {
 		t.Fatal(err)
 	}
 
@@ -217,7 +217,7 @@ func TestVerifyDrawDetectsTampering(t *testing.T) {
 	g := e.newGateway(Config{}, nil)
 	ctx := context.Background()
 	for u := int64(1); u <= 50; u++ {
-		if _, err := g.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
+		if _, err := g.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -387,17 +387,17 @@ func TestPollingErrors(t *testing.T) {
 		return nil, nil
 	}))
 	ctx := context.Background()
-	if _, err := g.room.Join(ctx, flashsale.Principal{UserID: 1}, 999, testIP, nil); flashsale.ErrorCode(err) != flashsale.CodeNotFound {
+	if _, err := g.room.Join(ctx, flashsale.Principal{UserID: 1}, 999, testIP, nil, ""); flashsale.ErrorCode(err) != flashsale.CodeNotFound {
 		t.Fatalf("unknown sale: %v", err)
 	}
-	if _, err := g.room.Join(ctx, flashsale.Principal{UserID: 666}, sale.ID, testIP, nil); flashsale.ErrorCode(err) != flashsale.CodeBlocked {
+	if _, err := g.room.Join(ctx, flashsale.Principal{UserID: 666}, sale.ID, testIP, nil, ""); flashsale.ErrorCode(err) != flashsale.CodeBlocked {
 		t.Fatalf("blocked: %v", err)
 	}
-	st, err := g.room.Join(ctx, flashsale.Principal{UserID: 42}, sale.ID, testIP, nil)
+	st, err := g.room.Join(ctx, flashsale.Principal{UserID: 42}, sale.ID, testIP, nil, "")
 	if err != nil || st.Type != TypeChallenge || string(st.Challenge) != `{"difficulty":4,"prefix":"ab"}` {
 		t.Fatalf("challenge: %+v %v", st, err)
 	}
-	if st, err := g.room.Join(ctx, flashsale.Principal{UserID: 42}, sale.ID, testIP, []byte(`{"nonce":"1"}`)); err != nil || st.State != StatePrequeue {
+	if st, err := g.room.Join(ctx, flashsale.Principal{UserID: 42}, sale.ID, testIP, []byte(`{"nonce":"1"}`), ""); err != nil || st.State != StatePrequeue {
 		t.Fatalf("join with pow: %+v %v", st, err)
 	}
 	if _, err := g.room.Status(ctx, flashsale.Principal{UserID: 43}, sale.ID); flashsale.ErrorCode(err) != flashsale.CodeNotFound {
@@ -421,7 +421,7 @@ func TestCapacityAfterStockReturns(t *testing.T) {
 	g := e.newGateway(Config{AdmissionTTL: time.Minute, CapacityFactor: 1}, nil)
 	ctx := context.Background()
 	for u := int64(1); u <= 10; u++ {
-		if _, err := g.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
+		if _, err := g.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -741,7 +741,7 @@ func TestExpiredAdmissionRequeued(t *testing.T) {
 	g := e.newGateway(Config{AdmissionTTL: 10 * time.Second}, nil)
 	ab := joined(t, e, g, sale.ID, 2, StateWaiting)
 	a, b := ab[0], ab[1]
-	if _, err := g.room.Join(context.Background(), flashsale.Principal{UserID: 3}, sale.ID, testIP, nil); err != nil {
+	if _, err := g.room.Join(context.Background(), flashsale.Principal{UserID: 3}, sale.ID, testIP, nil, ""); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Advance(time.Second) // rate 3/s: all three admitted
@@ -845,7 +845,7 @@ func TestJoinSaleGoneBeforeLoad(t *testing.T) {
 	if m := c.until("an error", 5*time.Second, func(m msg) bool { return m.Type == "error" }); m.Error != "NOT_FOUND" {
 		t.Fatalf("WebSocket join of a sale gone before its load: %+v, want NOT_FOUND", m)
 	}
-	if _, err := g.room.Join(context.Background(), flashsale.Principal{UserID: 2}, poll.ID, testIP, nil); flashsale.ErrorCode(err) != flashsale.CodeNotFound {
+	if _, err := g.room.Join(context.Background(), flashsale.Principal{UserID: 2}, poll.ID, testIP, nil, ""); flashsale.ErrorCode(err) != flashsale.CodeNotFound {
 		t.Fatalf("polling join of a sale gone before its load: %v, want NOT_FOUND", err)
 	}
 }
@@ -868,7 +868,7 @@ func TestOnePlacePerIdentityKey(t *testing.T) {
 		var wg sync.WaitGroup
 		var pollErr error
 		wg.Go(func() {
-			_, pollErr = g2.room.Join(ctx, flashsale.Principal{UserID: pollUser, IdentityKey: idk}, sale.ID, testIP, nil)
+			_, pollErr = g2.room.Join(ctx, flashsale.Principal{UserID: pollUser, IdentityKey: idk}, sale.ID, testIP, nil, "")
 		})
 		c.join(e.identityToken(wsUser, idk))
 		m := c.until("the join's answer", 5*time.Second, func(m msg) bool { return m.Type == "error" || m.Type == "status" })
@@ -888,12 +888,12 @@ func TestOnePlacePerIdentityKey(t *testing.T) {
 		if wsPlaced {
 			holder = wsUser
 		}
-		if _, err := g2.room.Join(ctx, flashsale.Principal{UserID: holder, IdentityKey: idk}, sale.ID, testIP, nil); err != nil {
+		if _, err := g2.room.Join(ctx, flashsale.Principal{UserID: holder, IdentityKey: idk}, sale.ID, testIP, nil, ""); err != nil {
 			t.Fatalf("round %d: the key's holder joins again: %v", round, err)
 		}
 	}
 	for i, p := range []flashsale.Principal{{UserID: 1}, {UserID: 2}, {UserID: 3, IdentityKey: "another"}} {
-		if _, err := g1.room.Join(ctx, p, sale.ID, testIP, nil); err != nil {
+		if _, err := g1.room.Join(ctx, p, sale.ID, testIP, nil, ""); err != nil {
 			t.Fatalf("join %d (%+v): %v", i, p, err)
 		}
 	}

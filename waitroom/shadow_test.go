@@ -160,7 +160,7 @@ func TestShadowQueue(t *testing.T) {
 	if err != nil || st.State != StateWaiting || st.AdmissionToken != "" || st.Position < 3 {
 		t.Fatalf("polling status of a shadow: %+v %v", st, err)
 	}
-	st, err = g.room.Join(ctx, flashsale.Principal{UserID: 102}, sale.ID, testIP, nil)
+	st, err = g.room.Join(ctx, flashsale.Principal{UserID: 102}, sale.ID, testIP, nil, "")
 	if err != nil || st.State != StateWaiting || st.AdmissionToken != "" {
 		t.Fatalf("polling join of a shadow: %+v %v", st, err)
 	}

@@ -73,7 +73,7 @@ func TestShardedSaleSellsOut(t *testing.T) {
 	users := append(usersOnShards(t, 3, 5, 1, 2), usersOnShards(t, 3, 1, 0)...)
 	users = append(users, usersOnShards(t, 3, 10, 1, 2)[5:]...)
 	for _, u := range users {
-		if _, err := g.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
+		if _, err := g.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -119,7 +119,7 @@ func TestShardedBuyerKeepsAdmission(t *testing.T) {
 	ctx := context.Background()
 	buyer, idle := usersOnShards(t, 3, 1, 2)[0], usersOnShards(t, 3, 1, 1)[0]
 	for _, u := range []int64{buyer, idle} {
-		if _, err := g.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
+		if _, err := g.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -205,7 +205,7 @@ func TestShardedBuyerNotCountedGone(t *testing.T) {
 	g := e.newGateway(Config{AdmissionTTL: time.Hour, AdmittedGrace: 2 * time.Second}, nil)
 	buyer, idle := usersOnShards(t, 3, 1, 2)[0], usersOnShards(t, 3, 1, 1)[0]
 	for _, u := range []int64{buyer, idle} {
-		if _, err := g.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil); err != nil {
+		if _, err := g.room.Join(ctx, flashsale.Principal{UserID: u}, sale.ID, testIP, nil, ""); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -305,7 +305,8 @@ func closeStatus(code flashsale.Code) websocket.StatusCode {
 	case flashsale.CodeTooLarge:
 		return websocket.StatusMessageTooBig // 1009
 	case flashsale.CodeUnauthenticated, flashsale.CodeBlocked, flashsale.CodeNotFound, flashsale.CodeForbidden,
-		flashsale.CodeDuplicateIdentity:
+		flashsale.CodeDuplicateIdentity, flashsale.CodeNotInvited, flashsale.CodeCodeInvalid, flashsale.CodeCodeUsed,
+		flashsale.CodeNotYet:
 		return websocket.StatusPolicyViolation // 1008
 	case flashsale.CodeRateLimited, flashsale.CodeUnavailable:
 		return websocket.StatusTryAgainLater // 1013
@@ -707,7 +708,7 @@ func (c *conn) handshake(saleID int64) *saleRoom {
 		r.mu.Unlock()
 		c.user = p.UserID
 		jctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		ticket, sr, err := c.join(jctx, sale, p, guardErr)
+		ticket, sr, err := c.join(jctx, sale, p, guardErr, m.Code)
 		if err == nil {
 			err = c.enter(jctx, sr, ticket)
 		}
@@ -731,14 +732,18 @@ func (c *conn) handshake(saleID int64) *saleRoom {
 
 // join puts the connection's shopper in the sale's queue, or in its
 // shadow queue when a shadow rule judged the join (guardErr is the
-// guard's verdict).
-func (c *conn) join(ctx context.Context, sale *flashsale.Sale, p flashsale.Principal, guardErr error) (joinTicket, *saleRoom, error) {
+// guard's verdict): a shadowed shopper is not told of the access rule
+// either. code is the invitation code of the join ("" none).
+func (c *conn) join(ctx context.Context, sale *flashsale.Sale, p flashsale.Principal, guardErr error, code string) (joinTicket, *saleRoom, error) {
 	r := c.r
 	if rule := r.joinRule(guardErr, p, c.overCap); rule != "" {
 		t, sr, shadowed, err := r.shadowJoin(ctx, sale, p.UserID, rule)
 		if err != nil || shadowed {
 			return joinTicket{ticket: ticketShadowed, shown: t}, sr, err
 		}
+	}
+	if err := r.checkAccess(ctx, sale, p, code); err != nil {
+		return joinTicket{}, nil, err
 	}
 	return r.register(ctx, sale, p)
 }

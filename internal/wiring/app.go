@@ -218,6 +218,11 @@ func Start(ctx context.Context, cfg Config, roles Roles, logger *slog.Logger) (_
 		keyOpts = append(keyOpts, auth.WithAudience(cfg.JWTAudience))
 	}
 	keyOpts = append(keyOpts, auth.WithMaxLifetime(cfg.JWTMaxLifetime))
+	tiers, err := auth.ParseTierSigners(cfg.JWTTierSigners)
+	if err != nil {
+		return nil, fmt.Errorf("FLASHSALE_JWT_TIER_SIGNERS: %w", err)
+	}
+	keyOpts = append(keyOpts, auth.WithTierSigners(tiers))
 	a.access = auth.NewCache(auth.NewVerifier(cfg.JWTSecret, keyOpts...), cfg.TokenCacheSize)
 	a.signer, err = admission.NewSigner(admission.Key{ID: 1, Secret: cfg.AdmissionSecret()})
 	if err != nil {

@@ -120,6 +120,9 @@ type Config struct {
 	// (gateway.Config.DrawIdentityMax, FLASHSALE_DRAW_IDENTITY_MAX, bytes;
 	// 0: its default, 1 MiB).
 	DrawIdentityMax int
+	// JWTTierSigners names the signers whose tier claim counts
+	// (auth.ParseTierSigners, FLASHSALE_JWT_TIER_SIGNERS; empty: none).
+	JWTTierSigners []string
 	// JWTMaxLifetime is the longest access-token lifetime accepted
 	// (auth.WithMaxLifetime, FLASHSALE_JWT_MAX_LIFETIME).
 	JWTMaxLifetime time.Duration

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/access"
 	"github.com/flashsale/flashsale/gateway"
 	"github.com/flashsale/flashsale/push"
 	"github.com/flashsale/flashsale/sales"
@@ -18,8 +19,8 @@ import (
 // polling answers are any JSON value).
 type queueAdapter struct{ *waitroom.Room }
 
-func (q queueAdapter) Join(ctx context.Context, p flashsale.Principal, saleID int64, ip netip.Addr, pow json.RawMessage) (any, error) {
-	return q.Room.Join(ctx, p, saleID, ip, pow)
+func (q queueAdapter) Join(ctx context.Context, p flashsale.Principal, saleID int64, ip netip.Addr, pow json.RawMessage, code string) (any, error) {
+	return q.Room.Join(ctx, p, saleID, ip, pow, code)
 }
 
 func (q queueAdapter) Status(ctx context.Context, p flashsale.Principal, saleID int64) (any, error) {
@@ -78,6 +79,24 @@ func (s saleAdmin) Update(ctx context.Context, id int64, u flashsale.SaleUpdate)
 		return out, err
 	}
 	return out, s.cache.Refresh(ctx)
+}
+
+// accessAdmin is the access store as the operator API sees it: an
+// allowlist upload moves the sale's version, and the sale at its new
+// version is in this gateway's cache before the answer goes out, so the
+// operator's next join is checked against the new list (other gateways
+// follow through the announcement, or their refresh within a second).
+type accessAdmin struct {
+	*access.Store
+	cache *sales.Cache
+}
+
+func (a accessAdmin) PutAllowlistCSV(ctx context.Context, saleID, ifVersion int64, body []byte, appendTo bool, actor string) (int, error) {
+	n, err := a.Store.PutAllowlistCSV(ctx, saleID, ifVersion, body, appendTo, actor)
+	if err != nil {
+		return n, err
+	}
+	return n, a.cache.Refresh(ctx)
 }
 
 // drawAdapter presents the waiting room's stored draw records as the

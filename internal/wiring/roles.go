@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flashsale/flashsale/access"
 	"github.com/flashsale/flashsale/defense"
 	"github.com/flashsale/flashsale/events"
 	"github.com/flashsale/flashsale/expiry"
@@ -97,7 +98,10 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		turns = shoppers
 	}
 	roomReport := waitroom.NewPGReport(a.pool)
+	invites := access.NewStore(a.pool, a.sales)
 	room := waitroom.New(waitroom.Config{
+		// Who may join a sale (its access rule).
+		Gate:           access.NewGate(invites),
 		Notify:         notify,
 		Turns:          turns,
 		Competing:      saleRequests.Load,
@@ -155,6 +159,7 @@ func (a *App) startGateway(ctx, runCtx context.Context, admin net.Listener) erro
 		Static:    staticAdapter{site},
 		Payments:  payments,
 		Push:      pushes,
+		Invites:   accessAdmin{invites, a.cache},
 		Metrics:   a.reg,
 		Logger:    a.log,
 	})

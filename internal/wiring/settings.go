@@ -12,6 +12,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/flashsale/flashsale/auth"
 )
 
 // Setting is one operator setting: its environment variable, its flag,
@@ -108,6 +110,20 @@ func duration(f func(*Config) *time.Duration, lo, hi time.Duration, want string)
 		},
 		show: func(c *Config) string { return showDur(*f(c)) },
 	}
+}
+
+// tierSigners reads a list of the signers auth.ParseTierSigners knows.
+func tierSigners(f func(*Config) *[]string) binding {
+	b := list(f)
+	b.parse = func(c *Config, v string) error {
+		l := splitList(v)
+		if _, err := auth.ParseTierSigners(l); err != nil {
+			return errors.New("a comma-separated list of secret, public-keys and jwks (or none)")
+		}
+		*f(c) = l
+		return nil
+	}
+	return b
 }
 
 // positiveDur reads a duration greater than zero.
@@ -240,6 +256,9 @@ func Settings() []Setting {
 		bind(Setting{Name: "FLASHSALE_JWT_AUDIENCE", Roles: gwOnly,
 			Meaning: "required `aud` of tokens of a public key"},
 			str(func(c *Config) *string { return &c.JWTAudience })),
+		bind(Setting{Name: "FLASHSALE_JWT_TIER_SIGNERS", Default: "none", Bounds: "`secret`, `public-keys`, `jwks`", Roles: gwOnly,
+			Meaning: "signers whose `tier` claim a sale's access rule believes, comma-separated"},
+			tierSigners(func(c *Config) *[]string { return &c.JWTTierSigners })),
 		bind(Setting{Name: "FLASHSALE_JWT_MAX_LIFETIME", Default: "`24h`", Bounds: "> 0", Roles: gwOnly,
 			Meaning: "longest access-token lifetime accepted"},
 			positiveDur(func(c *Config) *time.Duration { return &c.JWTMaxLifetime })),

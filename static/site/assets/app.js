@@ -67,6 +67,11 @@ const page = {
 // errorText is the text for an error code: the catalogue's, else the
 // server's message (English, safe to show), else a generic one.
 function errorText(code, message) {
+  // NOT_YET says when: the public start of the sale's access rule, or,
+  // for a shopper of a tier, the server's own words.
+  const pub = page.sale && page.sale.access && page.sale.access.publicFrom;
+  if (code === 'NOT_YET' && pub && !(message || '').includes('tier')) return t('error.NOT_YET_AT', { at: i18n.dateTime(Date.parse(pub)) });
+  if (code === 'NOT_YET') return t('error.NOT_YET');
   if (i18n.has('error.' + code)) return t('error.' + code);
   return message || t('error.generic', { code });
 }
@@ -250,6 +255,7 @@ function renderSale() {
   renderItems();
   renderBanner();
   renderChoice();
+  renderCode();
 }
 
 function saleState() {
@@ -464,6 +470,7 @@ function startQueue() {
   page.queue = new QueueClient({
     saleId: page.saleId,
     token: page.token,
+    code: needsCode() ? $('invite-code').value : '',
     transport,
     location,
     WebSocketImpl: typeof WebSocket === 'function' ? WebSocket : null,
@@ -495,6 +502,7 @@ function startQueue() {
     },
   });
   page.queue.start();
+  renderCode();
   offerNotify();
 }
 
@@ -776,7 +784,22 @@ function onQueueError(code, message, fatal) {
   if (fatal) {
     setQueueState('ERROR');
     $('join').hidden = !page.token || code === 'BLOCKED' || code === 'NOT_FOUND' || code === 'DUPLICATE_IDENTITY';
+    if (code === 'NOT_INVITED' || code === 'CODE_INVALID' || code === 'CODE_USED') {
+      renderCode();
+      $('invite-code').focus();
+    }
   }
+}
+
+// needsCode: the sale's access rule asks for an invitation code.
+function needsCode() {
+  return !!(page.sale && page.sale.access && page.sale.access.rule === 'codes');
+}
+
+// renderCode shows the code field in a codes sale until the shopper is in
+// the queue (a shopper who redeemed a code joins again without it).
+function renderCode() {
+  $('code-box').hidden = !needsCode() || !page.token || (!!page.queue && !page.queue.fatal);
 }
 
 function onTransport(name, detail, delayMs) {
@@ -1140,6 +1163,9 @@ async function init() {
   setQueueState('');
   wireSignin();
   $('join').addEventListener('click', startQueue);
+  $('invite-code').addEventListener('keydown', (e) => {
+    if (e.key === 'Enter') startQueue();
+  });
   $('notify').addEventListener('click', turnOnNotify);
   $('pay').addEventListener('click', pay);
   $('cancel').addEventListener('click', cancelOrder);

@@ -297,12 +297,18 @@ async function createSale(ev) {
     if (v('imageUrl')) it.imageUrl = v('imageUrl');
     return it;
   });
+  const access = accessBody('cs-access', 'cs-members', 'cs-public');
+  if (!access) {
+    setCreateResult('op.create.failed', { why: t('acc.badTime') });
+    return;
+  }
   const body = {
     name: $('cs-name').value.trim(),
     startsAt: starts.toISOString(),
     admissionRatePerSecond: Number($('cs-rate').value),
     allocation: $('cs-allocation').value,
     claimWindowSeconds: Number($('cs-window').value),
+    access,
     items,
   };
   $('cs-submit').disabled = true;
@@ -387,6 +393,7 @@ function renderFigures(sample) {
   $('fig-joined').textContent = num(q.joined);
   $('fig-waiting').textContent = num(q.waiting);
   $('fig-admitted').textContent = num(q.admitted);
+  renderAccess();
   $('fig-rate-setting').textContent = t('op.fig.perSecond', { n: num(s.admissionRatePerSecond) });
   if (document.activeElement !== $('rate-input') && $('rate-input').value === '') $('rate-input').value = s.admissionRatePerSecond ?? '';
   $('ctl-pause').disabled = s.state === 'PAUSED' || s.state === 'ENDED';
@@ -1082,7 +1089,13 @@ async function loadReport() {
 // operator's token (a plain link would carry none), then handed to the
 // browser as a file.
 async function downloadReport(format) {
-  const path = ADMIN + '/sales/' + encodeURIComponent(op.saleId) + '/report?format=' + format;
+  await downloadFile('/sales/' + encodeURIComponent(op.saleId) + '/report?format=' + format, 'sale-' + op.saleId + '-report.' + format);
+}
+
+// downloadFile saves an admin API answer (a report, the codes, the
+// allowlist) as a file named name.
+async function downloadFile(apiPath, name) {
+  const path = ADMIN + apiPath;
   let res;
   try {
     res = await fetch(path, { headers: { Authorization: 'Bearer ' + op.token }, cache: 'no-store' });
@@ -1097,11 +1110,120 @@ async function downloadReport(format) {
   const url = URL.createObjectURL(await res.blob());
   const a = document.createElement('a');
   a.href = url;
-  a.download = 'sale-' + op.saleId + '-report.' + format;
+  a.download = name;
   document.body.append(a);
   a.click();
   a.remove();
   setTimeout(() => URL.revokeObjectURL(url), 60000);
+}
+
+// ---------- access rule, codes, allowlist ----------
+
+// accessBody reads an access rule from a rule select and the tier 1 and
+// public start inputs: {rule, tiers, publicFrom}, or null for a start
+// that is not a time.
+function accessBody(ruleId, membersId, publicId) {
+  const a = { rule: $(ruleId).value };
+  const when = (id) => {
+    const v = $(id).value;
+    if (!v) return '';
+    const d = new Date(v);
+    return Number.isNaN(d.getTime()) ? null : d.toISOString();
+  };
+  const members = when(membersId);
+  const pub = when(publicId);
+  if (members === null || pub === null) return null;
+  if (members) a.tiers = [{ tier: 1, joinFrom: members }];
+  if (pub) a.publicFrom = pub;
+  return a;
+}
+
+function ruleLabelOf(rule) {
+  return t('acc.' + (rule || 'open'));
+}
+
+// renderAccess shows the chosen sale's rule and fills the form with it
+// (a field being edited is left alone).
+function renderAccess() {
+  const a = (op.sale && op.sale.access) || { rule: 'open' };
+  const tier1 = (a.tiers || []).find((x) => x.tier === 1);
+  const parts = [ruleLabelOf(a.rule)];
+  if (tier1 && tier1.joinFrom) parts.push(t('acc.membersFrom', { at: i18n.dateTime(Date.parse(tier1.joinFrom)) }));
+  if (a.publicFrom) parts.push(t('acc.publicFrom', { at: i18n.dateTime(Date.parse(a.publicFrom)) }));
+  $('acc-current').textContent = t('acc.current', { rule: parts.join('; ') });
+  setIfIdle('acc-rule', a.rule || 'open');
+  setIfIdle('acc-members', tier1 && tier1.joinFrom ? localInputValue(Date.parse(tier1.joinFrom)) : '');
+  setIfIdle('acc-public', a.publicFrom ? localInputValue(Date.parse(a.publicFrom)) : '');
+}
+
+function accResult(key, params) {
+  $('acc-result').textContent = t(key, params);
+}
+
+async function applyAccess(ev) {
+  ev.preventDefault();
+  const access = accessBody('acc-rule', 'acc-members', 'acc-public');
+  if (!access) {
+    accResult('acc.badTime');
+    return;
+  }
+  await saleWrite('PATCH', '', { access }, 'op.change.access', { rule: ruleLabelOf(access.rule) }, false);
+}
+
+async function postCodes(body) {
+  if (!op.saleId) return;
+  const r = await api('POST', '/sales/' + encodeURIComponent(op.saleId) + '/codes', body);
+  if (r.ok && r.body && Array.isArray(r.body.codes)) {
+    accResult('acc.codesMade', { n: r.body.codes.length });
+    showChange('acc.codesMade', { n: r.body.codes.length });
+  } else {
+    accResult('op.change.refused', { why: refusal(r) });
+  }
+}
+
+// uploadAllowlist sends the chosen CSV file as the sale's allowlist, with
+// the sale's If-Match: the upload moves the sale's version.
+async function uploadAllowlist(ev) {
+  ev.preventDefault();
+  const f = $('allowlist-file').files[0];
+  if (!op.saleId || !f) return;
+  const headers = { 'Content-Type': 'text/csv', Authorization: 'Bearer ' + op.token, Accept: 'application/json', ...ifMatch(saleVersion()) };
+  let res;
+  let body = null;
+  try {
+    res = await fetch(ADMIN + '/sales/' + encodeURIComponent(op.saleId) + '/allowlist', { method: 'PUT', headers, body: await f.text(), cache: 'no-store' });
+    body = await res.json().catch(() => null);
+  } catch {
+    showError('NETWORK');
+    return;
+  }
+  if (res.ok && body) {
+    accResult('acc.listDone', { n: body.users });
+    $('allowlist-file').value = '';
+    showChange('acc.listDone', { n: body.users });
+    loadFigures();
+    return;
+  }
+  if (res.status === 412 && body && body.current) {
+    showConflict('sale', op.pinned || op.sale, body.current);
+    return;
+  }
+  accResult('op.change.refused', { why: refusal({ error: body && body.error, message: body && body.message, status: res.status }) });
+}
+
+function wireAccess() {
+  $('acc-form').addEventListener('submit', applyAccess);
+  $('codes-gen-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    postCodes({ count: Number($('codes-count').value), tier: Number($('codes-tier').value) });
+  });
+  $('codes-multi-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    postCodes({ codes: [$('codes-multi').value.trim()], maxUses: Number($('codes-uses').value), tier: Number($('codes-multi-tier').value) });
+  });
+  $('codes-download').addEventListener('click', () => downloadFile('/sales/' + encodeURIComponent(op.saleId) + '/codes.csv', 'sale-' + op.saleId + '-codes.csv'));
+  $('allowlist-download').addEventListener('click', () => downloadFile('/sales/' + encodeURIComponent(op.saleId) + '/allowlist', 'sale-' + op.saleId + '-allowlist.csv'));
+  $('allowlist-form').addEventListener('submit', uploadAllowlist);
 }
 
 // relabel shows everything the script wrote in the newly chosen language.
@@ -1137,6 +1259,7 @@ function init() {
   $('create-sale').addEventListener('submit', createSale);
   $('cs-add-item').addEventListener('click', () => addItemRow());
   wireControls();
+  wireAccess();
   wireSettings();
   $('report-json').addEventListener('click', () => downloadReport('json'));
   $('report-csv').addEventListener('click', () => downloadReport('csv'));

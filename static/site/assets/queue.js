@@ -6,7 +6,10 @@ import { powAnswer, solveAsync } from './pow.js';
 
 // Errors after which reconnecting cannot help: the page must change
 // something (sign in again) or give up.
-export const FATAL_ERRORS = new Set(['UNAUTHENTICATED', 'FORBIDDEN', 'BLOCKED', 'NOT_FOUND', 'INVALID', 'TOO_LARGE', 'DUPLICATE_IDENTITY']);
+// The access rule's refusals are fatal too: the shopper enters a code, or
+// comes back at the time the message gives, and joins again by hand.
+export const FATAL_ERRORS = new Set(['UNAUTHENTICATED', 'FORBIDDEN', 'BLOCKED', 'NOT_FOUND', 'INVALID', 'TOO_LARGE', 'DUPLICATE_IDENTITY',
+  'NOT_INVITED', 'CODE_INVALID', 'CODE_USED', 'NOT_YET']);
 
 // WebSocket connects that never opened before the page switches to polling.
 export const FAILED_CONNECTS_BEFORE_POLLING = 2;
@@ -107,6 +110,9 @@ export class QueueClient {
     this.timer = null;
     this.failedConnects = 0;
     this.pow = null;
+    // The invitation code of a codes sale ('' none): sent with every
+    // join; once redeemed the server binds it and ignores it.
+    this.code = typeof opts.code === 'string' ? opts.code.trim() : '';
     this.solver = null;
     this.challenges = 0;
     this.admissionToken = '';
@@ -160,6 +166,7 @@ export class QueueClient {
 
   joinMessage() {
     const msg = { type: 'join', accessToken: this.token };
+    if (this.code) msg.code = this.code;
     if (this.pow) {
       const exp = Number(this.pow.expiresAtMs);
       const now = this.serverNow();
@@ -344,7 +351,10 @@ export class QueueClient {
 
   async pollJoin() {
     const msg = this.joinMessage();
-    const r = await this.request('POST', this.urls.http, { token: this.token, body: msg.pow ? { pow: msg.pow } : undefined });
+    const body = {};
+    if (msg.pow) body.pow = msg.pow;
+    if (msg.code) body.code = msg.code;
+    const r = await this.request('POST', this.urls.http, { token: this.token, body: Object.keys(body).length ? body : undefined });
     if (this.stopped) return;
     if (this.httpProblem(r, () => this.pollJoin())) return;
     if (this.pollBody(r.body, () => this.pollJoin())) return;

@@ -222,3 +222,27 @@ test('polling sends a choice with the next status call, once', async () => {
   assert.equal(calls[3].url, '/api/flash-sales/sales/7/queue', 'a refused choice is not sent again');
   c.stop();
 });
+
+test('an invitation code goes with the join on both transports; a refusal is fatal', async () => {
+  const ws = client({ code: ' vip2026 ' });
+  ws.c.start();
+  ws.sockets[0].open();
+  assert.deepEqual(ws.sockets[0].sent, [{ type: 'join', accessToken: 'T', code: 'vip2026' }]);
+  ws.sockets[0].recv({ type: 'error', error: 'CODE_USED', message: 'used' });
+  ws.sockets[0].drop();
+  ws.timers.advance(60000);
+  assert.equal(ws.sockets.length, 1, 'no reconnect after CODE_USED');
+  assert.deepEqual(ws.events.filter((e) => e[0] === 'error'), [['error', 'CODE_USED', true]]);
+
+  const poll = client({ transport: 'polling', code: 'VIP2026' });
+  poll.c.start();
+  await flush();
+  assert.deepEqual(poll.calls[0].opts.body, { code: 'VIP2026' });
+  poll.c.stop();
+
+  const none = client({ transport: 'polling' });
+  none.c.start();
+  await flush();
+  assert.equal(none.calls[0].opts.body, undefined, 'no code, no body');
+  none.c.stop();
+});
