@@ -13,7 +13,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/flashsale/flashsale/auth"
 	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/internal/wiring"
 	"github.com/flashsale/flashsale/internal/wiring/apptest"
@@ -146,11 +145,7 @@ func TestScreenshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	for u := int64(8301); u <= 8303; u++ {
-		risk := 0.95
-		tok, err := auth.MintWith(apptest.Secret, u, auth.MintOptions{Risk: &risk}, time.Hour, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
+		tok := s.RiskToken(u, 0.95)
 		for _, sale := range []int64{winter, spring} {
 			s.Want(s.Do("POST", queuePath(sale), tok, nil), 200, "")
 		}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/flashsale/flashsale/auth"
 	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/internal/wiring/apptest"
 )
@@ -35,11 +34,7 @@ func TestShadowQueueEndToEnd(t *testing.T) {
 	s.Want(c.call(false, "PUT", "/api/admin/settings", op, settings), 200, "")
 	saleID, items := s.createSale(5)
 
-	risk := 0.9
-	risky, err := auth.MintWith(apptest.Secret, 902, auth.MintOptions{Risk: &risk}, time.Hour, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	risky := s.RiskToken(902, 0.9)
 	clean := joinWS(t, s, saleID, 903)
 	blocked := joinWS(t, s, saleID, 901)
 	shadow := joinWSToken(t, s, saleID, risky)

@@ -88,6 +88,17 @@ func Start(t testing.TB, mutate ...func(*wiring.Config)) *Stack {
 	return &Stack{T: t, App: a, Config: cfg, Client: &http.Client{Timeout: 10 * time.Second}}
 }
 
+// RiskToken mints a shopper's access token carrying the shop's risk
+// score (the risk claim, 0 to 1).
+func (s *Stack) RiskToken(user int64, risk float64) string {
+	s.T.Helper()
+	tok, err := auth.MintWith(Secret, user, auth.MintOptions{Risk: &risk}, time.Hour, time.Now())
+	if err != nil {
+		s.T.Fatal(err)
+	}
+	return tok
+}
+
 // Token mints an access token for user.
 func (s *Stack) Token(user int64, operator bool) string {
 	s.T.Helper()
