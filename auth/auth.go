@@ -250,7 +250,7 @@ type claims struct {
 	operator      bool   // role is "operator"
 	idk           string // the identity key, "" for none
 	risk          float64
-	tier          int    // a trusted tier claim, 0 for none
+	tier          int // a trusted tier claim, 0 for none
 	exp, iat, nbf time.Time
 	hasExp        bool
 	hasIat        bool

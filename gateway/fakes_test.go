@@ -322,11 +322,11 @@ func (fakeReports) RoomReport(context.Context, int64) (flashsale.RoomReport, err
 	t0 := time.Date(2026, 12, 1, 18, 30, 0, 0, time.UTC)
 	return flashsale.RoomReport{Joined: 12, PreQueue: 10, Admitted: 9, Waiting: 3, Refusals: map[string]int64{"blocklist": 2},
 		Shadowed: map[string]int64{"risk": 3},
-		Wait: flashsale.WaitFigures{Count: 9, MinMs: 100, P50Ms: 500, P90Ms: 1000, P99Ms: 1500, MaxMs: 1500},
+		Wait:     flashsale.WaitFigures{Count: 9, MinMs: 100, P50Ms: 500, P90Ms: 1000, P99Ms: 1500, MaxMs: 1500},
 		Minutes: []flashsale.RoomMinute{
 			{At: t0, Joins: 10, Joined: 10, PreQueue: 10, Admissions: 5, Admitted: 5, Waiting: 5, Refusals: map[string]int64{"blocklist": 2},
 				Shadowed: map[string]int64{"risk": 3},
-				Wait: flashsale.WaitFigures{Count: 5, MinMs: 100, P50Ms: 250, P90Ms: 500, P99Ms: 500, MaxMs: 500}},
+				Wait:     flashsale.WaitFigures{Count: 5, MinMs: 100, P50Ms: 250, P90Ms: 500, P99Ms: 500, MaxMs: 500}},
 			{At: t0.Add(time.Minute), Joins: 2, Joined: 12, PreQueue: 10, Admissions: 4, Admitted: 9, Waiting: 3,
 				Refusals: map[string]int64{}, Shadowed: map[string]int64{},
 				Wait: flashsale.WaitFigures{Count: 4, MinMs: 500, P50Ms: 1000, P90Ms: 1500, P99Ms: 1500, MaxMs: 1500}},
