@@ -117,25 +117,24 @@ func (t *tally) held(sale int64, now time.Time, n int64) {
 }
 
 // refused counts a join refused by rule.
-func (t *tally) refused(sale int64, now time.Time, rule string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	m := t.row(sale, now)
-	if m.refusals == nil {
-		m.refusals = map[string]int64{}
-	}
-	m.refusals[rule]++
-}
+func (t *tally) refused(sale int64, now time.Time, rule string) { t.byRule(sale, now, rule, false) }
 
 // shadowed counts a shopper sent to the shadow queue by rule.
-func (t *tally) shadowed(sale int64, now time.Time, rule string) {
+func (t *tally) shadowed(sale int64, now time.Time, rule string) { t.byRule(sale, now, rule, true) }
+
+// byRule counts one refusal, or one shadowing, by rule.
+func (t *tally) byRule(sale int64, now time.Time, rule string, shadow bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := t.row(sale, now)
-	if m.shadowed == nil {
-		m.shadowed = map[string]int64{}
+	counts := &m.refusals
+	if shadow {
+		counts = &m.shadowed
 	}
-	m.shadowed[rule]++
+	if *counts == nil {
+		*counts = map[string]int64{}
+	}
+	(*counts)[rule]++
 }
 
 // waitSlack is how long before a join on a connection its admission may

@@ -164,7 +164,7 @@ func TestReportAfterTheDrop(t *testing.T) {
 	if err != nil || len(rows) < 2 {
 		t.Fatalf("csv %q: %v", r.Raw, err)
 	}
-	wantHeader := "minute,joins,joined,pre_queue,admissions,admitted,holds,waiting,refusals,wait_count,wait_p50_ms,wait_p90_ms,wait_p99_ms,sold,paid," +
+	wantHeader := "minute,joins,joined,pre_queue,admissions,admitted,holds,waiting,refusals,shadowed,wait_count,wait_p50_ms,wait_p90_ms,wait_p99_ms,sold,paid," +
 		fmt.Sprintf("sold_item_%d,sold_item_%d", itemA, itemB)
 	if got := strings.Join(rows[0], ","); got != wantHeader {
 		t.Fatalf("csv header = %s, want %s", got, wantHeader)

@@ -366,7 +366,16 @@ async function loadShadowed(id, force = false) {
   if (!force && op.shadowTick % 2 !== 1) return;
   const r = await api('GET', '/sales/' + encodeURIComponent(id) + '/shadow?limit=50');
   if (id !== op.saleId || !r.ok) return;
-  renderShadowed(r.body, $('shadowq-list'), $('shadowq-summary'), {
+  op.shadowQ = { id, body: r.body };
+  renderShadowQ();
+}
+
+// renderShadowQ shows the sale's shadow queue as last read.
+function renderShadowQ() {
+  const q = op.shadowQ;
+  if (!q || q.id !== op.saleId) return;
+  const id = q.id;
+  renderShadowed(q.body, $('shadowq-list'), $('shadowq-summary'), {
     t, num, time: (ms) => i18n.time(ms),
     onRelease: async (user) => {
       const rr = await api('POST', '/sales/' + encodeURIComponent(id) + '/shadow/' + encodeURIComponent(user) + '/release');
@@ -1238,6 +1247,7 @@ function relabel() {
   renderChange();
   renderConflict();
   if (op.report) renderReport(op.report, i18n, $);
+  renderShadowQ();
   if (op.createResult) setCreateResult(op.createResult.key, op.createResult.params);
   for (const b of document.querySelectorAll('#cs-items [data-remove-n]')) b.setAttribute('aria-label', t('op.item.removeLabel', { n: Number(b.dataset.removeN) }));
   for (const row of document.querySelectorAll('#cs-items .item-row')) row.querySelector('legend').textContent = t('op.item.legend', { n: Number(row.dataset.n) });
