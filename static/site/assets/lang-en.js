@@ -492,6 +492,7 @@ export default {
   'outcome.blocked': 'blocked',
   'outcome.challenged': 'challenged',
   'outcome.shadow': 'shadow',
+  'outcome.shadowQueue': 'shadow queue',
   'rule.blocklist': 'Blocklist',
   'rule.perIp': 'Rate limit per IP',
   'rule.perPrefix': 'Rate limit per network prefix',

@@ -493,6 +493,7 @@ export default {
   'outcome.blocked': 'bloqueados',
   'outcome.challenged': 'desafiados',
   'outcome.shadow': 'sombra',
+  'outcome.shadowQueue': 'cola en sombra',
   'rule.blocklist': 'Lista de bloqueo',
   'rule.perIp': 'Límite por IP',
   'rule.perPrefix': 'Límite por prefijo de red',
