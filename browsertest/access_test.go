@@ -71,7 +71,10 @@ func TestAccessCodePage(t *testing.T) {
 			checkPage(op, axe, "operator-access")
 
 			// The rule becomes an allowlist, and a CSV file is uploaded.
-			evalT[string](op, `document.getElementById('acc-rule').value = 'allowlist'`)
+			// As a hand does it (a change event): the figures' refresh,
+			// every second, leaves a changed field alone until it is
+			// applied.
+			evalT[bool](op, `(() => { const el = document.getElementById('acc-rule'); el.value = 'allowlist'; return el.dispatchEvent(new Event('change')); })()`)
 			op.click("#acc-apply")
 			op.waitJS("the allowlist rule", `document.getElementById('acc-current').textContent.includes(document.querySelector('#acc-rule option[value=allowlist]').textContent)`)
 			csvFile := filepath.Join(t.TempDir(), "members.csv")

@@ -1160,9 +1160,19 @@ function renderAccess() {
   if (tier1 && tier1.joinFrom) parts.push(t('acc.membersFrom', { at: i18n.dateTime(Date.parse(tier1.joinFrom)) }));
   if (a.publicFrom) parts.push(t('acc.publicFrom', { at: i18n.dateTime(Date.parse(a.publicFrom)) }));
   $('acc-current').textContent = t('acc.current', { rule: parts.join('; ') });
-  setIfIdle('acc-rule', a.rule || 'open');
-  setIfIdle('acc-members', tier1 && tier1.joinFrom ? localInputValue(Date.parse(tier1.joinFrom)) : '');
-  setIfIdle('acc-public', a.publicFrom ? localInputValue(Date.parse(a.publicFrom)) : '');
+  setIfClean('acc-rule', a.rule || 'open');
+  setIfClean('acc-members', tier1 && tier1.joinFrom ? localInputValue(Date.parse(tier1.joinFrom)) : '');
+  setIfClean('acc-public', a.publicFrom ? localInputValue(Date.parse(a.publicFrom)) : '');
+}
+
+// ACCESS_FIELDS are the access form's fields: once the operator changed
+// one, the figures' refresh leaves it alone until the form is applied (a
+// rule chosen, then a date typed, must not flip back to the sale's rule
+// under the operator's hand).
+const ACCESS_FIELDS = ['acc-rule', 'acc-members', 'acc-public'];
+
+function setIfClean(id, v) {
+  if ($(id).dataset.dirty !== '1') setIfIdle(id, v);
 }
 
 function accResult(key, params) {
@@ -1176,7 +1186,10 @@ async function applyAccess(ev) {
     accResult('acc.badTime');
     return;
   }
-  await saleWrite('PATCH', '', { access }, 'op.change.access', { rule: ruleLabelOf(access.rule) }, false);
+  if (await saleWrite('PATCH', '', { access }, 'op.change.access', { rule: ruleLabelOf(access.rule) }, false)) {
+    for (const id of ACCESS_FIELDS) delete $(id).dataset.dirty;
+    renderAccess();
+  }
 }
 
 async function postCodes(body) {
@@ -1222,6 +1235,9 @@ async function uploadAllowlist(ev) {
 
 function wireAccess() {
   $('acc-form').addEventListener('submit', applyAccess);
+  for (const id of ACCESS_FIELDS) {
+    for (const ev of ['input', 'change']) $(id).addEventListener(ev, () => { $(id).dataset.dirty = '1'; });
+  }
   $('codes-gen-form').addEventListener('submit', (ev) => {
     ev.preventDefault();
     postCodes({ count: Number($('codes-count').value), tier: Number($('codes-tier').value) });
