@@ -205,15 +205,35 @@ func (tb *tab) navigate(url string) {
 	tb.do("navigate "+strings.SplitN(url, "#", 2)[0], chromedp.Navigate(url))
 }
 
-// waitJS waits until the JavaScript predicate is true.
+// waitJS waits until the JavaScript predicate is true. A poll whose
+// page context went away under it (the page navigated or was replaced
+// while the poll ran: a reload's second document) is polled again in the
+// new one, within the same bound.
 func (tb *tab) waitJS(what, predicate string) {
 	tb.b.t.Helper()
-	ctx, cancel := context.WithTimeout(tb.ctx, waitFor)
-	defer cancel()
-	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](predicate, chromedp.WithPollingInterval(50*time.Millisecond),
-		chromedp.WithPollingTimeout(waitFor))); err != nil {
-		tb.fail("wait for "+what, err)
+	deadline := time.Now().Add(waitFor)
+	for {
+		ctx, cancel := context.WithDeadline(tb.ctx, deadline)
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](predicate, chromedp.WithPollingInterval(50*time.Millisecond),
+			chromedp.WithPollingTimeout(time.Until(deadline))))
+		cancel()
+		if err == nil {
+			return
+		}
+		if !contextGone(err) || time.Now().After(deadline) {
+			tb.fail("wait for "+what, err)
+			return
+		}
 	}
+}
+
+// contextGone reports whether err is the browser's answer to a script run
+// in a page context that no longer exists.
+func contextGone(err error) bool {
+	m := err.Error()
+	return strings.Contains(m, "Cannot find context with specified id") ||
+		strings.Contains(m, "Execution context was destroyed") ||
+		strings.Contains(m, "Inspected target navigated or closed")
 }
 
 // waitState waits until the queue has been in state (now or earlier: the
