@@ -79,14 +79,19 @@ func (r *Room) Status(ctx context.Context, p flashsale.Principal, saleID int64) 
 		return Status{}, err
 	}
 	// A shadowed shopper may hold a ticket from before: the shadow
-	// queue is what they see.
-	if t, ok, err := r.shadowTicket(ctx, saleID, p.UserID); err != nil || ok {
+	// queue is what they see. Both records come in one round trip.
+	uid := strconv.FormatInt(p.UserID, 10)
+	pipe := r.rdb.Pipeline()
+	shadowCmd := pipe.HGet(ctx, lua.QueueKey(saleID, keyShadow), uid)
+	ticketCmd := pipe.HGet(ctx, lua.QueueKey(saleID, keyTickets), uid)
+	_, _ = pipe.Exec(ctx) // each command's own error is read below
+	if t, ok, err := shadowTicketOf(shadowCmd.Result()); err != nil || ok {
 		if err != nil {
 			return Status{}, err
 		}
 		return r.pollStatus(ctx, sr, p.UserID, t, true)
 	}
-	ticket, err := r.rdb.HGet(ctx, lua.QueueKey(saleID, keyTickets), strconv.FormatInt(p.UserID, 10)).Int64()
+	ticket, err := ticketCmd.Int64()
 	if errors.Is(err, redis.Nil) {
 		return Status{}, flashsale.Errorf(flashsale.CodeNotFound, "not in this sale's queue; join first")
 	}

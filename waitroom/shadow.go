@@ -287,18 +287,34 @@ func (r *Room) ShadowList(ctx context.Context, saleID int64, limit int) (ShadowQ
 	return q, nil
 }
 
+// shadowRecord is a value of the shadow hash: "rule|atMs|ticket".
+type shadowRecord struct {
+	rule         string
+	atMs, ticket int64
+}
+
+// parseShadowRecord reads a value of the shadow hash.
+func parseShadowRecord(v string) (shadowRecord, bool) {
+	parts := strings.Split(v, "|")
+	if len(parts) != 3 {
+		return shadowRecord{}, false
+	}
+	ms, err1 := strconv.ParseInt(parts[1], 10, 64)
+	t, err2 := strconv.ParseInt(parts[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return shadowRecord{}, false
+	}
+	return shadowRecord{rule: parts[0], atMs: ms, ticket: t}, true
+}
+
 // parseShadowed reads a field and value of the shadow hash.
 func parseShadowed(user, v string) (ShadowedShopper, bool) {
 	id, err := strconv.ParseInt(user, 10, 64)
-	parts := strings.Split(v, "|")
-	if err != nil || len(parts) != 3 {
+	rec, ok := parseShadowRecord(v)
+	if err != nil || !ok {
 		return ShadowedShopper{}, false
 	}
-	ms, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil {
-		return ShadowedShopper{}, false
-	}
-	return ShadowedShopper{UserID: id, Rule: parts[0], At: time.UnixMilli(ms).UTC()}, true
+	return ShadowedShopper{UserID: id, Rule: rec.rule, At: time.UnixMilli(rec.atMs).UTC()}, true
 }
 
 // releaseScript takes a user out of the shadow queue for good in this
@@ -332,16 +348,21 @@ func (r *Room) ReleaseShadowed(ctx context.Context, saleID, userID int64) error 
 // shadowed).
 func (r *Room) shadowTicket(ctx context.Context, saleID, userID int64) (int64, bool, error) {
 	v, err := r.rdb.HGet(ctx, lua.QueueKey(saleID, keyShadow), strconv.FormatInt(userID, 10)).Result()
+	return shadowTicketOf(v, err)
+}
+
+// shadowTicketOf is shadowTicket's answer from the shadow hash's reply
+// for the user (v, err).
+func shadowTicketOf(v string, err error) (int64, bool, error) {
 	if errors.Is(err, redis.Nil) {
 		return 0, false, nil
 	}
 	if err != nil {
 		return 0, false, fmt.Errorf("waitroom: read shadow: %w", err)
 	}
-	i := strings.LastIndexByte(v, '|')
-	t, err := strconv.ParseInt(v[i+1:], 10, 64)
-	if err != nil {
-		return 0, false, fmt.Errorf("waitroom: shadow record %q: %w", v, err)
+	rec, ok := parseShadowRecord(v)
+	if !ok {
+		return 0, false, fmt.Errorf("waitroom: shadow record %q", v)
 	}
-	return t, true, nil
+	return rec.ticket, true, nil
 }
