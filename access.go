@@ -33,10 +33,16 @@ const MaxTier = 9
 // from JoinFrom(t); a shopper of no tier may join an open sale from
 // PublicFrom (any time when zero) and a codes or allowlist sale only from
 // PublicFrom, when set (the open sale after a presale).
+//
+// DrawByTier orders the pre-queue's draw by tier: tier 1's tickets take the
+// first places, then tier 2's, and so on, then those of no tier, each
+// group in its own random order (docs/DRAW.md "Tiers in the draw"). It
+// counts as set when the pre-queue closes.
 type SaleAccess struct {
 	Rule       string       // AccessOpen ("" reads as open), AccessCodes or AccessAllowlist
 	PublicFrom time.Time    // zero: none
 	Tiers      []AccessTier // ascending by Tier
+	DrawByTier bool
 }
 
 // AccessTier is a tier's own start.
@@ -57,9 +63,10 @@ func (a SaleAccess) RuleName() string {
 }
 
 // Plain reports whether the rule lets anyone join at any time without a
-// look at who they are: the join path does no work for it.
+// look at who they are: the join path does no work for it. A draw by tier
+// looks at the token's tier.
 func (a SaleAccess) Plain() bool {
-	return a.RuleName() == AccessOpen && a.PublicFrom.IsZero() && len(a.Tiers) == 0
+	return a.RuleName() == AccessOpen && a.PublicFrom.IsZero() && len(a.Tiers) == 0 && !a.DrawByTier
 }
 
 // JoinFrom is when a shopper of tier (0: none) may join: the tier's own
@@ -118,6 +125,7 @@ type accessJSON struct {
 	Rule       string     `json:"rule"`
 	PublicFrom string     `json:"publicFrom,omitempty"`
 	Tiers      []tierJSON `json:"tiers,omitempty"`
+	DrawByTier bool       `json:"drawByTier,omitempty"`
 }
 
 type tierJSON struct {
@@ -125,10 +133,10 @@ type tierJSON struct {
 	JoinFrom string `json:"joinFrom,omitempty"`
 }
 
-// MarshalJSON writes the access object: {"rule", "publicFrom", "tiers"}
-// with RFC 3339 times, absent when zero.
+// MarshalJSON writes the access object: {"rule", "publicFrom", "tiers",
+// "drawByTier"} with RFC 3339 times, absent when zero (false).
 func (a SaleAccess) MarshalJSON() ([]byte, error) {
-	j := accessJSON{Rule: a.RuleName(), PublicFrom: fmtAccessTime(a.PublicFrom)}
+	j := accessJSON{Rule: a.RuleName(), PublicFrom: fmtAccessTime(a.PublicFrom), DrawByTier: a.DrawByTier}
 	for _, t := range a.Tiers {
 		j.Tiers = append(j.Tiers, tierJSON{Tier: t.Tier, JoinFrom: fmtAccessTime(t.JoinFrom)})
 	}
@@ -157,7 +165,7 @@ func ParseAccess(b []byte) (SaleAccess, error) {
 	dec.DisallowUnknownFields()
 	var j accessJSON
 	if err := dec.Decode(&j); err != nil {
-		return SaleAccess{}, Invalid("access", "a JSON object of rule, publicFrom and tiers")
+		return SaleAccess{}, Invalid("access", "a JSON object of rule, publicFrom, tiers and drawByTier")
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return SaleAccess{}, Invalid("access", "data after the object")
@@ -165,7 +173,7 @@ func ParseAccess(b []byte) (SaleAccess, error) {
 	if j.Rule == "" {
 		return SaleAccess{}, Invalid("access.rule", "required: %q, %q or %q", AccessOpen, AccessCodes, AccessAllowlist)
 	}
-	a := SaleAccess{Rule: j.Rule}
+	a := SaleAccess{Rule: j.Rule, DrawByTier: j.DrawByTier}
 	var err error
 	if a.PublicFrom, err = parseAccessTime("access.publicFrom", j.PublicFrom); err != nil {
 		return SaleAccess{}, err

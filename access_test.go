@@ -19,6 +19,9 @@ func TestParseAccess(t *testing.T) {
 		{"allowlist with a presale", `{"rule":"allowlist","publicFrom":"` + t1 + `","tiers":[{"tier":1,"joinFrom":"` + t0 + `"}]}`, ""},
 		{"members' hour", `{"rule":"open","publicFrom":"` + t2 + `","tiers":[{"tier":1,"joinFrom":"` + t0 + `"},{"tier":2,"joinFrom":"` + t1 + `"}]}`, ""},
 		{"tiers without times", `{"rule":"codes","tiers":[{"tier":1},{"tier":3}]}`, ""},
+		{"draw by tier", `{"rule":"codes","tiers":[{"tier":1},{"tier":2}],"drawByTier":true}`, ""},
+		{"open, draw by token tier", `{"rule":"open","drawByTier":true}`, ""},
+		{"drawByTier not a bool", `{"rule":"open","drawByTier":"yes"}`, "access"},
 		{"no rule", `{}`, "access.rule"},
 		{"unknown rule", `{"rule":"invite"}`, "access.rule"},
 		{"unknown field", `{"rule":"open","from":"x"}`, "access"},
@@ -60,7 +63,7 @@ func TestParseAccess(t *testing.T) {
 }
 
 func sameAccess(a, b SaleAccess) bool {
-	if a.RuleName() != b.RuleName() || !a.PublicFrom.Equal(b.PublicFrom) || len(a.Tiers) != len(b.Tiers) {
+	if a.RuleName() != b.RuleName() || !a.PublicFrom.Equal(b.PublicFrom) || len(a.Tiers) != len(b.Tiers) || a.DrawByTier != b.DrawByTier {
 		return false
 	}
 	for i := range a.Tiers {
@@ -69,6 +72,14 @@ func sameAccess(a, b SaleAccess) bool {
 		}
 	}
 	return true
+}
+
+// TestDrawByTierIsNotPlain: an open sale that draws by tier reads the
+// token's tier at every join, so the join path must look (Plain false).
+func TestDrawByTierIsNotPlain(t *testing.T) {
+	if (SaleAccess{}).Plain() != true || (SaleAccess{DrawByTier: true}).Plain() != false {
+		t.Fatal("Plain: want true for the zero rule, false with DrawByTier")
+	}
 }
 
 func TestAccessJoinFrom(t *testing.T) {
@@ -89,7 +100,7 @@ func TestAccessJoinFrom(t *testing.T) {
 // round-trips.
 func FuzzParseAccess(f *testing.F) {
 	for _, s := range []string{`{"rule":"open"}`, `{"rule":"codes","publicFrom":"2026-12-01T18:00:00.7Z","tiers":[{"tier":1,"joinFrom":"2026-12-01T18:00:00.5Z"}]}`, `{"rule":"codes","publicFrom":"2026-12-01T18:00:00Z","tiers":[{"tier":1,"joinFrom":"2026-12-01T17:00:00Z"}]}`,
-		`{"rule":"allowlist","tiers":[{"tier":2},{"tier":1}]}`, `{}`, `[]`, `{"rule":"open","tiers":null}`, "\x00"} {
+		`{"rule":"allowlist","tiers":[{"tier":2},{"tier":1}]}`, `{}`, `[]`, `{"rule":"open","tiers":null}`, `{"rule":"codes","drawByTier":true}`, "\x00"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

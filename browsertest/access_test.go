@@ -75,8 +75,15 @@ func TestAccessCodePage(t *testing.T) {
 			// every second, leaves a changed field alone until it is
 			// applied.
 			evalT[bool](op, `(() => { const el = document.getElementById('acc-rule'); el.value = 'allowlist'; return el.dispatchEvent(new Event('change')); })()`)
+			op.click("#acc-draw") // and the draw puts tier 1 first
 			op.click("#acc-apply")
 			op.waitJS("the allowlist rule", `document.getElementById('acc-current').textContent.includes(document.querySelector('#acc-rule option[value=allowlist]').textContent)`)
+			op.waitJS("the draw by tier shown", `document.getElementById('acc-draw').checked && document.getElementById('acc-current').textContent.split(';').length > 1`)
+			got := s.Do("GET", fmt.Sprintf("/api/flash-sales/sales/%d", sale), "", nil)
+			s.Want(got, 200, "")
+			if a, _ := got.Body["access"].(map[string]any); a == nil || a["rule"] != "allowlist" || a["drawByTier"] != true {
+				t.Fatalf("the sale's access after the console's change: %v, want an allowlist drawn by tier", got.Body["access"])
+			}
 			csvFile := filepath.Join(t.TempDir(), "members.csv")
 			if err := os.WriteFile(csvFile, []byte("userId,tier\n"+fmt.Sprint(base+7)+"\n"+fmt.Sprint(base+8)+",2\n"), 0o600); err != nil {
 				t.Fatal(err)

@@ -16,16 +16,23 @@ type Gate interface {
 }
 
 // checkAccess asks the Gate about a join, after the guard and before the
-// queue, and counts a refusal in the sale's report.
-func (r *Room) checkAccess(ctx context.Context, sale *flashsale.Sale, p flashsale.Principal, code string) error {
+// queue, and counts a refusal in the sale's report. It returns the
+// shopper's tier (0: none, and always 0 without a Gate).
+func (r *Room) checkAccess(ctx context.Context, sale *flashsale.Sale, p flashsale.Principal, code string) (int, error) {
 	if r.cfg.Gate == nil {
-		return nil
+		return 0, nil
 	}
 	now := r.cfg.Now()
-	_, err := r.cfg.Gate.Check(ctx, sale, p, code, now)
+	tier, err := r.cfg.Gate.Check(ctx, sale, p, code, now)
 	switch flashsale.ErrorCode(err) {
 	case flashsale.CodeNotInvited, flashsale.CodeCodeInvalid, flashsale.CodeCodeUsed, flashsale.CodeNotYet:
 		r.tally.refused(sale.ID, now, RuleAccess)
 	}
-	return err
+	if err != nil {
+		return 0, err
+	}
+	if tier < 0 || tier > flashsale.MaxTier {
+		tier = 0
+	}
+	return tier, nil
 }

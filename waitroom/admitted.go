@@ -80,7 +80,12 @@ func (r *Room) requeue(ctx context.Context, sr *saleRoom, users []int64, now tim
 		return tickets, bought, nil
 	}
 	// Their identity keys were checked at their first join.
-	_, ts, err := registerJoins(ctx, r.rdb, sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(sale).Milliseconds(), sr.knownNow(), false, again, make([]string, len(again)))
+	// After the draw: their new tickets have no tier to keep.
+	qs := make([]*joinReq, len(again))
+	for i, u := range again {
+		qs[i] = &joinReq{sale: sale, user: u}
+	}
+	_, ts, err := registerJoins(ctx, r.rdb, sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(sale).Milliseconds(), sr.knownNow(), false, qs)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -487,18 +487,17 @@ func (r *Room) placeUsers(ctx context.Context, sr *saleRoom, sale *flashsale.Sal
 	if sr.alloc == nil || sr.alloc.n != st.N {
 		a := &allocState{n: st.N}
 		if st.N > 0 {
-			ids, err := r.rdb.LRange(ctx, lua.QueueKey(sale.ID, keyOrder), 0, st.N-1).Result()
+			q, err := readDrawn(ctx, r.rdb, sale.ID)
 			if err != nil {
 				return nil, fmt.Errorf("waitroom.placeUsers: %w", err)
 			}
-			if int64(len(ids)) != st.N {
-				return nil, fmt.Errorf("waitroom.placeUsers: sale %d: %d of %d pre-queue tickets in Redis", sale.ID, len(ids), st.N)
+			if q.n != st.N || int64(len(q.users)) != st.N {
+				return nil, fmt.Errorf("waitroom.placeUsers: sale %d: %d of %d pre-queue tickets in Redis", sale.ID, len(q.users), st.N)
 			}
-			perm := NewPermuter(sale.ShuffleSeed, uint64(st.N))
+			d := q.draw(sale.ShuffleSeed)
 			a.byPlace = make([]int64, st.N)
-			for t, s := range ids {
-				u, _ := strconv.ParseInt(s, 10, 64)
-				a.byPlace[perm.Place(uint64(t))] = u
+			for t, u := range q.users {
+				a.byPlace[d.Place(uint64(t))] = u
 			}
 		}
 		sr.alloc = a

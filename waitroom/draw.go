@@ -105,6 +105,99 @@ func (p *Permuter) Place(i uint64) uint64 {
 	return y
 }
 
+// tierLabel separates the seeds of a tiered draw's groups from every other
+// use of the seed (docs/DRAW.md "Tiers in the draw").
+const tierLabel = "flashsale/draw/tier/v1"
+
+// Draw is a sale's drawn order of its n pre-queue tickets. Untiered (the
+// sale's access did not set drawByTier when the pre-queue closed), ticket
+// i's place is Permute(seed, n, i). Tiered, the tickets form groups by
+// the tier their holder joined with, tier 1 first, then 2 .. MaxTier,
+// then the tickets of no tier; a group's tickets take the places after
+// the groups before it, in the order of the group's own permutation
+// (Permute(tierSeed(seed, tier), size, index within the group)). It is
+// not safe for concurrent use (Permuter).
+type Draw struct {
+	n    uint64
+	flat *Permuter // untiered
+	// Tiered: per ticket its tier (0: none) and its index in its tier's
+	// group, in ticket order; per tier its group's first place and
+	// permutation.
+	tier  []uint8
+	index []uint32
+	first [flashsale.MaxTier + 1]uint64
+	perm  [flashsale.MaxTier + 1]*Permuter
+}
+
+// NewDraw returns the draw of n pre-queue tickets keyed by seed. With
+// tiered, tiers holds a digit per ticket in ticket order ('1' to '9'; any
+// other byte, and a ticket beyond its end, is no tier), as Redis and the
+// public record keep them.
+func NewDraw(seed []byte, n uint64, tiered bool, tiers []byte) *Draw {
+	d := &Draw{n: n}
+	if !tiered {
+		d.flat = NewPermuter(seed, n)
+		return d
+	}
+	d.tier = make([]uint8, n)
+	d.index = make([]uint32, n)
+	var size [flashsale.MaxTier + 1]uint64
+	for i := range n {
+		t := uint8(0)
+		if i < uint64(len(tiers)) {
+			t = TierOf(tiers[i])
+		}
+		d.tier[i], d.index[i] = t, uint32(size[t])
+		size[t]++
+	}
+	var at uint64
+	for _, t := range drawTierOrder {
+		d.first[t] = at
+		at += size[t]
+		if size[t] > 0 {
+			d.perm[t] = NewPermuter(TierSeed(seed, t), size[t])
+		}
+	}
+	return d
+}
+
+// drawTierOrder is the order of a tiered draw's groups: tier 1 first, no
+// tier (0) last.
+var drawTierOrder = [flashsale.MaxTier + 1]uint8{1, 2, 3, 4, 5, 6, 7, 8, 9, 0}
+
+// TierOf reads a tier digit ('1' to '9'); any other byte is no tier (0).
+func TierOf(b byte) uint8 {
+	if b >= '1' && b <= '0'+flashsale.MaxTier {
+		return b - '0'
+	}
+	return 0
+}
+
+// TierSeed is the seed of tier t's group in a tiered draw (0: no tier):
+// HMAC-SHA256(key = seed, msg = "flashsale/draw/tier/v1" || t as 1 byte).
+func TierSeed(seed []byte, t uint8) []byte {
+	m := hmac.New(sha256.New, seed)
+	m.Write([]byte(tierLabel))
+	m.Write([]byte{t})
+	return m.Sum(nil)
+}
+
+// Tiered reports whether the draw groups its tickets by tier.
+func (d *Draw) Tiered() bool { return d.flat == nil }
+
+// Place returns the place (0-based) of pre-queue ticket i. It panics when
+// i >= n.
+func (d *Draw) Place(i uint64) uint64 {
+	if d.flat != nil {
+		return d.flat.Place(i)
+	}
+	if i >= d.n {
+		panic("waitroom: Draw.Place: index out of range")
+	}
+	t := d.tier[i]
+	return d.first[t] + d.perm[t].Place(uint64(d.index[i]))
+}
+
 // Permute returns the place (0-based) of pre-queue ticket i among n
 // pre-queue tickets for the draw keyed by seed (docs/DRAW.md). It panics
 // when i >= n.
@@ -124,6 +217,10 @@ type DrawReport struct {
 	// users in drawn order (Order[place] = user id).
 	PreQueue []int64
 	Order    []int64
+	// Tiered reports a draw by tier; Tiers is then each pre-queue
+	// ticket's tier (0: none), in ticket order.
+	Tiered bool
+	Tiers  []uint8
 	// Checked is the number of admission records compared with the draw;
 	// Mismatches describes the first few disagreements.
 	Checked    int
@@ -131,69 +228,108 @@ type DrawReport struct {
 	OK         bool
 }
 
+// drawnQueue is a sale's pre-queue as Redis holds it.
+type drawnQueue struct {
+	n      int64 // the pre-queue's size, -1 before the draw
+	tiered bool  // the draw groups the pre-queue by tier (Draw)
+	// users are the pre-queue's holders in ticket order (every joiner so
+	// far before the draw); 0 marks a ticket nobody could name after a
+	// Redis loss. tiers is a digit per ticket (NewDraw), read only for a
+	// tiered draw.
+	users []int64
+	tiers []byte
+}
+
+// readDrawn reads the sale's pre-queue: its size, whether the draw is
+// tiered, its holders and, for a tiered draw, their tiers.
+func readDrawn(ctx context.Context, rdb redis.UniversalClient, saleID int64) (drawnQueue, error) {
+	q := drawnQueue{n: -1}
+	vals, err := rdb.HMGet(ctx, lua.QueueKey(saleID, keyState), fieldN, fieldTiered).Result()
+	if err != nil {
+		return q, err
+	}
+	if s, ok := vals[0].(string); ok {
+		if q.n, err = strconv.ParseInt(s, 10, 64); err != nil {
+			return q, fmt.Errorf("bad pre-queue size %q", s)
+		}
+	}
+	q.tiered = vals[1] != nil
+	if q.n == 0 {
+		return q, nil
+	}
+	stop := q.n - 1
+	if q.n < 0 {
+		stop = -1 // before the draw: every joiner
+	}
+	pipe := rdb.Pipeline()
+	ids := pipe.LRange(ctx, lua.QueueKey(saleID, keyOrder), 0, stop)
+	var tiers *redis.StringCmd
+	if q.tiered {
+		tiers = pipe.GetRange(ctx, lua.QueueKey(saleID, keyTiers), 0, stop)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return q, err
+	}
+	q.users = make([]int64, len(ids.Val()))
+	for i, s := range ids.Val() {
+		if q.users[i], err = strconv.ParseInt(s, 10, 64); err != nil {
+			return q, fmt.Errorf("bad user id %q", s)
+		}
+	}
+	if tiers != nil {
+		q.tiers = []byte(tiers.Val())
+	}
+	return q, nil
+}
+
+// draw is the pre-queue's draw with seed (nil before the draw or for an
+// empty pre-queue).
+func (q drawnQueue) draw(seed []byte) *Draw {
+	if q.n <= 0 {
+		return nil
+	}
+	return NewDraw(seed, uint64(q.n), q.tiered, q.tiers)
+}
+
 // PreQueue returns the user ids of the sale's pre-queue in ticket order and
 // whether the pre-queue is frozen (the draw happened). Before the draw it
 // returns the joiners so far.
 func PreQueue(ctx context.Context, rdb redis.UniversalClient, saleID int64) (users []int64, frozen bool, err error) {
-	n, err := rdb.HGet(ctx, lua.QueueKey(saleID, keyState), fieldN).Int64()
-	switch {
-	case errors.Is(err, redis.Nil):
-		n = -1
-	case err != nil:
-		return nil, false, fmt.Errorf("waitroom.PreQueue: %w", err)
-	}
-	stop := int64(-1)
-	if n >= 0 {
-		if n == 0 {
-			return nil, true, nil
-		}
-		stop = n - 1
-	}
-	ids, err := rdb.LRange(ctx, lua.QueueKey(saleID, keyOrder), 0, stop).Result()
+	q, err := readDrawn(ctx, rdb, saleID)
 	if err != nil {
 		return nil, false, fmt.Errorf("waitroom.PreQueue: %w", err)
 	}
-	users = make([]int64, len(ids))
-	for i, s := range ids {
-		if users[i], err = strconv.ParseInt(s, 10, 64); err != nil {
-			return nil, false, fmt.Errorf("waitroom.PreQueue: bad user id %q", s)
-		}
-	}
-	return users, n >= 0, nil
+	return q.users, q.n >= 0, nil
 }
 
 // Places returns the place in the sale's queue of every user holding a
 // ticket (userId → place, 0-based): the drawn place for the n pre-queue
-// tickets (Permute with the sale's seed), the ticket itself after them.
+// tickets (Draw with the sale's seed), the ticket itself after them.
 // Before the draw it fails. A user who went to the back of the queue has
 // the place of their last ticket.
 func Places(ctx context.Context, rdb redis.UniversalClient, saleID int64, seed []byte) (map[int64]int64, error) {
-	n, err := rdb.HGet(ctx, lua.QueueKey(saleID, keyState), fieldN).Int64()
-	if errors.Is(err, redis.Nil) {
+	q, err := readDrawn(ctx, rdb, saleID)
+	if err != nil {
+		return nil, fmt.Errorf("waitroom.Places: %w", err)
+	}
+	if q.n < 0 {
 		return nil, fmt.Errorf("waitroom.Places: sale %d: not drawn", saleID)
 	}
+	ids, err := rdb.LRange(ctx, lua.QueueKey(saleID, keyOrder), q.n, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("waitroom.Places: %w", err)
 	}
-	ids, err := rdb.LRange(ctx, lua.QueueKey(saleID, keyOrder), 0, -1).Result()
-	if err != nil {
-		return nil, fmt.Errorf("waitroom.Places: %w", err)
-	}
-	var p *Permuter
-	if n > 0 {
-		p = NewPermuter(seed, uint64(n))
-	}
-	out := make(map[int64]int64, len(ids))
-	for t, s := range ids {
-		u, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || u == 0 {
-			continue // a ticket nobody could name after a Redis loss
+	d := q.draw(seed)
+	out := make(map[int64]int64, len(q.users)+len(ids))
+	for t, u := range q.users {
+		if u != 0 { // 0: a ticket nobody could name after a Redis loss
+			out[u] = int64(d.Place(uint64(t)))
 		}
-		place := int64(t)
-		if place < n {
-			place = int64(p.Place(uint64(t)))
+	}
+	for i, s := range ids {
+		if u, err := strconv.ParseInt(s, 10, 64); err == nil && u != 0 {
+			out[u] = q.n + int64(i)
 		}
-		out[u] = place
 	}
 	return out, nil
 }
@@ -210,19 +346,32 @@ func VerifyDraw(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.
 	if !rep.CommitmentOK {
 		rep.Mismatches = append(rep.Mismatches, "commitment is not the SHA-256 of the seed")
 	}
-	users, frozen, err := PreQueue(ctx, rdb, sale.ID)
+	q, err := readDrawn(ctx, rdb, sale.ID)
 	if err != nil {
 		return rep, fmt.Errorf("waitroom.VerifyDraw: %w", err)
 	}
-	rep.PreQueue, rep.Drawn = users, frozen
+	users, frozen := q.users, q.n >= 0
+	rep.PreQueue, rep.Drawn, rep.Tiered = users, frozen, q.tiered
 	n := uint64(len(users))
+	if frozen && n != uint64(q.n) {
+		rep.Mismatches = append(rep.Mismatches, fmt.Sprintf("%d of %d pre-queue tickets in Redis", n, q.n))
+	}
 	preTicket := make(map[int64]uint64, len(users))
+	var perm *Draw
 	if frozen && n > 0 {
 		rep.Order = make([]int64, n)
-		p := NewPermuter(sale.ShuffleSeed, n)
+		perm = NewDraw(sale.ShuffleSeed, n, q.tiered, q.tiers)
 		for i, u := range users {
-			rep.Order[p.Place(uint64(i))] = u
+			rep.Order[perm.Place(uint64(i))] = u
 			preTicket[u] = uint64(i)
+		}
+		if q.tiered {
+			rep.Tiers = make([]uint8, n)
+			for i := range n {
+				if i < uint64(len(q.tiers)) {
+					rep.Tiers[i] = TierOf(q.tiers[i])
+				}
+			}
 		}
 	}
 	st, err := rdb.HGetAll(ctx, lua.QueueKey(sale.ID, keyState)).Result()
@@ -245,10 +394,6 @@ func VerifyDraw(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.
 	}
 	if !frozen && len(adm) > 0 {
 		mismatch("%d admissions recorded before the draw", len(adm))
-	}
-	var perm *Permuter
-	if frozen && n > 0 {
-		perm = NewPermuter(sale.ShuffleSeed, n)
 	}
 	for us, v := range adm {
 		rep.Checked++

@@ -180,7 +180,7 @@ func (r *Room) expireQueue(ctx context.Context, saleID int64, endsAt time.Time) 
 	pipe := r.rdb.Pipeline()
 	// Every key of the queue (store.go).
 	for _, k := range [...]string{keyState, keyTickets, keyOrder, keyAdmitted, keyBuckets, keyPresence, keyGone, keyHoles, keyLease,
-		keyHeldItem, keyChoice, keyFixed, keyPassed, keyWants, keyIdentity, keyShadow, keyShadowN, keyReleased} {
+		keyHeldItem, keyChoice, keyFixed, keyPassed, keyWants, keyIdentity, keyShadow, keyShadowN, keyReleased, keyTiers} {
 		pipe.PExpireAt(ctx, lua.QueueKey(saleID, k), at)
 	}
 	// The shoppers' push subscriptions (push.Store) go with the queue.

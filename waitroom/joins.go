@@ -14,6 +14,7 @@ type joinReq struct {
 	sale *flashsale.Sale
 	user int64
 	idk  string // the identity key, "" for none
+	tier int    // the shopper's tier (0: none), kept for a tiered draw
 	done chan joinRes
 }
 
@@ -100,20 +101,15 @@ func (r *Room) flushJoins(ctx context.Context, batch []*joinReq) {
 	now := r.cfg.Now()
 	for _, id := range order {
 		qs := bySale[id]
-		users := make([]int64, len(qs))
-		idks := make([]string, len(qs))
-		for i, q := range qs {
-			users[i], idks[i] = q.user, q.idk
-		}
 		sr := r.saleRoom(id, true)
 		r.firstCheck(ctx, sr)
 		shadowIdk := r.shadows(ShadowIdentity)
-		st, tickets, err := registerJoins(ctx, r.rdb, qs[0].sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(qs[0].sale).Milliseconds(), sr.knownNow(), shadowIdk, users, idks)
+		st, tickets, err := registerJoins(ctx, r.rdb, qs[0].sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(qs[0].sale).Milliseconds(), sr.knownNow(), shadowIdk, qs)
 		if errors.Is(err, errStale) {
 			// Redis lost the queue (or holds an older one): rebuild it,
 			// then register the batch in the rebuilt queue.
 			if err = r.restoreSale(ctx, id); err == nil {
-				st, tickets, err = registerJoins(ctx, r.rdb, qs[0].sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(qs[0].sale).Milliseconds(), sr.knownNow(), shadowIdk, users, idks)
+				st, tickets, err = registerJoins(ctx, r.rdb, qs[0].sale, r.cfg.DrawLead, now.UnixMilli(), r.ttl(qs[0].sale).Milliseconds(), sr.knownNow(), shadowIdk, qs)
 			}
 		}
 		for i, q := range qs {
@@ -134,8 +130,10 @@ func (r *Room) flushJoins(ctx context.Context, batch []*joinReq) {
 // returns the ticket and the sale room, loaded. A user whose identity key
 // holds a place under another user is refused DUPLICATE_IDENTITY, or
 // shadowed (shadowQueue's identity rule). A shadowed user's ticket is
-// ticketShadowed, with the ticket shown.
-func (r *Room) register(ctx context.Context, sale *flashsale.Sale, p flashsale.Principal) (joinTicket, *saleRoom, error) {
+// ticketShadowed, with the ticket shown. tier is the shopper's tier (0:
+// none), as the access rule found it: a pre-queue ticket keeps it for a
+// draw by tier.
+func (r *Room) register(ctx context.Context, sale *flashsale.Sale, p flashsale.Principal, tier int) (joinTicket, *saleRoom, error) {
 	userID := p.UserID
 	sr := r.saleRoom(sale.ID, true)
 	r.mu.Lock()
@@ -150,7 +148,7 @@ func (r *Room) register(ctx context.Context, sale *flashsale.Sale, p flashsale.P
 			return joinTicket{}, nil, fmt.Errorf("waitroom.register: %w", err)
 		}
 	}
-	q := &joinReq{sale: sale, user: userID, idk: p.IdentityKey, done: make(chan joinRes, 1)}
+	q := &joinReq{sale: sale, user: userID, idk: p.IdentityKey, tier: tier, done: make(chan joinRes, 1)}
 	select {
 	case r.joins <- q:
 	case <-ctx.Done():
@@ -197,12 +195,12 @@ func (r *Room) ensureLoaded(ctx context.Context, sr *saleRoom, st queueState) er
 	}
 	sr.mu.Lock()
 	sr.observe(st)
-	known := sr.sale != nil
+	sale, st := sr.sale, sr.st
 	sr.mu.Unlock()
-	if !known {
+	if sale == nil {
 		// The sale left the cache between the join and its first
 		// refresh (deleted, or a reload without it): nothing to show.
 		return notFound()
 	}
-	return nil
+	return r.ensureDraw(ctx, sr, sale, st)
 }

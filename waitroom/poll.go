@@ -51,10 +51,11 @@ func (r *Room) Join(ctx context.Context, p flashsale.Principal, saleID int64, ip
 			return r.pollStatus(ctx, sr, p.UserID, ticket, true)
 		}
 	}
-	if err := r.checkAccess(ctx, sale, p, code); err != nil {
+	tier, err := r.checkAccess(ctx, sale, p, code)
+	if err != nil {
 		return Status{}, err
 	}
-	ticket, sr, err := r.register(ctx, sale, p)
+	ticket, sr, err := r.register(ctx, sale, p, tier)
 	if err != nil {
 		return Status{}, err
 	}

@@ -14,7 +14,6 @@ import (
 	"strings"
 
 	"github.com/flashsale/flashsale"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // The public draw record (GET /api/flash-sales/sales/{saleId}/draw,
@@ -23,8 +22,14 @@ import (
 // every pre-queue ticket in ticket order, a tag of its holder.
 
 // DrawRecordVersion is the version of the record's format. Version 2
-// derives member tags from the members' secrets.
-const DrawRecordVersion = 2
+// derives member tags from the members' secrets. A draw by tier is
+// recorded as version 3 (TieredDrawVersion), the same record with each
+// member's tier: a verifier that reads only version 2 refuses it instead
+// of computing wrong places.
+const (
+	DrawRecordVersion = 2
+	TieredDrawVersion = 3
+)
 
 // memberLabel separates member tags from every other use of the seed.
 const memberLabel = "flashsale/draw/member/v2"
@@ -52,6 +57,9 @@ type DrawRecord struct {
 	// Members[i] is the member tag of the holder of pre-queue ticket i, ""
 	// for a ticket nobody could name after a Redis loss (docs/DRAW.md).
 	Members []string `json:"members"`
+	// Tiers (version 3, a draw by tier) holds a digit per member: the
+	// tier ticket i's holder joined with, '0' for none.
+	Tiers string `json:"tiers,omitempty"`
 }
 
 // MemberSecret is userID's secret in sale saleID: the first 16 bytes of
@@ -140,17 +148,14 @@ func (r *Room) DrawRecord(ctx context.Context, sale *flashsale.Sale) (DrawRecord
 	if now := r.cfg.Now(); now.Before(DrawAt(sale, r.cfg.DrawLead)) || len(sale.ShuffleSeed) == 0 {
 		return DrawRecord{}, errNotDrawn
 	}
-	users, frozen, err := PreQueue(ctx, r.rdb, sale.ID)
+	q, err := readDrawn(ctx, r.rdb, sale.ID)
 	if err != nil {
 		return DrawRecord{}, fmt.Errorf("waitroom.DrawRecord: %w", err)
 	}
-	if !frozen {
+	if q.n < 0 {
 		return DrawRecord{}, errNotDrawn
 	}
-	n, err := r.rdb.HGet(ctx, lua.QueueKey(sale.ID, keyState), fieldN).Int64()
-	if err != nil {
-		return DrawRecord{}, fmt.Errorf("waitroom.DrawRecord: %w", err)
-	}
+	users, n := q.users, q.n
 	if n != int64(len(users)) {
 		// Redis lost part of the queue; the room restores it from the
 		// checkpoint, so this passes.
@@ -163,6 +168,17 @@ func (r *Room) DrawRecord(ctx context.Context, sale *flashsale.Sale) (DrawRecord
 		Commitment:   sale.ShuffleCommitment,
 		PreQueueSize: int64(len(users)),
 		Members:      make([]string, len(users)),
+	}
+	if q.tiered {
+		rec.Version = TieredDrawVersion
+		t := make([]byte, len(users))
+		for i := range t {
+			t[i] = '0'
+			if i < len(q.tiers) {
+				t[i] += TierOf(q.tiers[i])
+			}
+		}
+		rec.Tiers = string(t)
 	}
 	tags := newMemberTagger(sale.ShuffleSeed, sale.ID)
 	named := 0
@@ -204,8 +220,22 @@ func ParseDrawRecord(r io.Reader, limit int64) (DrawRecord, error) {
 }
 
 func (rec *DrawRecord) validate() error {
-	if rec.Version != DrawRecordVersion {
-		return fmt.Errorf("version %d, this verifier reads %d", rec.Version, DrawRecordVersion)
+	switch rec.Version {
+	case DrawRecordVersion:
+		if rec.Tiers != "" {
+			return errors.New("tiers in a version 2 record (a draw by tier is version 3)")
+		}
+	case TieredDrawVersion:
+		if len(rec.Tiers) != len(rec.Members) {
+			return fmt.Errorf("%d tiers for %d members", len(rec.Tiers), len(rec.Members))
+		}
+		for i := 0; i < len(rec.Tiers); i++ {
+			if c := rec.Tiers[i]; c < '0' || c > '0'+flashsale.MaxTier {
+				return fmt.Errorf("tier of member %d is not a digit 0 to %d", i, flashsale.MaxTier)
+			}
+		}
+	default:
+		return fmt.Errorf("version %d, this verifier reads %d and %d", rec.Version, DrawRecordVersion, TieredDrawVersion)
 	}
 	if rec.SaleID <= 0 {
 		return fmt.Errorf("saleId %d is not a sale id", rec.SaleID)
@@ -257,7 +287,8 @@ type DrawCheck struct {
 }
 
 // CheckDrawRecord checks a parsed record (ParseDrawRecord) against the
-// commitment and recomputes every place with the room's permutation. It
+// commitment and recomputes every place with the room's draw (by tier for
+// a version 3 record). It
 // fails when the commitment is not the SHA-256 of the seed or when the
 // places are not a permutation of [0, n).
 func CheckDrawRecord(rec DrawRecord) (DrawCheck, error) {
@@ -277,7 +308,7 @@ func CheckDrawRecord(rec DrawRecord) (DrawCheck, error) {
 	for i := range chk.Order {
 		chk.Order[i] = -1
 	}
-	p := NewPermuter(seed, n)
+	p := NewDraw(seed, n, rec.Version == TieredDrawVersion, []byte(rec.Tiers))
 	for i := range n {
 		place := p.Place(i)
 		if chk.Order[place] != -1 {

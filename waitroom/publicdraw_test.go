@@ -160,7 +160,12 @@ func TestParseAndCheckDrawRecord(t *testing.T) {
 		{name: "not JSON", body: "{", parseFail: true},
 		{name: "trailing data", body: string(good) + "{}", parseFail: true},
 		{name: "version 1", body: tamper(func(r *DrawRecord) { r.Version = 1 }), parseFail: true},
-		{name: "version 3", body: tamper(func(r *DrawRecord) { r.Version = 3 }), parseFail: true},
+		{name: "version 3 without tiers", body: tamper(func(r *DrawRecord) { r.Version = 3 }), parseFail: true},
+		{name: "version 3, by tier", body: tamper(func(r *DrawRecord) { r.Version, r.Tiers = 3, "10290" })},
+		{name: "version 3, short tiers", body: tamper(func(r *DrawRecord) { r.Version, r.Tiers = 3, "1029" }), parseFail: true},
+		{name: "version 3, tier not a digit", body: tamper(func(r *DrawRecord) { r.Version, r.Tiers = 3, "10a90" }), parseFail: true},
+		{name: "version 2 with tiers", body: tamper(func(r *DrawRecord) { r.Tiers = "10290" }), parseFail: true},
+		{name: "version 4", body: tamper(func(r *DrawRecord) { r.Version = 4 }), parseFail: true},
 		{name: "no sale", body: tamper(func(r *DrawRecord) { r.SaleID = 0 }), parseFail: true},
 		{name: "short seed", body: tamper(func(r *DrawRecord) { r.Seed = r.Seed[:62] }), parseFail: true},
 		{name: "upper-case seed", body: tamper(func(r *DrawRecord) { r.Seed = strings.ToUpper(r.Seed) }), parseFail: true},
@@ -201,6 +206,11 @@ func FuzzParseDrawRecord(f *testing.F) {
 	f.Add(good)
 	f.Add([]byte(`{"version":2,"saleId":1,"seed":"","commitment":"","preQueueSize":0,"members":[]}`))
 	f.Add([]byte(`{"members":[""],"preQueueSize":1}`))
+	tiered, _ := validRecordJSON(f, 4)
+	tiered.Version, tiered.Tiers = TieredDrawVersion, "2010"
+	if b, err := json.Marshal(tiered); err == nil {
+		f.Add(b)
+	}
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		rec, err := ParseDrawRecord(bytes.NewReader(b), 1<<16)

@@ -57,7 +57,7 @@ func (r *Room) restore(ctx context.Context, sr *saleRoom, now time.Time) error {
 	in := restoreInput{nowMs: now.UnixMilli(), ttlMs: ttl.Milliseconds(),
 		epoch: r.id + "-" + strconv.FormatInt(r.restores.Add(1), 10)}
 	if d := r.cfg.Durable; d != nil {
-		st, users, found, err := d.Load(ctx, sr.id)
+		st, users, tiers, found, err := d.Load(ctx, sr.id)
 		sr.mu.Lock()
 		has := sr.pgHas
 		sr.mu.Unlock()
@@ -67,12 +67,12 @@ func (r *Room) restore(ctx context.Context, sr *saleRoom, now time.Time) error {
 		case err != nil:
 			r.log.Warn("restore without the queue checkpoint", "sale", sr.id, "err", err)
 		case found:
-			in.users = users
+			in.users, in.tiers = users, tiers
 			sr.mu.Lock()
 			sr.pgChecked, sr.pgHas = true, true
 			sr.pgSt.Seq, sr.pgSt.Serving = max(sr.pgSt.Seq, st.Seq), max(sr.pgSt.Serving, st.Serving)
 			if sr.pgSt.N < 0 {
-				sr.pgSt.N = st.N
+				sr.pgSt.N, sr.pgSt.Tiered = st.N, st.Tiered
 			}
 			sr.savedSeq = st.Seq
 			sr.mu.Unlock()
@@ -81,7 +81,12 @@ func (r *Room) restore(ctx context.Context, sr *saleRoom, now time.Time) error {
 	sr.mu.Lock()
 	in.st = sr.known().st
 	for c := range sr.conns {
-		in.conns = append(in.conns, heldConn{user: c.user, ticket: c.ticket, place: c.place, admittedAt: c.admittedAt})
+		if c.shadow {
+			// A shadowed shopper's ticket is only shown: it holds no
+			// place to bring back (the shadow record lives apart).
+			continue
+		}
+		in.conns = append(in.conns, heldConn{user: c.user, ticket: c.ticket, place: c.place, admittedAt: c.admittedAt, tier: c.tier})
 	}
 	sr.mu.Unlock()
 	// In ticket order: the script appends tickets beyond its list in turn.
@@ -101,8 +106,9 @@ func (r *Room) restore(ctx context.Context, sr *saleRoom, now time.Time) error {
 	sr.mu.Lock()
 	sr.observe(st)
 	sr.epoch, sr.epochSeen = epoch, true
+	sale := sr.sale
 	sr.mu.Unlock()
-	return nil
+	return r.ensureDraw(ctx, sr, sale, st)
 }
 
 // restoreSale is restore for a sale the batcher met stale.
@@ -167,7 +173,7 @@ func (r *Room) checkSaved(ctx context.Context, sr *saleRoom) error {
 	if found {
 		sr.pgSt.Seq, sr.pgSt.Serving = max(sr.pgSt.Seq, st.Seq), max(sr.pgSt.Serving, st.Serving)
 		if sr.pgSt.N < 0 {
-			sr.pgSt.N = st.N
+			sr.pgSt.N, sr.pgSt.Tiered = st.N, st.Tiered
 		}
 		sr.savedSeq, sr.savedN, sr.savedServing = st.Seq, st.N, st.Serving
 	} else if sr.savedSeq < 0 {
@@ -205,13 +211,14 @@ func (r *Room) checkpoint(ctx context.Context, sr *saleRoom) error {
 		return nil
 	}
 	pipe := r.rdb.Pipeline()
-	stCmd := pipe.HMGet(ctx, lua.QueueKey(sr.id, keyState), "live", fieldSeq, fieldN, fieldServing)
+	stCmd := pipe.HMGet(ctx, lua.QueueKey(sr.id, keyState), "live", fieldSeq, fieldN, fieldServing, fieldTiered)
 	orderCmd := pipe.LRange(ctx, lua.QueueKey(sr.id, keyOrder), saved, -1)
+	tiersCmd := pipe.GetRange(ctx, lua.QueueKey(sr.id, keyTiers), saved, -1)
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return fmt.Errorf("waitroom.checkpoint: %w", err)
 	}
 	vals := stCmd.Val()
-	if len(vals) != 4 || vals[0] == nil {
+	if len(vals) != 5 || vals[0] == nil {
 		return nil // the queue is gone from Redis: a restore comes first
 	}
 	seq, serving := toInt(vals[1]), toInt(vals[3])
@@ -219,6 +226,10 @@ func (r *Room) checkpoint(ctx context.Context, sr *saleRoom) error {
 	if vals[2] != nil {
 		n = toInt(vals[2])
 	}
+	tiered := vals[4] != nil
+	// tiers[i] is ticket saved+i's tier (a join between the reads may
+	// add a tier past the list read: Save takes only the tickets' own).
+	tiers := []byte(tiersCmd.Val())
 	ids := orderCmd.Val()
 	// The list and seq move together (joinScript); take no more than seq
 	// says, in case a join landed between the two reads.
@@ -235,7 +246,7 @@ func (r *Room) checkpoint(ctx context.Context, sr *saleRoom) error {
 	if same {
 		return nil
 	}
-	got, err := d.Save(ctx, sr.id, saved, users, n, serving)
+	got, err := d.Save(ctx, sr.id, saved, users, tiers, queueState{N: n, Serving: serving, Tiered: tiered})
 	if err != nil {
 		return err
 	}
@@ -245,7 +256,7 @@ func (r *Room) checkpoint(ctx context.Context, sr *saleRoom) error {
 	sr.savedSeq, sr.savedN, sr.savedServing = got, n, serving
 	sr.pgSt.Seq, sr.pgSt.Serving = max(sr.pgSt.Seq, got), max(sr.pgSt.Serving, serving)
 	if sr.pgSt.N < 0 {
-		sr.pgSt.N = n
+		sr.pgSt.N, sr.pgSt.Tiered = n, tiered
 	}
 	sr.mu.Unlock()
 	return nil

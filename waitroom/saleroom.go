@@ -1,12 +1,18 @@
 package waitroom
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/lua"
 )
 
 // rateSamples is how many ticks the measured admission rate looks back.
@@ -35,7 +41,10 @@ type saleRoom struct {
 	// when its stock was first seen back (the same ResumeDelay applies).
 	out       *itemsOut
 	backSince map[int64]time.Time
-	perm      *Permuter
+	// draw gives the pre-queue tickets their places: built when the draw
+	// is seen (observe), or for a draw by tier once its tiers are read
+	// (ensureDraw).
+	draw *Draw
 	// shadowChecked is when checkShadowed last looked up this gateway's
 	// shadowed connections of the sale.
 	shadowChecked time.Time
@@ -88,7 +97,7 @@ func (sr *saleRoom) known() known {
 	st.Seq = max(st.Seq, sr.pgSt.Seq)
 	st.Serving = max(st.Serving, sr.pgSt.Serving)
 	if st.N < 0 {
-		st.N = sr.pgSt.N
+		st.N, st.Tiered = sr.pgSt.N, sr.pgSt.Tiered
 	}
 	return known{st: st, guard: sr.pgHas || st.Seq > 0 || st.N >= 0 || st.Serving > 0}
 }
@@ -136,14 +145,39 @@ func (sr *saleRoom) observe(st queueState) {
 		sr.st.Seq = st.Seq
 	}
 	if st.N >= 0 && sr.st.N < 0 {
-		sr.st.N = st.N
+		sr.st.N, sr.st.Tiered = st.N, st.Tiered
 	}
 	if st.Serving > sr.st.Serving {
 		sr.st.Serving = st.Serving
 	}
-	if sr.st.N >= 0 && sr.perm == nil && sr.sale != nil && sr.st.N > 0 {
-		sr.perm = NewPermuter(sr.sale.ShuffleSeed, uint64(sr.st.N))
+	if sr.st.N > 0 && sr.draw == nil && sr.sale != nil && !sr.st.Tiered {
+		sr.draw = NewDraw(sr.sale.ShuffleSeed, uint64(sr.st.N), false, nil)
 	}
+}
+
+// ensureDraw builds a draw by tier once st shows one: it reads the
+// pre-queue's tiers from Redis (once per gateway and sale). Until then the
+// pre-queue's places are unknown (place), as before the draw.
+func (r *Room) ensureDraw(ctx context.Context, sr *saleRoom, sale *flashsale.Sale, st queueState) error {
+	if st.N <= 0 || !st.Tiered || sale == nil {
+		return nil
+	}
+	sr.mu.Lock()
+	done := sr.draw != nil
+	sr.mu.Unlock()
+	if done {
+		return nil
+	}
+	tiers, err := r.rdb.GetRange(ctx, lua.QueueKey(sr.id, keyTiers), 0, st.N-1).Bytes()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("waitroom.ensureDraw: sale %d: %w", sr.id, err)
+	}
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	if sr.draw == nil {
+		sr.draw = NewDraw(sale.ShuffleSeed, uint64(st.N), true, tiers)
+	}
+	return nil
 }
 
 // place returns the place of ticket (ok false before the draw). Called
@@ -153,10 +187,10 @@ func (sr *saleRoom) place(ticket int64) (int64, bool) {
 		return 0, false
 	}
 	if ticket < sr.st.N {
-		if sr.perm == nil {
+		if sr.draw == nil {
 			return 0, false
 		}
-		return int64(sr.perm.Place(uint64(ticket))), true
+		return int64(sr.draw.Place(uint64(ticket))), true
 	}
 	return ticket, true
 }

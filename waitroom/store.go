@@ -28,8 +28,13 @@ import (
 //	                  resumedat (a pause not yet added to the holds) and
 //	                  holdslost (holds to rebuild after a loss), and
 //	                  holdsgen (bumped whenever holders' admission
-//	                  records change: holdpause.go, holdrestore.go)
+//	                  records change: holdpause.go, holdrestore.go);
+//	                  tiered (set with n when the sale draws by tier)
 //	wr:{sN}:tickets   HASH userId → ticket (0-based, in join order)
+//	wr:{sN}:tiers     STRING a byte per pre-queue ticket: the tier ('1' to
+//	                  '9') its holder joined with; no tier is a zero byte
+//	                  (or '0'). Written for every tiered joiner before the
+//	                  draw; read by a tiered draw (Draw)
 //	wr:{sN}:order     LIST userId, index = ticket (so LRANGE 0 n-1 is the
 //	                  pre-queue in ticket order); "0" marks a ticket whose
 //	                  holder a restore could not learn (nobody is there)
@@ -90,10 +95,12 @@ const (
 	keyLease    = "lease"
 	keyHeldItem = "helditem"
 	keyIdentity = "idk" // identity key → the user whose place it holds
+	keyTiers    = "tiers"
 
 	fieldSeq     = "seq"
 	fieldN       = "n"
 	fieldServing = "serving"
+	fieldTiered  = "tiered"
 
 	// activeKey lists the sales with a queue. It has no hash tag: it is one
 	// small SET read with SMEMBERS once per tick.
@@ -138,14 +145,18 @@ end
 // shadowIdentity 1 such a user goes to the shadow queue instead (-4),
 // unless an operator released them (-5: shadowed by this call). A user in
 // the shadow queue (shadow.go) stays there (-4); the fourth answer holds
-// the ticket shown to each -4 and -5.
+// the ticket shown to each -4 and -5. A pre-queue ticket's tier (1 to 9,
+// 0 none) is kept in the tiers string; the draw uses them when the
+// freezing call says the sale draws by tier (drawByTier 1).
 //
 //	KEYS: state, tickets, order, admitted, presence, gone, idk, shadow,
-//	      shadown, released
+//	      shadown, released, tiers
 //	ARGV: nowMs, drawAtMs, admissionTtlMs, knownSeq, knownN, knownServing,
-//	      guard, shadowIdentity, then userId, identityKey for each user
-//	returns {n or -1, serving, {ticket or -3, -4, -5...}, {shown...}}, or
-//	{-2} when the queue must be restored first (see staleCheck)
+//	      guard, shadowIdentity, drawByTier, then userId, identityKey,
+//	      tier for each user
+//	returns {n or -1, serving, {ticket or -3, -4, -5...}, {shown...},
+//	tiered 0/1}, or {-2} when the queue must be restored first (see
+//	staleCheck)
 var joinScript = redis.NewScript(staleCheck + `
 if stale(KEYS[1], 4) then return {-2} end
 redis.call('HSET', KEYS[1], 'live', '1')
@@ -155,10 +166,11 @@ local n = redis.call('HGET', KEYS[1], 'n')
 if not n and now >= tonumber(ARGV[2]) then
   n = redis.call('HGET', KEYS[1], 'seq') or '0'
   redis.call('HSET', KEYS[1], 'n', n)
+  if ARGV[9] == '1' then redis.call('HSET', KEYS[1], 'tiered', '1') end
 end
 local out, shown = {}, {}
-for i = 9, #ARGV, 2 do
-  local uid, idk = ARGV[i], ARGV[i + 1]
+for i = 10, #ARGV, 3 do
+  local uid, idk, tier = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local t = false
   shown[#shown + 1] = 0
   local sh = redis.call('HGET', KEYS[8], uid)
@@ -200,12 +212,14 @@ for i = 9, #ARGV, 2 do
     t = redis.call('HINCRBY', KEYS[1], 'seq', 1) - 1
     redis.call('HSET', KEYS[2], uid, t)
     redis.call('RPUSH', KEYS[3], uid)
+    if not n and tier ~= '0' then redis.call('SETRANGE', KEYS[11], t, tier) end
   end
   out[#out + 1] = tonumber(t)
   end
 end
 local serving = tonumber(redis.call('HGET', KEYS[1], 'serving') or '0')
-return {n and tonumber(n) or -1, serving, out, shown}
+local tiered = redis.call('HEXISTS', KEYS[1], 'tiered')
+return {n and tonumber(n) or -1, serving, out, shown, tiered}
 `)
 
 // tickScript is run by every gateway for every active sale once per tick.
@@ -220,13 +234,15 @@ return {n and tonumber(n) or -1, serving, out, shown}
 //	KEYS: state, lease, buckets, reserved and (at 8) buyers of
 //	      redisstock.RoomKeys, read through redisstock.RoomLua, presence,
 //	      gone, admitted, holes
-//	ARGV: me, nowMs, "drawAtMs:opensAtMs", leaseMs, rate, capLimit (-1: do not
+//	ARGV: me, nowMs, "drawAtMs:opensAtMs:drawByTier", leaseMs, rate,
+//	      capLimit (-1: do not
 //	      admit; capSoldOut: admit nobody and forget every admission so
 //	      far), ttlMs, bucketMs, graceMs (0: nobody is counted gone),
 //	      knownSeq, knownN, knownServing, guard, and for a sale with stock
 //	      shards (tickShardArgs): the other shards' reservations, userId
 //	      (bought on another shard)...
-//	returns {leader 0/1, seq, n or -1, serving, stale 0/1, epoch}
+//	returns {leader 0/1, seq, n or -1, serving, stale 0/1, epoch,
+//	tiered 0/1}
 var tickScript = redis.NewScript(staleCheck + redisstock.RoomLua + `
 local me = ARGV[1]
 local now = tonumber(ARGV[2])
@@ -238,19 +254,20 @@ elseif redis.call('GET', KEYS[2]) == me then
   leader = 1
 end
 if stale(KEYS[1], 10) then
-  local st = redis.call('HMGET', KEYS[1], 'seq', 'n', 'serving', 'epoch')
-  return {leader, tonumber(st[1] or '0'), tonumber(st[2] or '-1'), tonumber(st[3] or '0'), 1, st[4] or ''}
+  local st = redis.call('HMGET', KEYS[1], 'seq', 'n', 'serving', 'epoch', 'tiered')
+  return {leader, tonumber(st[1] or '0'), tonumber(st[2] or '-1'), tonumber(st[3] or '0'), 1, st[4] or '', st[5] and 1 or 0}
 end
 if leader == 1 then
   redis.call('HSET', KEYS[1], 'live', '1')
-  -- ARGV[3] is drawAtMs:opensAtMs: the pre-queue closes at the first,
-  -- the rate's credit starts at the second
-  local drawAt, opensAt = string.match(ARGV[3], '^(-?%d+):(-?%d+)$')
+  -- ARGV[3] is drawAtMs:opensAtMs:drawByTier: the pre-queue closes at
+  -- the first, the rate's credit starts at the second
+  local drawAt, opensAt, byTier = string.match(ARGV[3], '^(-?%d+):(-?%d+):([01])$')
   drawAt, opensAt = tonumber(drawAt), tonumber(opensAt)
   local n = redis.call('HGET', KEYS[1], 'n')
   if not n and now >= drawAt then
     n = redis.call('HGET', KEYS[1], 'seq') or '0'
     redis.call('HSET', KEYS[1], 'n', n)
+    if byTier == '1' then redis.call('HSET', KEYS[1], 'tiered', '1') end
   end
   local ttl = tonumber(ARGV[7])
   local bms = tonumber(ARGV[8])
@@ -382,8 +399,8 @@ if leader == 1 then
     if not early then redis.call('HSET', KEYS[1], 'last', string.format('%.3f', last)) end
   end
 end
-local st = redis.call('HMGET', KEYS[1], 'seq', 'n', 'serving', 'epoch')
-return {leader, tonumber(st[1] or '0'), tonumber(st[2] or '-1'), tonumber(st[3] or '0'), 0, st[4] or ''}
+local st = redis.call('HMGET', KEYS[1], 'seq', 'n', 'serving', 'epoch', 'tiered')
+return {leader, tonumber(st[1] or '0'), tonumber(st[2] or '-1'), tonumber(st[3] or '0'), 0, st[4] or '', st[5] and 1 or 0}
 `)
 
 // admitScript records the admission of users whose place the cursor has
@@ -436,14 +453,15 @@ return out
 //
 //	KEYS: state, tickets, order, admitted, buckets, presence, buyers,
 //	      reserved (redisstock.RoomKeys, read through redisstock.RoomLua),
-//	      holes
+//	      holes, tiers
 //	ARGV: nowMs, newEpoch, ttlMs, bucketMs, seq (tickets known: the order
 //	      list is padded to it), n (-1 unknown), serving, P (checkpointed
 //	      tickets 0..P-1 that follow), the other stock shards'
-//	      reservations, B, userId (bought on another shard) × B, userId × P,
-//	      then per connection: userId, ticket, place (-1 unknown),
-//	      admittedAtMs (0: none)
-//	returns {seq, n or -1, serving, epoch}
+//	      reservations, B, tiered (1: the draw is by tier), the
+//	      checkpointed tickets' tiers (a digit each, "" for none), userId
+//	      (bought on another shard) × B, userId × P, then per connection:
+//	      userId, ticket, place (-1 unknown), admittedAtMs (0: none), tier
+//	returns {seq, n or -1, serving, epoch, tiered 0/1}
 var restoreScript = redis.NewScript(redisstock.RoomLua + `
 local now = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[3])
@@ -465,9 +483,14 @@ local function pad(upto)
 end
 local p = tonumber(ARGV[8])
 local elsewhere = {}
-for i = 11, 10 + tonumber(ARGV[10]) do elsewhere[ARGV[i]] = true end
-local base = 10 + tonumber(ARGV[10])
+for i = 13, 12 + tonumber(ARGV[10]) do elsewhere[ARGV[i]] = true end
+local base = 12 + tonumber(ARGV[10])
+local n0 = redis.call('HGET', KEYS[1], 'n') or ARGV[6]
 if p > seq then
+  -- the checkpointed tiers of the tickets this Redis lacks
+  if #ARGV[12] > seq then
+    redis.call('SETRANGE', KEYS[10], seq, string.sub(ARGV[12], seq + 1, p))
+  end
   local buf = {}
   for t = seq, p - 1 do
     local uid = ARGV[base + 1 + t]
@@ -483,18 +506,26 @@ if p > seq then
   seq = p
 end
 local reserved = stock_reserved(KEYS[8]) + tonumber(ARGV[9])
-for i = base + p + 1, #ARGV, 4 do
+-- a connection's tier, for a pre-queue ticket that had no holder here
+local function settier(t, tier)
+  if tier ~= '0' and (tonumber(n0) < 0 or t < tonumber(n0)) then
+    redis.call('SETRANGE', KEYS[10], t, tier)
+  end
+end
+for i = base + p + 1, #ARGV, 5 do
   local uid, t = ARGV[i], tonumber(ARGV[i + 1])
   local place, at = ARGV[i + 2], tonumber(ARGV[i + 3])
   if t >= seq then
     pad(t)
     redis.call('RPUSH', KEYS[3], uid)
+    settier(t, ARGV[i + 4])
     seq = t + 1
   else
     local cur = redis.call('HGET', KEYS[2], uid)
     if cur ~= tostring(t) and redis.call('LINDEX', KEYS[3], t) == '0' then
       redis.call('LSET', KEYS[3], t, uid)
       redis.call('ZREM', KEYS[9], t)
+      settier(t, ARGV[i + 4])
     end
   end
   local cur = tonumber(redis.call('HGET', KEYS[2], uid) or '-1')
@@ -517,6 +548,7 @@ local n = redis.call('HGET', KEYS[1], 'n')
 if not n and tonumber(ARGV[6]) >= 0 then
   n = ARGV[6]
   redis.call('HSET', KEYS[1], 'n', n)
+  if ARGV[11] == '1' then redis.call('HSET', KEYS[1], 'tiered', '1') end
 end
 local serving = tonumber(redis.call('HGET', KEYS[1], 'serving') or '0')
 if tonumber(ARGV[7]) > serving then
@@ -527,7 +559,8 @@ if not redis.call('HGET', KEYS[1], 'last') then
   redis.call('HSET', KEYS[1], 'last', now)
 end
 redis.call('HSET', KEYS[1], 'live', '1')
-return {seq, n and tonumber(n) or -1, serving, redis.call('HGET', KEYS[1], 'epoch') or ''}
+return {seq, n and tonumber(n) or -1, serving, redis.call('HGET', KEYS[1], 'epoch') or '',
+  redis.call('HEXISTS', KEYS[1], 'tiered')}
 `)
 
 func saleKeys(saleID int64, suffixes ...string) []string {
@@ -543,6 +576,7 @@ type queueState struct {
 	Seq     int64 // tickets handed out
 	N       int64 // pre-queue size; -1 before the draw
 	Serving int64 // places admitted
+	Tiered  bool  // the draw is by tier (set with N)
 }
 
 // known is what a gateway knows of a queue, for the scripts' guard
@@ -579,29 +613,29 @@ func loadScripts(ctx context.Context, rdb redis.UniversalClient) error {
 
 // registerJoins runs joinScript for one batch of one sale. It returns
 // errStale when the queue must be restored first.
-func registerJoins(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.Sale, lead time.Duration, nowMs, ttlMs int64, kn known, shadowIdentity bool, users []int64, idks []string) (queueState, []joinTicket, error) {
-	args := make([]any, 0, 8+2*len(users))
+func registerJoins(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.Sale, lead time.Duration, nowMs, ttlMs int64, kn known, shadowIdentity bool, qs []*joinReq) (queueState, []joinTicket, error) {
+	args := make([]any, 0, 9+3*len(qs))
 	args = append(args, nowMs, DrawAt(sale, lead).UnixMilli(), ttlMs)
 	args = append(args, kn.args()...)
-	args = append(args, boolArg(shadowIdentity))
-	for i, u := range users {
-		args = append(args, u, idks[i])
+	args = append(args, boolArg(shadowIdentity), boolArg(sale.Access.DrawByTier))
+	for _, q := range qs {
+		args = append(args, q.user, q.idk, q.tier)
 	}
 	res, err := joinScript.Run(ctx, rdb, saleKeys(sale.ID, keyState, keyTickets, keyOrder, keyAdmitted, keyPresence, keyGone, keyIdentity,
-		keyShadow, keyShadowN, keyReleased), args...).Slice()
+		keyShadow, keyShadowN, keyReleased, keyTiers), args...).Slice()
 	if err != nil {
 		return queueState{}, nil, fmt.Errorf("waitroom.join: %w", err)
 	}
 	if len(res) == 1 && toInt(res[0]) == -2 {
 		return queueState{}, nil, errStale
 	}
-	if len(res) != 4 {
+	if len(res) != 5 {
 		return queueState{}, nil, errors.New("waitroom.join: bad script reply")
 	}
-	st := queueState{N: toInt(res[0]), Serving: toInt(res[1])}
+	st := queueState{N: toInt(res[0]), Serving: toInt(res[1]), Tiered: toInt(res[4]) == 1}
 	raw, _ := res[2].([]any)
 	shown, _ := res[3].([]any)
-	if len(raw) != len(users) || len(shown) != len(users) {
+	if len(raw) != len(qs) || len(shown) != len(qs) {
 		return queueState{}, nil, errors.New("waitroom.join: bad script reply")
 	}
 	out := make([]joinTicket, len(raw))
@@ -642,7 +676,8 @@ func tickSale(ctx context.Context, rdb redis.UniversalClient, st *redisstock.Sto
 	keys := append(saleKeys(sale.ID, keyState, keyLease, keyBuckets), reserved)
 	keys = append(keys, saleKeys(sale.ID, keyPresence, keyGone, keyAdmitted)...)
 	keys = append(keys, buyers, lua.QueueKey(sale.ID, keyHoles))
-	args := []any{a.me, a.nowMs, strconv.FormatInt(a.drawAtMs, 10) + ":" + strconv.FormatInt(sale.StartsAt.UnixMilli(), 10), a.leaseMs, a.rate, a.capLimit, a.ttlMs, a.bucketMs, a.graceMs}
+	draw := strconv.FormatInt(a.drawAtMs, 10) + ":" + strconv.FormatInt(sale.StartsAt.UnixMilli(), 10) + ":" + strconv.Itoa(boolArg(sale.Access.DrawByTier))
+	args := []any{a.me, a.nowMs, draw, a.leaseMs, a.rate, a.capLimit, a.ttlMs, a.bucketMs, a.graceMs}
 	args = append(args, a.known.args()...)
 	more, err := tickShardArgs(ctx, rdb, st, sale, a)
 	if err != nil {
@@ -653,11 +688,11 @@ func tickSale(ctx context.Context, rdb redis.UniversalClient, st *redisstock.Sto
 	if err != nil {
 		return tickReply{}, fmt.Errorf("waitroom.tick: %w", err)
 	}
-	if len(res) != 6 {
+	if len(res) != 7 {
 		return tickReply{}, errors.New("waitroom.tick: bad script reply")
 	}
 	epoch, _ := res[5].(string)
-	return tickReply{leader: toInt(res[0]) == 1, st: queueState{Seq: toInt(res[1]), N: toInt(res[2]), Serving: toInt(res[3])},
+	return tickReply{leader: toInt(res[0]) == 1, st: queueState{Seq: toInt(res[1]), N: toInt(res[2]), Serving: toInt(res[3]), Tiered: toInt(res[6]) == 1},
 		stale: toInt(res[4]) == 1, epoch: epoch}, nil
 }
 
@@ -691,6 +726,7 @@ func admitUsers(ctx context.Context, rdb redis.UniversalClient, saleID, nowMs in
 // heldConn is one connection's part of a restore.
 type heldConn struct {
 	user, ticket, place, admittedAt int64
+	tier                            int
 }
 
 // restoreInput is what one gateway brings to a restore.
@@ -699,6 +735,7 @@ type restoreInput struct {
 	epoch        string     // set when this restore finds Redis behind
 	st           queueState // the highest figures known (checkpoint or memory)
 	users        []int64    // checkpointed tickets 0..len-1 (0: unknown holder)
+	tiers        []byte     // their tiers, a digit each (nil: none)
 	conns        []heldConn
 	// a sale's other stock shards (restoreShardArgs)
 	otherReserved   int64
@@ -710,10 +747,10 @@ type restoreInput struct {
 func restoreQueue(ctx context.Context, rdb redis.UniversalClient, saleID int64, in restoreInput) (queueState, string, error) {
 	keys := saleKeys(saleID, keyState, keyTickets, keyOrder, keyAdmitted, keyBuckets, keyPresence)
 	reserved, buyers := redisstock.RoomKeys(saleID)
-	keys = append(keys, buyers, reserved, lua.QueueKey(saleID, keyHoles))
-	args := make([]any, 0, 10+len(in.boughtElsewhere)+len(in.users)+4*len(in.conns))
+	keys = append(keys, buyers, reserved, lua.QueueKey(saleID, keyHoles), lua.QueueKey(saleID, keyTiers))
+	args := make([]any, 0, 12+len(in.boughtElsewhere)+len(in.users)+5*len(in.conns))
 	args = append(args, in.nowMs, in.epoch, in.ttlMs, int64(bucketMs), in.st.Seq, in.st.N, in.st.Serving, len(in.users),
-		in.otherReserved, len(in.boughtElsewhere))
+		in.otherReserved, len(in.boughtElsewhere), boolArg(in.st.Tiered), string(in.tiers))
 	for _, u := range in.boughtElsewhere {
 		args = append(args, u)
 	}
@@ -721,13 +758,13 @@ func restoreQueue(ctx context.Context, rdb redis.UniversalClient, saleID int64, 
 		args = append(args, u)
 	}
 	for _, c := range in.conns {
-		args = append(args, c.user, c.ticket, c.place, c.admittedAt)
+		args = append(args, c.user, c.ticket, c.place, c.admittedAt, c.tier)
 	}
 	res, err := restoreScript.Run(ctx, rdb, keys, args...).Slice()
 	if err != nil {
 		return queueState{}, "", fmt.Errorf("waitroom.restore: %w", err)
 	}
-	if len(res) != 4 {
+	if len(res) != 5 {
 		return queueState{}, "", errors.New("waitroom.restore: bad script reply")
 	}
 	// activeKey has no hash tag: apart from the script (Redis Cluster).
@@ -735,7 +772,7 @@ func restoreQueue(ctx context.Context, rdb redis.UniversalClient, saleID int64, 
 		return queueState{}, "", fmt.Errorf("waitroom.restore: %w", err)
 	}
 	epoch, _ := res[3].(string)
-	return queueState{Seq: toInt(res[0]), N: toInt(res[1]), Serving: toInt(res[2])}, epoch, nil
+	return queueState{Seq: toInt(res[0]), N: toInt(res[1]), Serving: toInt(res[2]), Tiered: toInt(res[4]) == 1}, epoch, nil
 }
 
 func boolArg(b bool) int {

@@ -130,6 +130,9 @@ func (r *Room) refresh(ctx context.Context, id int64, now time.Time) (*saleRoom,
 	} else if rep.leader && sale.QueueOrder() {
 		r.markHoldsLost(ctx, sale)
 	}
+	if err := r.ensureDraw(ctx, sr, sale, rep.st); err != nil {
+		r.log.Warn("read the draw's tiers", "sale", id, "err", err)
+	}
 	sr.mu.Lock()
 	defer sr.mu.Unlock()
 	sr.setSale(sale)

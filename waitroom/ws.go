@@ -49,6 +49,7 @@ type conn struct {
 	ticket     int64
 	place      int64  // -1 until known (after the draw)
 	shadow     bool   // in the shadow queue: ticket is the one shown, in no queue
+	tier       int    // the tier the access rule found (0: none), for a restore
 	admittedAt int64  // 0 until admitted
 	joinedAt   int64  // Unix ms of the join on this connection (the report's wait)
 	heldItem   int64  // queue order: the item held for the shopper (0: none, or race)
@@ -742,10 +743,12 @@ func (c *conn) join(ctx context.Context, sale *flashsale.Sale, p flashsale.Princ
 			return joinTicket{ticket: ticketShadowed, shown: t}, sr, err
 		}
 	}
-	if err := r.checkAccess(ctx, sale, p, code); err != nil {
+	tier, err := r.checkAccess(ctx, sale, p, code)
+	if err != nil {
 		return joinTicket{}, nil, err
 	}
-	return r.register(ctx, sale, p)
+	c.tier = tier
+	return r.register(ctx, sale, p, tier)
 }
 
 // enter adds the joined connection to its sale room and queues its first

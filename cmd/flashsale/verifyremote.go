@@ -119,13 +119,16 @@ func verifyRemoteDraw(ctx context.Context, f remoteDrawFlags, stdout io.Writer) 
 		return errors.New("the published draw does not match")
 	}
 	fmt.Fprintf(stdout, "  OK: the seed matches the commitment; %d places recomputed from it, one per ticket\n", len(chk.Order))
+	if rec.Tiers != "" {
+		fmt.Fprintf(stdout, "  by tier     %s\n", tierSummary(rec.Tiers))
+	}
 	if f.list {
 		for place, ticket := range chk.Order {
 			m := rec.Members[ticket]
 			if m == "" {
 				m = "-"
 			}
-			fmt.Fprintf(stdout, "  place %d ticket %d member %s\n", place, ticket, m)
+			fmt.Fprintf(stdout, "  place %d ticket %d member %s%s\n", place, ticket, m, tierNote(rec, ticket))
 		}
 	}
 	if f.user != 0 {
@@ -133,9 +136,44 @@ func verifyRemoteDraw(ctx context.Context, f remoteDrawFlags, stdout io.Writer) 
 		if !ok {
 			return fmt.Errorf("user %d with this secret holds no pre-queue ticket in this draw", f.user)
 		}
-		fmt.Fprintf(stdout, "  user %d     ticket %d, place %d (0-based; member %s)\n", f.user, ticket, chk.Places[ticket], rec.Members[ticket])
+		fmt.Fprintf(stdout, "  user %d     ticket %d, place %d (0-based; member %s%s)\n", f.user, ticket, chk.Places[ticket], rec.Members[ticket], tierNote(rec, ticket))
 	}
 	return nil
+}
+
+// tierNote is " tier t" (or " no tier") for a ticket of a draw by tier,
+// "" otherwise.
+func tierNote(rec waitroom.DrawRecord, ticket int64) string {
+	if rec.Tiers == "" {
+		return ""
+	}
+	if t := waitroom.TierOf(rec.Tiers[ticket]); t != 0 {
+		return fmt.Sprintf(" tier %d", t)
+	}
+	return " no tier"
+}
+
+// tierSummary counts a draw by tier's tickets per group, in drawn order:
+// "tier 1: 40 places 0-39, no tier: 60 places 40-99".
+func tierSummary(tiers string) string {
+	var count [10]int
+	for i := 0; i < len(tiers); i++ {
+		count[waitroom.TierOf(tiers[i])]++
+	}
+	var parts []string
+	at := 0
+	for _, t := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 0} {
+		if count[t] == 0 {
+			continue
+		}
+		name := fmt.Sprintf("tier %d", t)
+		if t == 0 {
+			name = "no tier"
+		}
+		parts = append(parts, fmt.Sprintf("%s: %d places %d-%d", name, count[t], at, at+count[t]-1))
+		at += count[t]
+	}
+	return strings.Join(parts, ", ")
 }
 
 // getJSON GETs u and hands a 200 body to read; any other status is an

@@ -255,6 +255,8 @@ export default {
   'acc.membersFrom': 'members from {at}',
   'acc.publicFrom': 'everyone from {at}',
   'acc.badTime': 'A start is not a valid time.',
+  'acc.drawByTier': 'Draw by tier: tier 1 gets the first places in the pre-queue draw, then tier 2, then everyone else',
+  'acc.drawnByTier': 'the draw puts tier 1 first',
   'acc.codesTitle': 'Invitation codes',
   'acc.count': 'Single-use codes to make',
   'acc.tier': 'Tier',

@@ -256,6 +256,8 @@ export default {
   'acc.membersFrom': 'socios desde {at}',
   'acc.publicFrom': 'todo el mundo desde {at}',
   'acc.badTime': 'Una de las horas no es válida.',
+  'acc.drawByTier': 'Sorteo por niveles: el nivel 1 recibe los primeros puestos del sorteo de la precola, después el nivel 2, después todos los demás',
+  'acc.drawnByTier': 'el sorteo pone primero al nivel 1',
   'acc.codesTitle': 'Códigos de invitación',
   'acc.count': 'Códigos de un solo uso a crear',
   'acc.tier': 'Nivel',

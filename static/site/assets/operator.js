@@ -297,7 +297,7 @@ async function createSale(ev) {
     if (v('imageUrl')) it.imageUrl = v('imageUrl');
     return it;
   });
-  const access = accessBody('cs-access', 'cs-members', 'cs-public');
+  const access = accessBody('cs-access', 'cs-members', 'cs-public', 'cs-draw');
   if (!access) {
     setCreateResult('op.create.failed', { why: t('acc.badTime') });
     return;
@@ -1128,11 +1128,12 @@ async function downloadFile(apiPath, name) {
 
 // ---------- access rule, codes, allowlist ----------
 
-// accessBody reads an access rule from a rule select and the tier 1 and
-// public start inputs: {rule, tiers, publicFrom}, or null for a start
-// that is not a time.
-function accessBody(ruleId, membersId, publicId) {
+// accessBody reads an access rule from a rule select, the tier 1 and
+// public start inputs and the draw-by-tier box: {rule, tiers, publicFrom,
+// drawByTier}, or null for a start that is not a time.
+function accessBody(ruleId, membersId, publicId, drawId) {
   const a = { rule: $(ruleId).value };
+  if (drawId && $(drawId).checked) a.drawByTier = true;
   const when = (id) => {
     const v = $(id).value;
     if (!v) return '';
@@ -1159,7 +1160,9 @@ function renderAccess() {
   const parts = [ruleLabelOf(a.rule)];
   if (tier1 && tier1.joinFrom) parts.push(t('acc.membersFrom', { at: i18n.dateTime(Date.parse(tier1.joinFrom)) }));
   if (a.publicFrom) parts.push(t('acc.publicFrom', { at: i18n.dateTime(Date.parse(a.publicFrom)) }));
+  if (a.drawByTier) parts.push(t('acc.drawnByTier'));
   $('acc-current').textContent = t('acc.current', { rule: parts.join('; ') });
+  if ($('acc-draw').dataset.dirty !== '1') $('acc-draw').checked = a.drawByTier === true;
   setIfClean('acc-rule', a.rule || 'open');
   setIfClean('acc-members', tier1 && tier1.joinFrom ? localInputValue(Date.parse(tier1.joinFrom)) : '');
   setIfClean('acc-public', a.publicFrom ? localInputValue(Date.parse(a.publicFrom)) : '');
@@ -1169,7 +1172,7 @@ function renderAccess() {
 // one, the figures' refresh leaves it alone until the form is applied (a
 // rule chosen, then a date typed, must not flip back to the sale's rule
 // under the operator's hand).
-const ACCESS_FIELDS = ['acc-rule', 'acc-members', 'acc-public'];
+const ACCESS_FIELDS = ['acc-rule', 'acc-members', 'acc-public', 'acc-draw'];
 
 function setIfClean(id, v) {
   if ($(id).dataset.dirty !== '1') setIfIdle(id, v);
@@ -1181,7 +1184,7 @@ function accResult(key, params) {
 
 async function applyAccess(ev) {
   ev.preventDefault();
-  const access = accessBody('acc-rule', 'acc-members', 'acc-public');
+  const access = accessBody('acc-rule', 'acc-members', 'acc-public', 'acc-draw');
   if (!access) {
     accResult('acc.badTime');
     return;
