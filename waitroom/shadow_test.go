@@ -13,6 +13,7 @@ import (
 
 	"github.com/flashsale/flashsale"
 	"github.com/flashsale/flashsale/auth"
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -239,5 +240,44 @@ func TestShadowOverCapAndSkippedPow(t *testing.T) {
 	q, err = g.room.ShadowList(ctx, sale.ID, 100)
 	if err != nil || q.ByRule[ShadowPow] != 1 {
 		t.Fatalf("shadow list %+v %v: want user 50 by pow", q, err)
+	}
+}
+
+// TestShadowedConnectionNotRestored: Redis loses a queue that a shadowed
+// shopper's page is waiting in; the gateway's restore brings back its
+// real shoppers' tickets and not the shadowed page's shown ticket, which
+// is no place of the queue.
+func TestShadowedConnectionNotRestored(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 33, e.clock.Now().Add(time.Hour), 100, 100))
+	g := e.newGateway(Config{}, shadowGuard{blocked: map[int64]bool{101: true}})
+	ctx := context.Background()
+	for u := int64(1); u <= 5; u++ {
+		c := dial(t, g.url(sale.ID))
+		c.join(e.token(u))
+		c.untilState(StatePrequeue)
+	}
+	shadow := dial(t, g.url(sale.ID))
+	shadow.join(e.token(101))
+	shadow.untilState(StatePrequeue)
+	if e.rdb.HExists(ctx, lua.QueueKey(sale.ID, keyTickets), "101").Val() {
+		t.Fatal("the shadowed user holds a ticket before the loss")
+	}
+
+	if err := testenv.Flush(ctx, e.rdb); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the queue restored", 10*time.Second, func() bool {
+		return e.rdb.HGet(ctx, lua.QueueKey(sale.ID, keyState), "live").Val() == "1" &&
+			e.rdb.HLen(ctx, lua.QueueKey(sale.ID, keyTickets)).Val() >= 5
+	})
+	if n := e.rdb.HLen(ctx, lua.QueueKey(sale.ID, keyTickets)).Val(); n != 5 {
+		t.Fatalf("the restored queue holds %d tickets, want the 5 real shoppers'", n)
+	}
+	if e.rdb.HExists(ctx, lua.QueueKey(sale.ID, keyTickets), "101").Val() {
+		t.Fatal("the restore gave the shadowed user a ticket")
+	}
+	if n := e.rdb.LLen(ctx, lua.QueueKey(sale.ID, keyOrder)).Val(); n != 5 {
+		t.Fatalf("the restored order holds %d tickets, want the 5 real shoppers'", n)
 	}
 }

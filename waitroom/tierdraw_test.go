@@ -264,7 +264,7 @@ func TestTieredDrawSurvivesRedisLoss(t *testing.T) {
 		}
 	}
 
-	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
+	if err := testenv.Flush(ctx, e.rdb); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the queue restored", 10*time.Second, func() bool {
