@@ -433,7 +433,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		TrustedProxies:    s.cfg.TrustedProxies,
 	}, split.Deps{
 		Refuse:       refuseFirstHead,
-		WrapHTTP:     func(c net.Conn) net.Conn { return &edgeConn{Conn: wd.Watch(c)} },
+		WrapHTTP:     func(c net.Conn) net.Conn { return newEdgeConn(wd.Watch(c)) },
 		Refused:      s.metrics.pendingRefused,
 		IdleTimeouts: s.metrics.timeouts.WithLabelValues("idle"),
 		HeadTimeouts: s.metrics.timeouts.WithLabelValues("head"),

@@ -18,7 +18,17 @@ const HeaderAdmissionToken = "X-Admission-Token"
 // clientAddr is the caller's address as the Guard resolves it from the peer
 // and X-Forwarded-For.
 func (s *Server) clientAddr(c *fiber.Ctx) netip.Addr {
-	return s.d.Guard.ClientAddr(peerAddr(c.Context().RemoteAddr()), forwardedFor(c))
+	return s.d.Guard.ClientAddr(connPeer(c), forwardedFor(c))
+}
+
+// connPeer is the address of the request's peer: the edge connection's,
+// read when it was accepted, or (a connection served otherwise, as in
+// tests) fasthttp's.
+func connPeer(c *fiber.Ctx) netip.Addr {
+	if ec, ok := c.Context().Conn().(*edgeConn); ok {
+		return ec.peer
+	}
+	return peerAddr(c.Context().RemoteAddr())
 }
 
 // forwardedFor is every X-Forwarded-For header of the request joined with
