@@ -25,8 +25,8 @@ func (p *publicPort) close() {
 // (its timeouts and lingering close), its reads passed through reqLines,
 // which edgeChecks asks about each request line. peer is the remote
 // address, read once: every request of the connection is checked against
-// it (clientAddr), and reading it through the wrappers' RemoteAddr and
-// converting it was 2% of a refused purchase.
+// it (clientAddr), which need not read it through the wrappers'
+// RemoteAddr and convert it each time.
 type edgeConn struct {
 	*watchdog.Conn
 	lines reqLines
