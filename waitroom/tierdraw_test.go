@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/auth"
 	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/lua"
 )
@@ -334,4 +335,71 @@ type tokenTiers struct{}
 
 func (tokenTiers) Check(_ context.Context, _ *flashsale.Sale, p flashsale.Principal, _ string, _ time.Time) (int, error) {
 	return p.Tier, nil
+}
+
+// TestTieredDrawRestoredFromConnections: a draw by tier with no
+// checkpoint (no Durable), its shoppers on WebSockets with their tier in
+// a trusted token claim; Redis is emptied after the draw. The gateway
+// brings the queue back from its connections alone, their tiers and the
+// draw's flag with them, and every shopper keeps the place drawn before
+// the loss.
+func TestTieredDrawRestoredFromConnections(t *testing.T) {
+	e := newEnv(t)
+	e.access = auth.NewVerifier(jwtSecret, auth.WithClock(e.clock.Now), auth.WithTierSigners(auth.TierSigners{Secret: true}))
+	opens := e.clock.Now().Add(time.Hour)
+	s := newSale(t, 63, opens, 1, 1) // a first wave of 2 places
+	s.Access = flashsale.SaleAccess{DrawByTier: true}
+	sale := e.addSale(s)
+	g := e.newGateway(Config{Gate: tokenTiers{}, DrawLead: 2 * time.Second}, nil)
+	ctx := context.Background()
+	const pre = 12
+	conns := map[int64]*client{}
+	for u := int64(1); u <= pre; u++ {
+		tok, err := auth.MintTier(jwtSecret, u, false, "", tierOf(u), time.Hour, e.clock.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := dial(t, g.url(sale.ID))
+		c.join(tok)
+		c.untilState(StatePrequeue)
+		conns[u] = c
+	}
+	e.clock.Advance(time.Hour - time.Second) // the close
+	eventually(t, "the draw", 10*time.Second, func() bool {
+		v, err := e.rdb.HMGet(ctx, lua.QueueKey(sale.ID, keyState), fieldN, fieldTiered).Result()
+		return err == nil && v[0] == itoa(pre) && v[1] != nil
+	})
+	before, err := Places(ctx, e.rdb, sale.ID, sale.ShuffleSeed)
+	if err != nil || len(before) != pre {
+		t.Fatalf("Places before = %v, %v", before, err)
+	}
+	for u := int64(1); u <= pre; u++ {
+		for v := int64(1); v <= pre; v++ {
+			if drawRank(tierOf(u)) < drawRank(tierOf(v)) && before[u] > before[v] {
+				t.Fatalf("user %d (tier %d) at %d after user %d (tier %d) at %d", u, tierOf(u), before[u], v, tierOf(v), before[v])
+			}
+		}
+	}
+
+	if err := testenv.Flush(ctx, e.rdb); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the queue restored", 10*time.Second, func() bool {
+		v, err := e.rdb.HMGet(ctx, lua.QueueKey(sale.ID, keyState), fieldN, fieldTiered).Result()
+		return err == nil && v[0] == itoa(pre) && v[1] != nil &&
+			e.rdb.HLen(ctx, lua.QueueKey(sale.ID, keyTickets)).Val() == pre
+	})
+	after, err := Places(ctx, e.rdb, sale.ID, sale.ShuffleSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for u, p := range before {
+		if after[u] != p {
+			t.Fatalf("user %d (tier %d): place %d before the loss, %d after", u, tierOf(u), p, after[u])
+		}
+	}
+	rep, err := VerifyDraw(ctx, e.rdb, sale)
+	if err != nil || !rep.OK || !rep.Tiered {
+		t.Fatalf("VerifyDraw after the restore = %+v, %v", rep, err)
+	}
 }
