@@ -28,7 +28,8 @@ func TestAccessCodePage(t *testing.T) {
 		t.Run(strings.SplitN(lang, ",", 2)[1], func(t *testing.T) {
 			c := s.Do("POST", "/api/admin/sales", s.Token(1, true), map[string]any{
 				"name": "Presale", "startsAt": time.Now().Add(time.Hour).UTC().Format(time.RFC3339), "admissionRatePerSecond": 100,
-				"access": map[string]any{"rule": "codes"}, "items": []map[string]any{{"productId": 501, "quantity": 5, "priceCents": 1999}},
+				"access": map[string]any{"rule": "codes", "tiers": []map[string]any{{"tier": 1}, {"tier": 2, "joinFrom": time.Now().Add(30 * time.Minute).UTC().Format(time.RFC3339)}}},
+				"items":  []map[string]any{{"productId": 501, "quantity": 5, "priceCents": 1999}},
 			})
 			s.Want(c, 201, "")
 			sale := int64(c.Body["id"].(float64))
@@ -57,6 +58,35 @@ func TestAccessCodePage(t *testing.T) {
 			p.waitState("PREQUEUE")
 			if !evalT[bool](p, `document.getElementById('code-box').hidden`) {
 				t.Error("the code field shows for a shopper whose code is bound")
+			}
+
+			// A tier-2 code before its tier's start: refused, and told when
+			// in the page's language, the code not spent.
+			r = s.Do("POST", fmt.Sprintf("/api/admin/sales/%d/codes", sale), s.Token(1, true), map[string]any{"count": 1, "tier": 2})
+			s.Want(r, 201, "")
+			early := r.Body["codes"].([]any)[0].(map[string]any)["code"].(string)
+			q := b.tab("tier-" + lang)
+			q.language(lang)
+			q.navigate(s.shopperURL(s.App.PublicURL, sale, base+3, ""))
+			q.waitJS("refused NOT_INVITED", `document.getElementById('error').dataset.error === 'NOT_INVITED'`)
+			q.typeInto("#invite-code", early)
+			q.click("#join")
+			// The generic NOT_YET text has no digits; this one names the
+			// tier and its start's time of day.
+			q.waitJS("refused NOT_YET with the tier and its start", `document.getElementById('error').dataset.error === 'NOT_YET' && /2/.test(document.getElementById('error').textContent) && /\d:\d\d/.test(document.getElementById('error').textContent)`)
+			codes := s.Do("GET", fmt.Sprintf("/api/admin/sales/%d/codes", sale), s.Token(1, true), nil)
+			s.Want(codes, 200, "")
+			found := false
+			for _, x := range codes.Body["codes"].([]any) {
+				if c := x.(map[string]any); c["code"] == early {
+					found = true
+					if c["used"] != float64(0) {
+						t.Errorf("the tier-2 code refused NOT_YET was spent: %v", c)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("the tier-2 code %s is not among the sale's codes: %v", early, codes.Body)
 			}
 
 			// The console shows the rule and makes codes.

@@ -67,8 +67,11 @@ const page = {
 // errorText is the text for an error code: the catalogue's, else the
 // server's message (English, safe to show), else a generic one.
 function errorText(code, message) {
-  // NOT_YET says when: the public start of the sale's access rule, or,
-  // for a shopper of a tier, the server's own words.
+  // NOT_YET says when: for a shopper of a tier, the tier's start as the
+  // server names it ("too early: tier 2 may join from <RFC 3339>"), else
+  // the public start of the sale's access rule.
+  const tierAt = code === 'NOT_YET' && /tier (\d) may join from (\S+)/.exec(message || '');
+  if (tierAt && !Number.isNaN(Date.parse(tierAt[2]))) return t('error.NOT_YET_TIER_AT', { tier: tierAt[1], at: i18n.dateTime(Date.parse(tierAt[2])) });
   const pub = page.sale && page.sale.access && page.sale.access.publicFrom;
   if (code === 'NOT_YET' && pub && !(message || '').includes('tier')) return t('error.NOT_YET_AT', { at: i18n.dateTime(Date.parse(pub)) });
   if (code === 'NOT_YET') return t('error.NOT_YET');

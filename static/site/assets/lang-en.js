@@ -189,6 +189,7 @@ export default {
   'error.CODE_USED': 'That invitation code has already been used.',
   'error.NOT_YET': 'It is too early for you to join this sale; come back at the time you were given.',
   'error.NOT_YET_AT': 'This sale opens to everyone at {at}. Come back then.',
+  'error.NOT_YET_TIER_AT': 'Your invitation (tier {tier}) lets you join from {at}. Come back then.',
   'error.DUPLICATE_IDENTITY': 'Someone with your details already holds a place in this sale under another account: one place per person.',
   'error.INVALID': 'The page sent something the server did not understand. Please reload.',
   'error.TOO_LARGE': 'The page sent too much data. Please reload.',

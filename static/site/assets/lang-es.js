@@ -190,6 +190,7 @@ export default {
   'error.CODE_USED': 'Ese código de invitación ya se ha usado.',
   'error.NOT_YET': 'Aún es pronto para que entres en esta venta; vuelve a la hora que te dieron.',
   'error.NOT_YET_AT': 'Esta venta se abre a todo el mundo: {at}. Vuelve entonces.',
+  'error.NOT_YET_TIER_AT': 'Tu invitación (nivel {tier}) te deja entrar desde: {at}. Vuelve entonces.',
   'error.DUPLICATE_IDENTITY': 'Alguien con tus datos ya tiene un puesto en esta venta con otra cuenta: un puesto por persona.',
   'error.INVALID': 'La página envió algo que el servidor no entendió. Recarga la página.',
   'error.TOO_LARGE': 'La página envió demasiados datos. Recarga la página.',
