@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/auth"
 	"github.com/flashsale/flashsale/internal/adapter/redisconn"
 	"github.com/flashsale/flashsale/internal/harness/testenv"
+	"github.com/flashsale/flashsale/internal/wiring"
 	"github.com/flashsale/flashsale/internal/wiring/apptest"
 	"github.com/flashsale/flashsale/waitroom"
 )
@@ -247,4 +249,104 @@ func FuzzDrawURLs(f *testing.F) {
 			t.Fatalf("drawURLs(%q, %d) = %q, %q, %d", raw, sale, rec, page, id)
 		}
 	})
+}
+
+// TestVerifyDrawURLByTier: an open sale that draws by tier, its shoppers'
+// tiers in trusted token claims (FLASHSALE_JWT_TIER_SIGNERS=secret):
+// verify-draw --url reads the version 3 record, prints each tier's block
+// of places, lists every place with its tier, and finds each shopper's
+// place with their secret: tier 1's in the first block, no tier's last,
+// and the room admitted each at that place.
+func TestVerifyDrawURLByTier(t *testing.T) {
+	s := apptest.Start(t, func(c *wiring.Config) { c.JWTTierSigners = []string{auth.SignerSecret} })
+	ctx := context.Background()
+	opens := time.Now().Add(2 * time.Second)
+	sale, err := s.App.CreateSale(ctx, flashsale.Sale{Name: "members first", StartsAt: opens, AdmissionRatePerSecond: 1000,
+		Allocation: flashsale.AllocationRace, Access: flashsale.SaleAccess{DrawByTier: true},
+		Items: []flashsale.Item{{ProductID: 1, Quantity: 100, PriceCents: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := "/api/flash-sales/sales/" + itoa(sale.ID)
+	tierOf := func(u int64) int { return [3]int{0, 1, 2}[u%3] } // 3, 6, 9 ... no tier
+	const pre = 12
+	secrets := map[int64]string{}
+	for u := int64(1); u <= pre; u++ {
+		tok, err := auth.MintTier(apptest.Secret, u, false, "", tierOf(u), time.Hour, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := s.Do("POST", path+"/queue", tok, nil)
+		s.Want(r, 200, "")
+		if r.Body["state"] != "PREQUEUE" {
+			t.Fatalf("user %d joined as %v, want PREQUEUE", u, r.Body["state"])
+		}
+		secrets[u] = r.Body["drawSecret"].(string)
+	}
+	for u := int64(1); u <= pre; u++ {
+		var r apptest.Resp
+		testenv.EventuallyF(t, func() string { return fmt.Sprintf("user %d to be admitted (last: %s)", u, r.Raw) }, 30*time.Second, func() bool {
+			r = s.Do("GET", path+"/queue", s.Token(u, false), nil)
+			s.Want(r, 200, "")
+			return r.Body["admissionToken"] != nil
+		})
+	}
+	rdb, err := redisconn.Open(ctx, s.Config.Redis())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	rep, err := waitroom.VerifyDraw(ctx, rdb, &sale)
+	if err != nil || !rep.OK || !rep.Tiered || len(rep.Order) != pre {
+		t.Fatalf("VerifyDraw: %+v, %v", rep, err)
+	}
+	admittedAt := map[int64]int64{}
+	for place, u := range rep.Order {
+		admittedAt[u] = int64(place)
+	}
+	testenv.EventuallyF(t, func() string { return "the draw record" }, 20*time.Second, func() bool {
+		return s.Do("GET", path+"/draw", "", nil).Status == 200
+	})
+
+	drawURL := s.App.PublicURL + path + "/draw"
+	code, out, errOut := runCmd(t, nil, "verify-draw", "--url", drawURL, "--list")
+	if code != 0 || !strings.Contains(out, "OK:") {
+		t.Fatalf("verify-draw --url: exit %d\n%s%s", code, out, errOut)
+	}
+	if want := "by tier     tier 1: 4 places 0-3, tier 2: 4 places 4-7, no tier: 4 places 8-11"; !strings.Contains(out, want) {
+		t.Fatalf("verify-draw does not print %q:\n%s", want, out)
+	}
+	listed := regexp.MustCompile(`place (\d+) ticket \d+ member [0-9a-f]+ (tier \d|no tier)`).FindAllStringSubmatch(out, -1)
+	if len(listed) != pre {
+		t.Fatalf("%d places listed with a tier, want %d:\n%s", len(listed), pre, out)
+	}
+	for _, m := range listed {
+		place, _ := strconv.Atoi(m[1])
+		want := "tier 1"
+		switch {
+		case place >= 8:
+			want = "no tier"
+		case place >= 4:
+			want = "tier 2"
+		}
+		if m[2] != want {
+			t.Fatalf("place %d listed as %s, want %s:\n%s", place, m[2], want, out)
+		}
+	}
+	userLine := regexp.MustCompile(`user \d+ +ticket \d+, place (\d+) \(0-based; member [0-9a-f]+ (tier \d|no tier)\)`)
+	for u := int64(1); u <= pre; u++ {
+		code, out, errOut := runCmd(t, nil, "verify-draw", "--url", s.App.PublicURL, "--sale", itoa(sale.ID), "--user", itoa(u), "--secret", secrets[u])
+		m := userLine.FindStringSubmatch(out)
+		if code != 0 || m == nil {
+			t.Fatalf("user %d: exit %d\n%s%s", u, code, out, errOut)
+		}
+		place, _ := strconv.ParseInt(m[1], 10, 64)
+		if place != admittedAt[u] {
+			t.Fatalf("user %d: verify-draw gives place %d, the room admitted them at %d", u, place, admittedAt[u])
+		}
+		wantTier := map[int]string{0: "no tier", 1: "tier 1", 2: "tier 2"}[tierOf(u)]
+		if m[2] != wantTier {
+			t.Fatalf("user %d: verify-draw says %s, they joined with %s", u, m[2], wantTier)
+		}
+	}
 }
