@@ -115,6 +115,19 @@ func tierOf(u int64) int {
 	return [4]int{1, 2, 5, 0}[u%4]
 }
 
+// inTierOrder fails unless users 1..n (tierOf) hold places in tier order:
+// every tier-1 place before every tier-2 place, and so on, no tier last.
+func inTierOrder(t *testing.T, placeOf map[int64]int64, n int64) {
+	t.Helper()
+	for u := int64(1); u <= n; u++ {
+		for v := int64(1); v <= n; v++ {
+			if drawRank(tierOf(u)) < drawRank(tierOf(v)) && placeOf[u] > placeOf[v] {
+				t.Fatalf("user %d (tier %d) at place %d, after user %d (tier %d) at %d", u, tierOf(u), placeOf[u], v, tierOf(v), placeOf[v])
+			}
+		}
+	}
+}
+
 // drawRank is a tier's rank in a draw by tier (no tier last).
 func drawRank(tier int) int {
 	if tier == 0 {
@@ -174,14 +187,7 @@ func TestTieredDrawOrdersAdmission(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for u := int64(1); u <= pre; u++ {
-		for v := int64(1); v <= pre; v++ {
-			if drawRank(tierOf(u)) < drawRank(tierOf(v)) && placeOf[u] > placeOf[v] {
-				t.Fatalf("user %d (tier %d) admitted at place %d, after user %d (tier %d) at %d",
-					u, tierOf(u), placeOf[u], v, tierOf(v), placeOf[v])
-			}
-		}
-	}
+	inTierOrder(t, placeOf, pre)
 	for u := int64(pre + 1); u <= pre+late; u++ {
 		if want := u - 1; placeOf[u] != want {
 			t.Fatalf("late joiner %d (tier 1 after the close): place %d, want %d (join order)", u, placeOf[u], want)
@@ -257,13 +263,7 @@ func TestTieredDrawSurvivesRedisLoss(t *testing.T) {
 	if err != nil || len(before) != pre {
 		t.Fatalf("Places before = %v, %v", before, err)
 	}
-	for u := int64(1); u <= pre; u++ {
-		for v := int64(1); v <= pre; v++ {
-			if drawRank(tierOf(u)) < drawRank(tierOf(v)) && before[u] > before[v] {
-				t.Fatalf("user %d (tier %d) at %d after user %d (tier %d) at %d", u, tierOf(u), before[u], v, tierOf(v), before[v])
-			}
-		}
-	}
+	inTierOrder(t, before, pre)
 
 	if err := testenv.Flush(ctx, e.rdb); err != nil {
 		t.Fatal(err)
@@ -373,13 +373,7 @@ func TestTieredDrawRestoredFromConnections(t *testing.T) {
 	if err != nil || len(before) != pre {
 		t.Fatalf("Places before = %v, %v", before, err)
 	}
-	for u := int64(1); u <= pre; u++ {
-		for v := int64(1); v <= pre; v++ {
-			if drawRank(tierOf(u)) < drawRank(tierOf(v)) && before[u] > before[v] {
-				t.Fatalf("user %d (tier %d) at %d after user %d (tier %d) at %d", u, tierOf(u), before[u], v, tierOf(v), before[v])
-			}
-		}
-	}
+	inTierOrder(t, before, pre)
 
 	if err := testenv.Flush(ctx, e.rdb); err != nil {
 		t.Fatal(err)

@@ -57,14 +57,7 @@ func TestVerifyDrawURL(t *testing.T) {
 	}
 
 	// Every shopper polls until admitted: the room records each place.
-	for u := int64(1); u <= pre; u++ {
-		var r apptest.Resp
-		testenv.EventuallyF(t, func() string { return fmt.Sprintf("user %d to be admitted (last: %s)", u, r.Raw) }, 30*time.Second, func() bool {
-			r = s.Do("GET", path+"/queue", s.Token(u, false), nil)
-			s.Want(r, 200, "")
-			return r.Body["admissionToken"] != nil
-		})
-	}
+	pollAdmitted(t, s, path, pre)
 	// The room's admitted places, checked against its records in Redis.
 	rdb, err := redisconn.Open(ctx, s.Config.Redis())
 	if err != nil {
@@ -283,14 +276,7 @@ func TestVerifyDrawURLByTier(t *testing.T) {
 		}
 		secrets[u] = r.Body["drawSecret"].(string)
 	}
-	for u := int64(1); u <= pre; u++ {
-		var r apptest.Resp
-		testenv.EventuallyF(t, func() string { return fmt.Sprintf("user %d to be admitted (last: %s)", u, r.Raw) }, 30*time.Second, func() bool {
-			r = s.Do("GET", path+"/queue", s.Token(u, false), nil)
-			s.Want(r, 200, "")
-			return r.Body["admissionToken"] != nil
-		})
-	}
+	pollAdmitted(t, s, path, pre)
 	rdb, err := redisconn.Open(ctx, s.Config.Redis())
 	if err != nil {
 		t.Fatal(err)
@@ -348,5 +334,19 @@ func TestVerifyDrawURLByTier(t *testing.T) {
 		if m[2] != wantTier {
 			t.Fatalf("user %d: verify-draw says %s, they joined with %s", u, m[2], wantTier)
 		}
+	}
+}
+
+// pollAdmitted polls the queue status of users 1..n of the sale at path
+// until each is admitted: the room records each admission's place.
+func pollAdmitted(t *testing.T, s *apptest.Stack, path string, n int64) {
+	t.Helper()
+	for u := int64(1); u <= n; u++ {
+		var r apptest.Resp
+		testenv.EventuallyF(t, func() string { return fmt.Sprintf("user %d to be admitted (last: %s)", u, r.Raw) }, 30*time.Second, func() bool {
+			r = s.Do("GET", path+"/queue", s.Token(u, false), nil)
+			s.Want(r, 200, "")
+			return r.Body["admissionToken"] != nil
+		})
 	}
 }
