@@ -173,6 +173,46 @@ func TierOf(b byte) uint8 {
 	return 0
 }
 
+// tierDigits is the tiers of tickets from .. from+n-1 as n digits ('0'
+// for no tier, and for a ticket beyond tiers' end), as the public record
+// and the checkpoint keep them.
+func tierDigits(tiers []byte, from, n int) []byte {
+	out := make([]byte, n)
+	for i := range out {
+		out[i] = '0'
+		if j := from + i; j < len(tiers) {
+			out[i] += TierOf(tiers[j])
+		}
+	}
+	return out
+}
+
+// TierBlock is one tier's places in a draw by tier: Count places from
+// First (Tier 0: the tickets of no tier).
+type TierBlock struct {
+	Tier         uint8
+	First, Count int
+}
+
+// TierBlocks is each tier's block of places in the draw by tier of a
+// pre-queue whose tickets have tiers (a digit each, as the public record
+// lists them), in drawn order; tiers with no ticket are left out.
+func TierBlocks(tiers string) []TierBlock {
+	var size [flashsale.MaxTier + 1]int
+	for i := 0; i < len(tiers); i++ {
+		size[TierOf(tiers[i])]++
+	}
+	var out []TierBlock
+	at := 0
+	for _, t := range drawTierOrder {
+		if size[t] > 0 {
+			out = append(out, TierBlock{Tier: t, First: at, Count: size[t]})
+			at += size[t]
+		}
+	}
+	return out
+}
+
 // TierSeed is the seed of tier t's group in a tiered draw (0: no tier):
 // HMAC-SHA256(key = seed, msg = "flashsale/draw/tier/v1" || t as 1 byte).
 func TierSeed(seed []byte, t uint8) []byte {
@@ -218,9 +258,9 @@ type DrawReport struct {
 	PreQueue []int64
 	Order    []int64
 	// Tiered reports a draw by tier; Tiers is then each pre-queue
-	// ticket's tier (0: none), in ticket order.
+	// ticket's tier, a digit each ('0': none), in ticket order.
 	Tiered bool
-	Tiers  []uint8
+	Tiers  string
 	// Checked is the number of admission records compared with the draw;
 	// Mismatches describes the first few disagreements.
 	Checked    int
@@ -366,12 +406,7 @@ func VerifyDraw(ctx context.Context, rdb redis.UniversalClient, sale *flashsale.
 			preTicket[u] = uint64(i)
 		}
 		if q.tiered {
-			rep.Tiers = make([]uint8, n)
-			for i := range n {
-				if i < uint64(len(q.tiers)) {
-					rep.Tiers[i] = TierOf(q.tiers[i])
-				}
-			}
+			rep.Tiers = string(tierDigits(q.tiers, 0, int(n)))
 		}
 	}
 	st, err := rdb.HGetAll(ctx, lua.QueueKey(sale.ID, keyState)).Result()

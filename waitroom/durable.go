@@ -88,20 +88,8 @@ func (d *PGDurable) Save(ctx context.Context, saleID, first int64, users []int64
 // chunkTiers is the tiers column of a row of k tickets from offset off of
 // a checkpoint's tiers: nil (NULL) when none of them has a tier.
 func chunkTiers(tiers []byte, off int64, k int) *string {
-	var b []byte
-	for i := range k {
-		t := byte('0')
-		if j := off + int64(i); j < int64(len(tiers)) {
-			t = '0' + TierOf(tiers[j])
-		}
-		if t != '0' && b == nil {
-			b = bytes.Repeat([]byte{'0'}, i)
-		}
-		if b != nil {
-			b = append(b, t)
-		}
-	}
-	if b == nil {
+	b := tierDigits(tiers, int(off), k)
+	if bytes.Count(b, []byte{'0'}) == len(b) {
 		return nil
 	}
 	s := string(b)
@@ -133,17 +121,11 @@ func (d *PGDurable) Load(ctx context.Context, saleID int64) (queueState, []int64
 		}
 		users = append(users, chunk...)
 		if tiers != nil {
-			t := []byte("")
+			var t []byte
 			if chunkT != nil {
 				t = []byte(*chunkT)
 			}
-			for i := range chunk {
-				c := byte('0')
-				if i < len(t) {
-					c = '0' + TierOf(t[i])
-				}
-				tiers = append(tiers, c)
-			}
+			tiers = append(tiers, tierDigits(t, 0, len(chunk))...)
 		}
 		return nil
 	})

@@ -171,14 +171,7 @@ func (r *Room) DrawRecord(ctx context.Context, sale *flashsale.Sale) (DrawRecord
 	}
 	if q.tiered {
 		rec.Version = TieredDrawVersion
-		t := make([]byte, len(users))
-		for i := range t {
-			t[i] = '0'
-			if i < len(q.tiers) {
-				t[i] += TierOf(q.tiers[i])
-			}
-		}
-		rec.Tiers = string(t)
+		rec.Tiers = string(tierDigits(q.tiers, 0, len(users)))
 	}
 	tags := newMemberTagger(sale.ShuffleSeed, sale.ID)
 	named := 0

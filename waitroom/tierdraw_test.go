@@ -91,6 +91,22 @@ func TestTieredDrawMatchesReference(t *testing.T) {
 				t.Fatalf("n %d: place %d (tier %c) after place %d (tier %c)", n, p, byPlace[p], p-1, byPlace[p-1])
 			}
 		}
+		// TierBlocks (verify-draw's summary) names the same blocks.
+		covered := 0
+		for _, blk := range TierBlocks(tiers) {
+			if blk.First != covered {
+				t.Fatalf("n %d: block of tier %d starts at %d, want %d", n, blk.Tier, blk.First, covered)
+			}
+			for p := blk.First; p < blk.First+blk.Count; p++ {
+				if TierOf(byPlace[p]) != blk.Tier {
+					t.Fatalf("n %d: place %d holds tier %c, in the block of tier %d", n, p, byPlace[p], blk.Tier)
+				}
+			}
+			covered += blk.Count
+		}
+		if covered != n {
+			t.Fatalf("n %d: the blocks cover %d places", n, covered)
+		}
 		flat := NewDraw(seed, uint64(n), false, []byte(tiers))
 		for i := range uint64(n) {
 			if got := flat.Place(i); got != refPlace(seed, uint64(n), i) {

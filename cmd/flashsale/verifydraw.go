@@ -70,11 +70,7 @@ func cmdVerifyDraw(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fmt.Fprintf(stdout, "sale %d\n  seed        %s\n  commitment  %s (sha256 of seed matches: %v)\n  pre-queue   %d shoppers, drawn: %v\n  checked     %d admissions\n",
 		rep.SaleID, rep.SeedHex, rep.Commitment, rep.CommitmentOK, len(rep.PreQueue), rep.Drawn, rep.Checked)
 	if rep.Tiered {
-		digits := make([]byte, len(rep.Tiers))
-		for i, t := range rep.Tiers {
-			digits[i] = '0' + t
-		}
-		fmt.Fprintf(stdout, "  by tier     %s\n", tierSummary(string(digits)))
+		fmt.Fprintf(stdout, "  by tier     %s\n", tierSummary(rep.Tiers))
 	}
 	for _, m := range rep.Mismatches {
 		fmt.Fprintf(stdout, "  MISMATCH    %s\n", m)

@@ -153,25 +153,16 @@ func tierNote(rec waitroom.DrawRecord, ticket int64) string {
 	return " no tier"
 }
 
-// tierSummary counts a draw by tier's tickets per group, in drawn order:
+// tierSummary is a draw by tier's blocks of places, in drawn order:
 // "tier 1: 40 places 0-39, no tier: 60 places 40-99".
 func tierSummary(tiers string) string {
-	var count [10]int
-	for i := 0; i < len(tiers); i++ {
-		count[waitroom.TierOf(tiers[i])]++
-	}
 	var parts []string
-	at := 0
-	for _, t := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 0} {
-		if count[t] == 0 {
-			continue
-		}
-		name := fmt.Sprintf("tier %d", t)
-		if t == 0 {
+	for _, b := range waitroom.TierBlocks(tiers) {
+		name := fmt.Sprintf("tier %d", b.Tier)
+		if b.Tier == 0 {
 			name = "no tier"
 		}
-		parts = append(parts, fmt.Sprintf("%s: %d places %d-%d", name, count[t], at, at+count[t]-1))
-		at += count[t]
+		parts = append(parts, fmt.Sprintf("%s: %d places %d-%d", name, b.Count, b.First, b.First+b.Count-1))
 	}
 	return strings.Join(parts, ", ")
 }
