@@ -127,6 +127,9 @@ func (s *Server) resolve(err error, route string) (status int, code flashsale.Co
 		s.log.Error("request failed", "route", route, "err", err)
 		return status, flashsale.CodeInternal, "internal error", ""
 	}
+	if code == flashsale.CodeUnavailable {
+		s.logUnavailable(route, err)
+	}
 	var de *flashsale.Error
 	if errors.As(err, &de) {
 		msg, orderID = de.Message, de.OrderID
@@ -135,6 +138,19 @@ func (s *Server) resolve(err error, route string) (status int, code flashsale.Co
 		msg = defaultMessage(code)
 	}
 	return status, code, msg, orderID
+}
+
+// logUnavailable logs what made a request answer UNAVAILABLE, at most
+// once a second (an outage answers thousands): the answer itself only
+// says "retry", and without the cause an operator, or a test that met
+// one, cannot tell a stopped dependency from a slow one.
+func (s *Server) logUnavailable(route string, err error) {
+	now := time.Now().Unix()
+	last := s.unavailableLogged.Load()
+	if now == last || !s.unavailableLogged.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn("answered unavailable", "route", route, "err", err)
 }
 
 func defaultMessage(code flashsale.Code) string {

@@ -352,6 +352,9 @@ type Server struct {
 	fwdLn      *split.Listener
 	fwdServing atomic.Bool
 	fwdOnce    sync.Once
+	// unavailableLogged is the Unix second of the last UNAVAILABLE logged
+	// (logUnavailable).
+	unavailableLogged atomic.Int64
 
 	mu     sync.Mutex
 	public []*publicPort

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,32 @@ import (
 	"github.com/flashsale/flashsale/internal/harness/testenv"
 	"github.com/flashsale/flashsale/internal/wiring"
 )
+
+// logTail bounds the log a stack keeps for a failing test.
+const logTail = 64 << 10
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (w *tailBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b = append(w.b, p...)
+	if over := len(w.b) - w.max; over > 0 {
+		w.b = append(w.b[:0], w.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (w *tailBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.b)
+}
 
 // Secret is the stacks' JWT secret.
 const Secret = "apptest-jwt-secret-0123456789abcdef"
@@ -67,10 +94,22 @@ func Start(t testing.TB, mutate ...func(*wiring.Config)) *Stack {
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// The stack's warnings and errors are kept (the last logTail bytes)
+	// and shown when the test fails: the cause behind a 503 or a stuck
+	// step is in them, and a failure on CI is often seen once.
+	// FLASHSALE_TEST_LOG also writes the whole log (from Info) to stderr.
+	warnings := &tailBuffer{max: logTail}
+	var out io.Writer = warnings
+	level := slog.LevelWarn
 	if os.Getenv("FLASHSALE_TEST_LOG") != "" {
-		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		out, level = io.MultiWriter(warnings, os.Stderr), slog.LevelInfo
 	}
+	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the stack's warnings and errors (last %d bytes):\n%s", logTail, warnings.String())
+		}
+	})
 	a, err := wiring.Start(context.Background(), cfg, wiring.AllRoles, log)
 	if err != nil {
 		t.Fatalf("start: %v", err)
