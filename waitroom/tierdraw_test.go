@@ -281,22 +281,7 @@ func TestTieredDrawSurvivesRedisLoss(t *testing.T) {
 	}
 	inTierOrder(t, before, pre)
 
-	if err := testenv.Flush(ctx, e.rdb); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the queue restored", 10*time.Second, func() bool {
-		v, err := e.rdb.HMGet(ctx, lua.QueueKey(sale.ID, keyState), fieldN, fieldTiered).Result()
-		return err == nil && v[0] == itoa(pre) && v[1] != nil
-	})
-	after, err := Places(ctx, e.rdb, sale.ID, sale.ShuffleSeed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for u, p := range before {
-		if after[u] != p {
-			t.Fatalf("user %d: place %d before the loss, %d after", u, p, after[u])
-		}
-	}
+	placesSurviveLoss(t, e, sale, before)
 	// A gateway that never saw the draw reads it from the restored Redis.
 	// The clock stands still before the opening: the cursor moves only by
 	// one more first wave (the restore brings back no admission of a
@@ -324,6 +309,33 @@ func TestTieredDrawSurvivesRedisLoss(t *testing.T) {
 	rep, err := VerifyDraw(ctx, e.rdb, sale)
 	if err != nil || !rep.OK || !rep.Tiered {
 		t.Fatalf("VerifyDraw after the restore = %+v, %v", rep, err)
+	}
+}
+
+// placesSurviveLoss empties the test's Redis, waits for the room to
+// restore the sale's drawn queue (its pre-queue size, the tiered flag and
+// every ticket of before's users), and fails unless every user of before
+// holds the same place as before the loss.
+func placesSurviveLoss(t *testing.T, e *env, sale *flashsale.Sale, before map[int64]int64) {
+	t.Helper()
+	ctx := context.Background()
+	if err := testenv.Flush(ctx, e.rdb); err != nil {
+		t.Fatal(err)
+	}
+	n := int64(len(before))
+	eventually(t, "the queue restored", 10*time.Second, func() bool {
+		v, err := e.rdb.HMGet(ctx, lua.QueueKey(sale.ID, keyState), fieldN, fieldTiered).Result()
+		return err == nil && v[0] == itoa(n) && v[1] != nil &&
+			e.rdb.HLen(ctx, lua.QueueKey(sale.ID, keyTickets)).Val() == n
+	})
+	after, err := Places(ctx, e.rdb, sale.ID, sale.ShuffleSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for u, p := range before {
+		if after[u] != p {
+			t.Fatalf("user %d (tier %d): place %d before the loss, %d after", u, tierOf(u), p, after[u])
+		}
 	}
 }
 
@@ -391,23 +403,7 @@ func TestTieredDrawRestoredFromConnections(t *testing.T) {
 	}
 	inTierOrder(t, before, pre)
 
-	if err := testenv.Flush(ctx, e.rdb); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the queue restored", 10*time.Second, func() bool {
-		v, err := e.rdb.HMGet(ctx, lua.QueueKey(sale.ID, keyState), fieldN, fieldTiered).Result()
-		return err == nil && v[0] == itoa(pre) && v[1] != nil &&
-			e.rdb.HLen(ctx, lua.QueueKey(sale.ID, keyTickets)).Val() == pre
-	})
-	after, err := Places(ctx, e.rdb, sale.ID, sale.ShuffleSeed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for u, p := range before {
-		if after[u] != p {
-			t.Fatalf("user %d (tier %d): place %d before the loss, %d after", u, tierOf(u), p, after[u])
-		}
-	}
+	placesSurviveLoss(t, e, sale, before)
 	rep, err := VerifyDraw(ctx, e.rdb, sale)
 	if err != nil || !rep.OK || !rep.Tiered {
 		t.Fatalf("VerifyDraw after the restore = %+v, %v", rep, err)
