@@ -222,9 +222,6 @@ func TierSeed(seed []byte, t uint8) []byte {
 	return m.Sum(nil)
 }
 
-// Tiered reports whether the draw groups its tickets by tier.
-func (d *Draw) Tiered() bool { return d.flat == nil }
-
 // Place returns the place (0-based) of pre-queue ticket i. It panics when
 // i >= n.
 func (d *Draw) Place(i uint64) uint64 {
