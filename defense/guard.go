@@ -328,6 +328,11 @@ func (g *Guard) Blocked(ip netip.Addr, userID int64) bool {
 	return c.addrBlocked(ip) || c.userBlocked(userID)
 }
 
+// BlocksGen is the generation of the enforced settings, which changes
+// with every Apply: Blocked answers the same until it does
+// (waitroom.Blocker).
+func (g *Guard) BlocksGen() uint64 { return g.cur.Load().gen }
+
 // Shadows reports whether a join that rule (ShadowQueue.Rules) would
 // refuse goes to the shadow queue instead (waitroom.Shadower).
 func (g *Guard) Shadows(rule string) bool { return g.cur.Load().st.ShadowQueue.Rules[rule] }

@@ -59,33 +59,23 @@ type tickPlan struct {
 	// between two paced statuses of a connection, in ticks.
 	pingSlots, statusSlots uint64
 	// still: nothing a view is computed from changed since the last tick
-	// (viewInputs), so a waiting connection's view is the one its last
-	// visit computed, and the sweep visits it only in its slot (passBy).
+	// (viewInputs), nor the blocklist since a sweep last checked every
+	// connection against it, so a settled connection's view is the one
+	// its last visit computed and the sweep passes it by.
 	still bool
-	drawn bool // the sale's places are drawn (before, nobody has one)
-}
-
-// sweepSlots is how many ticks apart a still sale's sweep visits a
-// waiting connection: its own slot, by connection seq, one tick in
-// sweepSlots. Visiting every connection every tick was most of a waiting
-// room's CPU (docs/BENCHMARKS.md); a view that did not change needs no
-// visit, and what a visit also does (a kick of a newly blocked shopper, a
-// paced status the budget put off) waits at most sweepSlots-1 ticks.
-const sweepSlots = 4
-
-// passBy reports whether a still tick's sweep passes by a connection of
-// mark m: settled, and not its slot. Called with sr.mu held.
-func (p *tickPlan) passBy(m connMark) bool {
-	return p.still && m.settled && uint64(m.slot) != p.tick%sweepSlots
+	// blocksGen is the blocklist's generation (Blocker.BlocksGen; 0 with
+	// no Blocker).
+	blocksGen uint64
+	drawn     bool // the sale's places are drawn (before, nobody has one)
 }
 
 // markOf is c's mark after a visit that computed the view v (see
-// connMark). Called with sr.mu held.
+// connMark). A shadowed connection is never settled: its place in the
+// shadow queue moves with joins that change no input of the sale.
+// Called with sr.mu held.
 func (p *tickPlan) markOf(c *conn, v view) connMark {
 	return connMark{
-		settled: c.admittedAt == 0 && (v.state == StateWaiting || v.state == StatePrequeue) && v == c.last && (c.place >= 0 || !p.drawn),
-		slot:    uint8(c.seq % sweepSlots),
-		ping:    uint32(c.seq % p.pingSlots),
+		settled: c.admittedAt == 0 && !c.shadow && (v.state == StateWaiting || v.state == StatePrequeue) && v == c.last && (c.place >= 0 || !p.drawn),
 	}
 }
 
@@ -97,11 +87,14 @@ func (r *Room) planTick(sr *saleRoom, now time.Time, tick uint64, regular bool, 
 		opens:       sr.sale.StartsAt.UnixMilli(),
 		queue:       sr.sale.QueueOrder(),
 		ttlMs:       r.ttl(sr.sale).Milliseconds(),
-		pingSlots:   uint64(max(1, r.cfg.IdleTimeout/2/r.cfg.Tick)),
+		pingSlots:   r.cfg.pingSlots(),
 		statusSlots: uint64(max(1, r.cfg.StatusEvery/r.cfg.Tick)),
 	}
+	if b, ok := r.guard.(Blocker); ok {
+		p.blocksGen = b.BlocksGen()
+	}
 	in := sr.inputs(now)
-	p.still, sr.viewed = in == sr.viewed, in
+	p.still, sr.viewed = in == sr.viewed && p.blocksGen == sr.blocksGen, in
 	p.drawn = sr.st.N >= 0
 	p.hold = r.cfg.OpeningHold > 0 && now.UnixMilli() >= p.opens && now.Before(sr.sale.StartsAt.Add(r.cfg.OpeningHold))
 	p.busy = p.hold || competingBusy(r.cfg.WaitingPushes, r.cfg.Tick, competing)
@@ -128,28 +121,47 @@ type sweepOut struct {
 	entering, moved []dueStatus
 }
 
-// sweep sorts every connection of the sale into what it is due. Statuses
-// that are not paced are queued here; the paced WAITING ones are left in
-// entering and moved. Called with sr.mu held.
+// sweep sorts the connections of the sale into what they are due: every
+// one, or on a still tick only the unsettled ones (the others' views
+// cannot have changed) and the ping slot's. Statuses that are not paced
+// are queued here; the paced WAITING ones are left in entering and moved.
+// Called with sr.mu held.
 func (r *Room) sweep(sr *saleRoom, p *tickPlan) sweepOut {
 	s := sweepOut{entering: sr.entering[:0], moved: sr.moved[:0]}
 	blocker, _ := r.guard.(Blocker)
-	for c, m := range sr.conns {
-		if p.passBy(m) {
-			// Passed by unread, unless its ping is due; it still waits.
-			if p.regular && uint64(m.ping) == p.tick%p.pingSlots {
-				s.countPing(p, c)
+	if p.still {
+		if p.regular {
+			for c := range sr.byPing[p.tick%p.pingSlots] {
+				if sr.conns[c].settled {
+					s.countPing(p, c) // the unsettled: in their visit
+				}
 			}
-			s.waiting++
-			continue
 		}
-		if blocker != nil && len(s.kick) < maxKicksPerTick && blocker.Blocked(c.ip, c.user) {
-			s.kick = append(s.kick, c)
-			continue
+		s.waiting = len(sr.conns) - len(sr.unsettled)
+		for c := range sr.unsettled {
+			r.visit(sr, p, &s, blocker, c)
 		}
-		sr.conns[c] = r.sortConn(sr, p, &s, c)
+		return s
+	}
+	for c := range sr.conns {
+		r.visit(sr, p, &s, blocker, c)
+	}
+	// Every connection was checked against this blocklist, unless the
+	// kicks ran out: then the next ticks are not still, and check again.
+	if len(s.kick) < maxKicksPerTick {
+		sr.blocksGen = p.blocksGen
 	}
 	return s
+}
+
+// visit is the sweep of one connection: kicked if blocked, else sorted
+// (sortConn). Called with sr.mu held.
+func (r *Room) visit(sr *saleRoom, p *tickPlan, s *sweepOut, blocker Blocker, c *conn) {
+	if blocker != nil && len(s.kick) < maxKicksPerTick && blocker.Blocked(c.ip, c.user) {
+		s.kick = append(s.kick, c)
+		return
+	}
+	sr.setMark(c, r.sortConn(sr, p, s, c))
 }
 
 // sortConn is the sweep of one connection that is not kicked; it returns

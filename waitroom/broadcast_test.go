@@ -2,7 +2,10 @@ package waitroom
 
 import (
 	"context"
+	"encoding/json"
 	"maps"
+	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,7 +44,7 @@ func stepSaleRoom(r *Room, sale *flashsale.Sale, st queueState) *saleRoom {
 func stepConn(r *Room, sr *saleRoom, user, place int64) *conn {
 	c := &conn{r: r, sr: sr, user: user, ticket: place, place: place, seq: uint64(user)}
 	sr.mu.Lock()
-	sr.conns[c] = connMark{}
+	sr.addConn(c)
 	sr.mu.Unlock()
 	return c
 }
@@ -455,19 +458,21 @@ func TestApplyAdmissions(t *testing.T) {
 }
 
 // TestStillSweepPassesSettledWaitersBy: while nothing a view is computed
-// from changes, a waiting connection owed nothing is visited one tick in
-// sweepSlots (its slot), still counted waiting and still pinged in its
-// ping slot; one owed a paced status, or one whose choice changed, is
-// visited every tick; a cursor that moves makes the next tick visit
+// from changes, a waiting connection owed nothing is not visited, still
+// counted waiting and still pinged in its ping slot; one owed a paced
+// status, or one whose choice changed, is visited every tick; a cursor
+// that moves, or a blocklist that changes, makes the next tick visit
 // everyone.
 func TestStillSweepPassesSettledWaitersBy(t *testing.T) {
 	e := newEnv(t)
-	r := stepRoom(e, Config{Tick: 10 * time.Millisecond})
+	r := stepRoom(e, Config{Tick: 10 * time.Millisecond, IdleTimeout: 2 * time.Second}) // 100 ping slots
+	blocks := &stepBlocker{gen: 1}
+	r.guard = blocks
 	now := e.clock.Now()
 	sale := e.addSale(newSale(t, 121, now.Add(-time.Minute), 10, 5))
 	sr := stepSaleRoom(r, sale, queueState{Seq: 20, N: 0, Serving: 2})
 	var settled []*conn
-	for u := int64(10); u < 18; u++ { // seq 10…17: two of each slot
+	for u := int64(10); u < 18; u++ {
 		settled = append(settled, stepConn(r, sr, u, u))
 	}
 	owed := stepConn(r, sr, 30, 9)
@@ -505,6 +510,11 @@ func TestStillSweepPassesSettledWaitersBy(t *testing.T) {
 	owed.last.position++
 	sr.unsettle(owed)
 	sr.unsettle(chose)
+	// A settled connection's recorded view made stale behind the sweep's
+	// back: a visit would find it owed a status and unsettle it, so its
+	// mark shows whether it was visited.
+	stale := settled[3]
+	stale.last.position++
 	sr.mu.Unlock()
 
 	s, p := sweep(3)
@@ -512,38 +522,81 @@ func TestStillSweepPassesSettledWaitersBy(t *testing.T) {
 		t.Errorf("tick 3: still %v, waiting %d; want still and all 10 waiting (passed-by ones too)", p.still, s.waiting)
 	}
 	m := marks()
-	for _, c := range settled {
-		if got, want := p.passBy(m[c]), c.seq%sweepSlots != 3; got != want {
-			t.Errorf("user %d (seq %d): passed by %v at tick 3, want %v", c.user, c.seq, got, want)
-		}
+	if !m[stale].settled {
+		t.Error("a still tick visited a settled connection")
 	}
 	if m[owed].settled {
 		t.Error("a connection owed a status is settled")
 	}
+	if !m[chose].settled {
+		t.Error("the chooser is not settled again after its visit")
+	}
 	if _, p := sweep(4); !p.still || marks()[owed].settled {
 		t.Error("a connection owed a status is passed by while the pacing holds it")
 	}
-	if !m[chose].settled {
-		t.Error("the chooser is not settled again after its visit")
+
+	// Pings on still ticks: the slot's settled connection (seq 12), and
+	// an unsettled one in its visit (owed, seq 30); nobody else.
+	for _, c := range []struct {
+		tick uint64
+		want *conn
+	}{{112, settled[2]}, {130, owed}} {
+		s, p := sweep(c.tick)
+		if !p.still || len(s.ping) != 1 || s.ping[0] != c.want {
+			t.Errorf("tick %d: still %v, pings %d; want a still tick pinging user %d alone", c.tick, p.still, len(s.ping), c.want.user)
+		}
+	}
+
+	// A blocklist change: the next tick visits everyone and kicks the
+	// blocked; once every connection was checked, ticks are still again.
+	blocks.set(settled[5].user)
+	s, p = sweep(5)
+	if p.still || len(s.kick) != 1 || s.kick[0] != settled[5] {
+		t.Errorf("after a blocklist change: still %v, %d kicked; want a full sweep kicking user %d", p.still, len(s.kick), settled[5].user)
+	}
+	if marks()[stale].settled {
+		t.Error("the full sweep did not visit the stale connection")
+	}
+	if _, p := sweep(6); !p.still {
+		t.Error("tick 6 is not still: the blocklist was checked")
 	}
 	sr.mu.Lock()
 	sr.st.Serving = 3 // the cursor moves
 	sr.mu.Unlock()
-	if _, p := sweep(5); p.still {
-		t.Error("tick 5 is still after the cursor moved")
+	if _, p := sweep(7); p.still {
+		t.Error("tick 7 is still after the cursor moved")
 	}
-	sweep(6)
-	// A passed-by connection's ping slot is kept.
-	sr.mu.Lock()
-	p = r.planTick(sr, now, 7, true, 0)
-	p.pingSlots = 1
-	for c, m := range sr.conns {
-		m.ping = 0 // every connection's slot, as the mark would say
-		sr.conns[c] = m
+}
+
+// stepBlocker blocks the users set, with a generation of its own.
+type stepBlocker struct {
+	mu    sync.Mutex
+	gen   uint64
+	users map[int64]bool
+}
+
+func (b *stepBlocker) set(users ...int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.gen++
+	b.users = map[int64]bool{}
+	for _, u := range users {
+		b.users[u] = true
 	}
-	s = r.sweep(sr, &p)
-	sr.mu.Unlock()
-	if !p.still || len(s.ping) != 10 {
-		t.Errorf("still %v, %d pings; want a still tick with all 10 pinged", p.still, len(s.ping))
-	}
+}
+
+func (b *stepBlocker) Blocked(_ netip.Addr, user int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.users[user]
+}
+
+func (b *stepBlocker) BlocksGen() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.gen
+}
+
+func (b *stepBlocker) CheckJoin(context.Context, netip.Addr, int64, int64, json.RawMessage) (json.RawMessage, error) {
+	return nil, nil
 }

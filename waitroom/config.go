@@ -150,6 +150,10 @@ const DefaultOpeningHold = 3 * time.Second
 // quarter of the grace, so a live shopper is never taken for gone.
 func (c *Config) beatEvery() time.Duration { return max(c.Tick, c.AdmittedGrace/4) }
 
+// pingSlots is the ping period in ticks: half the idle timeout, so that a
+// connection answers within it or is closed.
+func (c *Config) pingSlots() uint64 { return uint64(max(1, c.IdleTimeout/2/c.Tick)) }
+
 func (c *Config) defaults() {
 	setDur := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {

@@ -83,8 +83,11 @@ type JoinGuard interface {
 
 // Blocker is implemented by a JoinGuard that can tell, without side
 // effects, whether a shopper is blocked now (*defense.Guard does).
+// BlocksGen changes whenever an answer of Blocked may have: until it
+// does, a connection found not blocked need not be asked about again.
 type Blocker interface {
 	Blocked(ip netip.Addr, userID int64) bool
+	BlocksGen() uint64
 }
 
 // Room is the waiting room of every sale, on one gateway.

@@ -26,14 +26,23 @@ type saleRoom struct {
 
 	mu sync.Mutex
 	// conns are the sale's connections on this gateway, each with what
-	// the sweep keeps of it (connMark).
-	conns   map[*conn]connMark
-	sale    *flashsale.Sale
-	items   []AdmittedItem
-	itemsJS []byte // items, JSON-encoded once for the admitted messages
-	loaded  bool
-	st      queueState
-	soldOut bool
+	// the sweep keeps of it (connMark); unsettled and byPing index them
+	// for a still tick's sweep, which visits only the unsettled ones and
+	// pings only its ping slot's (addConn, setMark, removeConn keep the
+	// three in step).
+	conns     map[*conn]connMark
+	unsettled map[*conn]struct{}
+	byPing    []map[*conn]struct{} // by seq % pingSlots
+	// blocksGen is the blocklist's generation (Blocker.BlocksGen) that a
+	// full sweep last checked every connection against: while it holds,
+	// a still tick need not look at a settled connection for a kick.
+	blocksGen uint64
+	sale      *flashsale.Sale
+	items     []AdmittedItem
+	itemsJS   []byte // items, JSON-encoded once for the admitted messages
+	loaded    bool
+	st        queueState
+	soldOut   bool
 	// availableSince is when stock was first seen back after a sell-out
 	// (zero while sold out or never sold out); see Config.ResumeDelay.
 	availableSince time.Time
@@ -113,7 +122,9 @@ func (r *Room) saleRoom(id int64, create bool) *saleRoom {
 	defer r.mu.Unlock()
 	sr := r.rooms[id]
 	if sr == nil && create {
-		sr = &saleRoom{id: id, conns: map[*conn]connMark{}, leadAt: -1, notifiedTo: -1, st: queueState{N: -1},
+		sr = &saleRoom{id: id, conns: map[*conn]connMark{}, unsettled: map[*conn]struct{}{},
+			byPing: make([]map[*conn]struct{}, r.cfg.pingSlots()),
+			leadAt: -1, notifiedTo: -1, st: queueState{N: -1},
 			pgSt: queueState{N: -1}, savedSeq: -1, savedN: -1}
 		r.rooms[id] = sr
 	}
@@ -372,6 +383,11 @@ type viewInputs struct {
 	version int64
 	paused  bool
 	ended   bool
+	// The operator's message too: a sweep's visit sends it (sendMessage),
+	// and a source that changes it without a new version must still reach
+	// every connection.
+	msg     string
+	msgAt   int64
 	serving int64
 	n       int64
 	soldOut bool
@@ -385,29 +401,55 @@ func (sr *saleRoom) inputs(now time.Time) viewInputs {
 		rate: math.Float64bits(sr.rate())}
 	if s := sr.sale; s != nil {
 		in.version, in.paused = s.Version, s.Paused
+		in.msg, in.msgAt = s.Message, s.MessageAt.UnixMilli()
 		in.ended = !s.EndsAt.IsZero() && !now.Before(s.EndsAt)
 	}
 	return in
 }
 
 // connMark is what the sweep keeps of a connection in the map beside it,
-// so that a still tick passes the connection by without reading its
-// struct: reading every connection's struct each tick was the sweep's
-// cost even when it did nothing with it. The zero mark is not settled:
-// the next tick visits the connection.
+// so that a sweep need not read its struct to know it. The zero mark is
+// not settled: the next tick visits the connection.
 type connMark struct {
 	// settled: its last visit found it waiting (or in the pre-queue),
 	// with no admission, its place known once the places are drawn, and
-	// owed nothing (the view computed is the one it has).
+	// owed nothing (the view computed is the one it has). While the
+	// sale is still (tickPlan.still) a settled connection's view cannot
+	// change, so no tick visits it.
 	settled bool
-	slot    uint8  // seq % sweepSlots: the still ticks that visit it
-	ping    uint32 // seq % pingSlots: its ping's tick
+}
+
+// addConn adds c to the sale room, unsettled. Called with sr.mu held.
+func (sr *saleRoom) addConn(c *conn) {
+	sr.setMark(c, connMark{})
+	i := c.seq % uint64(len(sr.byPing))
+	if sr.byPing[i] == nil {
+		sr.byPing[i] = map[*conn]struct{}{}
+	}
+	sr.byPing[i][c] = struct{}{}
+}
+
+// removeConn takes c out of the sale room. Called with sr.mu held.
+func (sr *saleRoom) removeConn(c *conn) {
+	delete(sr.conns, c)
+	delete(sr.unsettled, c)
+	delete(sr.byPing[c.seq%uint64(len(sr.byPing))], c)
+}
+
+// setMark records c's mark. Called with sr.mu held.
+func (sr *saleRoom) setMark(c *conn, m connMark) {
+	sr.conns[c] = m
+	if m.settled {
+		delete(sr.unsettled, c)
+	} else {
+		sr.unsettled[c] = struct{}{}
+	}
 }
 
 // unsettle marks c for a visit on the next tick (its view changed outside
 // the sweep). Called with sr.mu held.
 func (sr *saleRoom) unsettle(c *conn) {
 	if _, ok := sr.conns[c]; ok {
-		sr.conns[c] = connMark{}
+		sr.setMark(c, connMark{})
 	}
 }

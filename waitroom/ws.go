@@ -604,7 +604,7 @@ func (c *conn) viewOf(sr *saleRoom, now time.Time) view {
 func (c *conn) leave(sr *saleRoom) {
 	r := c.r
 	sr.mu.Lock()
-	delete(sr.conns, c)
+	sr.removeConn(c)
 	now := r.cfg.Now()
 	admitted := c.admittedAt != 0 && !c.bought && now.UnixMilli() < c.admittedAt+r.ttl(sr.sale).Milliseconds() && !sr.sale.QueueOrder()
 	held := heldConn{user: c.user, place: c.place}
@@ -820,7 +820,7 @@ func (c *conn) enter(ctx context.Context, sr *saleRoom, j joinTicket) error {
 	sr.mu.Lock()
 	defer sr.mu.Unlock()
 	c.last = v
-	sr.conns[c] = connMark{}
+	sr.addConn(c)
 	c.mu.Lock()
 	c.pendSecret = r.MemberSecret(sr.id, c.user)
 	c.mu.Unlock()
