@@ -120,7 +120,7 @@ func (r *Room) requeueConns(ctx context.Context, sr *saleRoom, conns []*conn, no
 			if t.ticket == ticketShadowed {
 				// Shadowed since (a join of theirs elsewhere): from now
 				// on this page shows the shadow queue.
-				c.ticket, c.shadow = t.shown, true
+				sr.shadow(c, t.shown)
 			}
 		}
 	}

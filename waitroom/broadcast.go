@@ -332,9 +332,7 @@ func (r *Room) afterSweep(ctx context.Context, sr *saleRoom, s *sweepOut, now ti
 	if len(s.ping) > 0 {
 		r.m.pings.WithLabelValues("sent").Add(float64(len(s.ping)))
 	}
-	for _, c := range s.ping {
-		r.ping(c)
-	}
+	r.pingAll(s.ping)
 	// Shoppers blocked after they joined lose their connection with BLOCKED
 	// (a bounded number per tick: each close waits up to a second for the
 	// error message to go out).

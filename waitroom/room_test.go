@@ -898,3 +898,42 @@ func TestOnePlacePerIdentityKey(t *testing.T) {
 		}
 	}
 }
+
+// TestUnansweredPingCloses: a connection that answers no ping within
+// IdleTimeout/2 is closed; one that answers stays open, though a tick's
+// pings share one deadline.
+func TestUnansweredPingCloses(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 24, e.clock.Now().Add(time.Hour), 1, 100))
+	// A ping slot every 10 ticks (200 ms), 200 ms to answer.
+	g := e.newGateway(Config{Tick: 20 * time.Millisecond, IdleTimeout: 400 * time.Millisecond}, nil)
+	live, silent := dial(t, g.url(sale.ID)), dial(t, g.url(sale.ID))
+	live.join(e.token(1))
+	live.untilState(StatePrequeue)
+	silent.join(e.token(2))
+	silent.untilState(StatePrequeue)
+	// The live client reads on, so its library answers the pings; the
+	// silent one reads nothing more, so it answers none.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			if _, err := live.read(hangBound); err != nil {
+				return
+			}
+		}
+	}()
+	conns := func() int {
+		g.room.mu.Lock()
+		defer g.room.mu.Unlock()
+		return len(g.room.conns)
+	}
+	eventually(t, "the silent connection closed", hangBound, func() bool { return conns() == 1 })
+	sent := g.pings(t, "sent")
+	g.waitTicks(t, 30) // three more ping slots
+	if n, more := conns(), g.pings(t, "sent")-sent; n != 1 || more < 2 {
+		t.Errorf("%d connections open after %v more pings; want the live one, pinged on", n, more)
+	}
+	_ = live.ws.CloseNow()
+	<-done
+}

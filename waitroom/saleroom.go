@@ -33,6 +33,9 @@ type saleRoom struct {
 	conns     map[*conn]connMark
 	unsettled map[*conn]struct{}
 	byPing    []map[*conn]struct{} // by seq % pingSlots
+	// shadowed are the connections showing the shadow queue
+	// (checkShadowed looks them up, not every connection).
+	shadowed map[*conn]struct{}
 	// blocksGen is the blocklist's generation (Blocker.BlocksGen) that a
 	// full sweep last checked every connection against: while it holds,
 	// a still tick need not look at a settled connection for a kick.
@@ -122,7 +125,7 @@ func (r *Room) saleRoom(id int64, create bool) *saleRoom {
 	defer r.mu.Unlock()
 	sr := r.rooms[id]
 	if sr == nil && create {
-		sr = &saleRoom{id: id, conns: map[*conn]connMark{}, unsettled: map[*conn]struct{}{},
+		sr = &saleRoom{id: id, conns: map[*conn]connMark{}, unsettled: map[*conn]struct{}{}, shadowed: map[*conn]struct{}{},
 			byPing: make([]map[*conn]struct{}, r.cfg.pingSlots()),
 			leadAt: -1, notifiedTo: -1, st: queueState{N: -1},
 			pgSt: queueState{N: -1}, savedSeq: -1, savedN: -1}
@@ -427,6 +430,18 @@ func (sr *saleRoom) addConn(c *conn) {
 		sr.byPing[i] = map[*conn]struct{}{}
 	}
 	sr.byPing[i][c] = struct{}{}
+	if c.shadow {
+		sr.shadowed[c] = struct{}{}
+	}
+}
+
+// shadow turns c into a shadowed connection showing the shadow queue's
+// ticket shown. Called with sr.mu held.
+func (sr *saleRoom) shadow(c *conn, shown int64) {
+	c.ticket, c.shadow = shown, true
+	if _, ok := sr.conns[c]; ok { // not left meanwhile
+		sr.shadowed[c] = struct{}{}
+	}
 }
 
 // removeConn takes c out of the sale room. Called with sr.mu held.
@@ -434,6 +449,7 @@ func (sr *saleRoom) removeConn(c *conn) {
 	delete(sr.conns, c)
 	delete(sr.unsettled, c)
 	delete(sr.byPing[c.seq%uint64(len(sr.byPing))], c)
+	delete(sr.shadowed, c)
 }
 
 // setMark records c's mark. Called with sr.mu held.

@@ -197,11 +197,9 @@ func (r *Room) checkShadowed(ctx context.Context, sr *saleRoom, now time.Time) {
 	sr.shadowChecked = now
 	var conns []*conn
 	var users []string
-	for c := range sr.conns {
-		if c.shadow {
-			conns = append(conns, c)
-			users = append(users, strconv.FormatInt(c.user, 10))
-		}
+	for c := range sr.shadowed {
+		conns = append(conns, c)
+		users = append(users, strconv.FormatInt(c.user, 10))
 	}
 	sr.mu.Unlock()
 	if len(conns) == 0 {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -264,17 +265,35 @@ func (c *conn) markDead() {
 	c.mu.Unlock()
 }
 
-// ping checks that the client still answers; one that does not within
-// IdleTimeout/2 is closed. Pings are spread over the ticks (by conn seq), so
-// few run at once.
-func (r *Room) ping(c *conn) {
-	r.pings.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.IdleTimeout/2)
-		defer cancel()
-		if err := c.ws.Ping(ctx); err != nil {
-			_ = c.ws.CloseNow()
-		}
-	})
+// pingAll checks that each of conns still answers; one that does not
+// within IdleTimeout/2 is closed. Pings are spread over the ticks (by conn
+// seq), so few run at once; a tick's share one deadline, so that they
+// cost one timer, not one each (a waiting room at rest spends most of its
+// CPU on pings).
+func (r *Room) pingAll(conns []*conn) {
+	if len(conns) == 0 {
+		return
+	}
+	b := &pingBatch{}
+	b.ctx, b.cancel = context.WithTimeout(context.Background(), r.cfg.IdleTimeout/2)
+	b.left.Store(int64(len(conns)))
+	for _, c := range conns {
+		r.pings.Go(func() {
+			if err := c.ws.Ping(b.ctx); err != nil {
+				_ = c.ws.CloseNow()
+			}
+			if b.left.Add(-1) == 0 {
+				b.cancel() // the last one back releases the timer
+			}
+		})
+	}
+}
+
+// pingBatch is one tick's pings: their deadline, and how many are out.
+type pingBatch struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	left   atomic.Int64
 }
 
 // fail sends an error message and closes with the code's close status.
