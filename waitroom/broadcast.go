@@ -70,13 +70,20 @@ type tickPlan struct {
 }
 
 // markOf is c's mark after a visit that computed the view v (see
-// connMark). A shadowed connection is never settled: its place in the
-// shadow queue moves with joins that change no input of the sale.
-// Called with sr.mu held.
+// connMark). An admitted shopper is never settled (its admission runs out
+// with time), nor a shadowed connection (its place in the shadow queue
+// moves with joins that change no input of the sale). Called with sr.mu
+// held.
 func (p *tickPlan) markOf(c *conn, v view) connMark {
 	return connMark{
-		settled: c.admittedAt == 0 && !c.shadow && (v.state == StateWaiting || v.state == StatePrequeue) && v == c.last && (c.place >= 0 || !p.drawn),
+		settled: c.admittedAt == 0 && !c.shadow && v.state != StateAdmitted && v == c.last && (c.place >= 0 || !p.drawn),
+		waiting: waits(v.state),
 	}
+}
+
+// waits reports whether a connection in state counts as waiting.
+func waits(state string) bool {
+	return state == StateWaiting || state == StatePrequeue || state == StatePaused
 }
 
 // planTick is the tick's plan for the sale; it records the presence beat
@@ -137,7 +144,7 @@ func (r *Room) sweep(sr *saleRoom, p *tickPlan) sweepOut {
 				}
 			}
 		}
-		s.waiting = len(sr.conns) - len(sr.unsettled)
+		s.waiting = sr.settledWaiting
 		for c := range sr.unsettled {
 			r.visit(sr, p, &s, blocker, c)
 		}
@@ -189,7 +196,7 @@ func (r *Room) sortConn(sr *saleRoom, p *tickPlan, s *sweepOut, c *conn) connMar
 		return connMark{}
 	}
 	r.sendMessage(sr, c)
-	if v.state == StateWaiting || v.state == StatePrequeue || v.state == StatePaused {
+	if waits(v.state) {
 		s.waiting++
 	}
 	switch d {

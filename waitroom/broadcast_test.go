@@ -568,6 +568,61 @@ func TestStillSweepPassesSettledWaitersBy(t *testing.T) {
 	}
 }
 
+// TestStillSweepSettlesSoldOut: shoppers told SOLD_OUT, who stay for
+// units that come back, settle like waiting ones (no visit while the
+// sale is still) and are not counted waiting; stock coming back makes
+// the next tick visit them.
+func TestStillSweepSettlesSoldOut(t *testing.T) {
+	e := newEnv(t)
+	r := stepRoom(e, Config{Tick: 10 * time.Millisecond})
+	now := e.clock.Now()
+	sale := e.addSale(newSale(t, 122, now.Add(-time.Minute), 10, 5))
+	sr := stepSaleRoom(r, sale, queueState{Seq: 20, N: 0, Serving: 2})
+	sr.mu.Lock()
+	sr.soldOut = true
+	sr.mu.Unlock()
+	var conns []*conn
+	for u := int64(10); u < 14; u++ {
+		conns = append(conns, stepConn(r, sr, u, u))
+	}
+	sweep := func(tick uint64) (sweepOut, tickPlan) {
+		sr.mu.Lock()
+		defer sr.mu.Unlock()
+		p := r.planTick(sr, now, tick, true, 0)
+		s := r.sweep(sr, &p)
+		sendDue(&p, -1, s.entering, s.moved)
+		return s, p
+	}
+	sweep(1)
+	s, p := sweep(2)
+	if !p.still || s.waiting != 0 {
+		t.Fatalf("tick 2: still %v, waiting %d; want still and none waiting (all sold out)", p.still, s.waiting)
+	}
+	sr.mu.Lock()
+	for _, c := range conns {
+		if !sr.conns[c].settled || c.last.state != StateSoldOut {
+			t.Errorf("user %d: settled %v in %s; want settled, SOLD_OUT", c.user, sr.conns[c].settled, c.last.state)
+		}
+	}
+	stale := conns[0]
+	stale.last.position++ // a visit would find it owed a status
+	sr.mu.Unlock()
+	sweep(3)
+	sr.mu.Lock()
+	if !sr.conns[stale].settled {
+		t.Error("a still tick visited a settled SOLD_OUT connection")
+	}
+	sr.soldOut = false // units came back
+	sr.mu.Unlock()
+	s, p = sweep(4)
+	if p.still || s.waiting != 4 {
+		t.Errorf("after the stock came back: still %v, waiting %d; want a full sweep with all 4 waiting", p.still, s.waiting)
+	}
+	if s, p := sweep(5); !p.still || s.waiting != 4 {
+		t.Errorf("tick 5: still %v, waiting %d; want still with all 4 counted waiting, settled", p.still, s.waiting)
+	}
+}
+
 // stepBlocker blocks the users set, with a generation of its own.
 type stepBlocker struct {
 	mu    sync.Mutex

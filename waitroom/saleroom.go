@@ -36,6 +36,9 @@ type saleRoom struct {
 	// shadowed are the connections showing the shadow queue
 	// (checkShadowed looks them up, not every connection).
 	shadowed map[*conn]struct{}
+	// settledWaiting counts the settled connections that count as waiting
+	// (a still tick does not visit them to count them).
+	settledWaiting int
 	// blocksGen is the blocklist's generation (Blocker.BlocksGen) that a
 	// full sweep last checked every connection against: while it holds,
 	// a still tick need not look at a settled connection for a kick.
@@ -414,12 +417,13 @@ func (sr *saleRoom) inputs(now time.Time) viewInputs {
 // so that a sweep need not read its struct to know it. The zero mark is
 // not settled: the next tick visits the connection.
 type connMark struct {
-	// settled: its last visit found it waiting (or in the pre-queue),
-	// with no admission, its place known once the places are drawn, and
-	// owed nothing (the view computed is the one it has). While the
-	// sale is still (tickPlan.still) a settled connection's view cannot
-	// change, so no tick visits it.
+	// settled: its last visit found it with no admission (waiting, in
+	// the pre-queue, sold out, paused, ended), its place known once the
+	// places are drawn, and owed nothing (the view computed is the one it
+	// has). While the sale is still (tickPlan.still) a settled
+	// connection's view cannot change, so no tick visits it.
 	settled bool
+	waiting bool // its view's state counts as waiting (waits)
 }
 
 // addConn adds c to the sale room, unsettled. Called with sr.mu held.
@@ -446,6 +450,9 @@ func (sr *saleRoom) shadow(c *conn, shown int64) {
 
 // removeConn takes c out of the sale room. Called with sr.mu held.
 func (sr *saleRoom) removeConn(c *conn) {
+	if m, ok := sr.conns[c]; ok && m.settled && m.waiting {
+		sr.settledWaiting--
+	}
 	delete(sr.conns, c)
 	delete(sr.unsettled, c)
 	delete(sr.byPing[c.seq%uint64(len(sr.byPing))], c)
@@ -454,6 +461,12 @@ func (sr *saleRoom) removeConn(c *conn) {
 
 // setMark records c's mark. Called with sr.mu held.
 func (sr *saleRoom) setMark(c *conn, m connMark) {
+	if old, ok := sr.conns[c]; ok && old.settled && old.waiting {
+		sr.settledWaiting--
+	}
+	if m.settled && m.waiting {
+		sr.settledWaiting++
+	}
 	sr.conns[c] = m
 	if m.settled {
 		delete(sr.unsettled, c)
