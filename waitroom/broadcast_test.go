@@ -570,8 +570,9 @@ func TestStillSweepPassesSettledWaitersBy(t *testing.T) {
 
 // TestStillSweepSettlesSoldOut: shoppers told SOLD_OUT, who stay for
 // units that come back, settle like waiting ones (no visit while the
-// sale is still) and are not counted waiting; stock coming back makes
-// the next tick visit them.
+// sale is still, though the admission rate moves: no SOLD_OUT view reads
+// it) and are not counted waiting; stock coming back makes the next tick
+// visit them.
 func TestStillSweepSettlesSoldOut(t *testing.T) {
 	e := newEnv(t)
 	r := stepRoom(e, Config{Tick: 10 * time.Millisecond})
@@ -593,10 +594,21 @@ func TestStillSweepSettlesSoldOut(t *testing.T) {
 		sendDue(&p, -1, s.entering, s.moved)
 		return s, p
 	}
+	// Admission stalled since the opening: the measured rate is the
+	// average since the opening, which moves with every sample.
+	sample := func() {
+		sr.mu.Lock()
+		defer sr.mu.Unlock()
+		sr.samples[sr.nsample%rateSamples] = struct{ ms, serving int64 }{now.UnixMilli() + int64(sr.nsample)*250, 2}
+		sr.nsample++
+	}
+	sample()
+	sample()
 	sweep(1)
+	sample()
 	s, p := sweep(2)
 	if !p.still || s.waiting != 0 {
-		t.Fatalf("tick 2: still %v, waiting %d; want still and none waiting (all sold out)", p.still, s.waiting)
+		t.Fatalf("tick 2: still %v, waiting %d; want still and none waiting (all sold out, the rate no input)", p.still, s.waiting)
 	}
 	sr.mu.Lock()
 	for _, c := range conns {
@@ -607,6 +619,7 @@ func TestStillSweepSettlesSoldOut(t *testing.T) {
 	stale := conns[0]
 	stale.last.position++ // a visit would find it owed a status
 	sr.mu.Unlock()
+	sample()
 	sweep(3)
 	sr.mu.Lock()
 	if !sr.conns[stale].settled {

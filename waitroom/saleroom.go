@@ -403,12 +403,19 @@ type viewInputs struct {
 
 // inputs are the room's viewInputs at now. Called with sr.mu held.
 func (sr *saleRoom) inputs(now time.Time) viewInputs {
-	in := viewInputs{serving: sr.st.Serving, n: sr.st.N, soldOut: sr.soldOut, out: sr.out,
-		rate: math.Float64bits(sr.rate())}
+	in := viewInputs{serving: sr.st.Serving, n: sr.st.N, soldOut: sr.soldOut, out: sr.out}
 	if s := sr.sale; s != nil {
 		in.version, in.paused = s.Version, s.Paused
 		in.msg, in.msgAt = s.Message, s.MessageAt.UnixMilli()
 		in.ended = !s.EndsAt.IsZero() && !now.Before(s.EndsAt)
+	}
+	// The rate is read only by a WAITING view's ETA, and no view is
+	// WAITING before the draw nor while the sale is sold out, paused or
+	// ended. It is left out then: after the opening it moves every tick
+	// (the average since the opening, while admission is stalled), and
+	// would keep a sold-out sale's crowd from ever being still.
+	if in.n >= 0 && !in.soldOut && !in.paused && !in.ended {
+		in.rate = math.Float64bits(sr.rate())
 	}
 	return in
 }
@@ -461,7 +468,11 @@ func (sr *saleRoom) removeConn(c *conn) {
 
 // setMark records c's mark. Called with sr.mu held.
 func (sr *saleRoom) setMark(c *conn, m connMark) {
-	if old, ok := sr.conns[c]; ok && old.settled && old.waiting {
+	old, ok := sr.conns[c]
+	if ok && old == m {
+		return // a full sweep mostly finds the mark it left
+	}
+	if ok && old.settled && old.waiting {
 		sr.settledWaiting--
 	}
 	if m.settled && m.waiting {
