@@ -47,6 +47,11 @@
 #   (which the load tool spreads over 80% of it unless -join-spread says)
 #   and the window before the draw (FLASHSALE_DRAW_LEAD, 3 s): with the
 #   shoppers in the pre-queue, nothing but the waiting happens then]
+#   IDLE_DELAY [0; seconds: the IDLE_WINDOW starts this long after every
+#   socket is open, over the sockets open then; with a STARTS_IN shorter
+#   than the delay and LOADTEST_ARGS="-quantity 100 -keep-waiting
+#   -sold-out-quiet 90s", the window falls after the sell-out, over the
+#   crowd told SOLD_OUT that stays for returned units]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -264,6 +269,10 @@ idle_sample() {
 		echo "idle: only $n of $want WebSockets open after 600 s; no measurement" | tee "$OUT/$s/idle.txt"
 		return
 	fi
+	# IDLE_DELAY: the window starts that much later, over the sockets open
+	# then (after the opening: the crowd told SOLD_OUT that stays).
+	sleep "${IDLE_DELAY:-0}"
+	want=$(conns_open)
 	local t0 t1 before after
 	before=$(role_ticks); t0=$(date +%s.%N)
 	curl -fsS "http://127.0.0.1:19081/debug/pprof/profile?seconds=$IDLE_WINDOW" -o "$OUT/$s/idle-gateway1.pprof" &
