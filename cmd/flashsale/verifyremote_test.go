@@ -59,18 +59,9 @@ func TestVerifyDrawURL(t *testing.T) {
 	// Every shopper polls until admitted: the room records each place.
 	pollAdmitted(t, s, path, pre)
 	// The room's admitted places, checked against its records in Redis.
-	rdb, err := redisconn.Open(ctx, s.Config.Redis())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rdb.Close()
-	rep, err := waitroom.VerifyDraw(ctx, rdb, &sale)
-	if err != nil || !rep.OK || rep.Checked != pre || len(rep.Order) != pre {
-		t.Fatalf("VerifyDraw: %+v, %v", rep, err)
-	}
-	admittedAt := map[int64]int{}
-	for place, u := range rep.Order {
-		admittedAt[u] = place
+	rep, admittedAt := roomDraw(ctx, t, s, &sale)
+	if rep.Checked != pre || len(rep.Order) != pre {
+		t.Fatalf("VerifyDraw checked %d of %d admissions, %d places", rep.Checked, pre, len(rep.Order))
 	}
 
 	r := s.Do("GET", path+"/draw", "", nil)
@@ -277,18 +268,9 @@ func TestVerifyDrawURLByTier(t *testing.T) {
 		secrets[u] = r.Body["drawSecret"].(string)
 	}
 	pollAdmitted(t, s, path, pre)
-	rdb, err := redisconn.Open(ctx, s.Config.Redis())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rdb.Close()
-	rep, err := waitroom.VerifyDraw(ctx, rdb, &sale)
-	if err != nil || !rep.OK || !rep.Tiered || len(rep.Order) != pre {
-		t.Fatalf("VerifyDraw: %+v, %v", rep, err)
-	}
-	admittedAt := map[int64]int64{}
-	for place, u := range rep.Order {
-		admittedAt[u] = int64(place)
+	rep, admittedAt := roomDraw(ctx, t, s, &sale)
+	if !rep.Tiered || len(rep.Order) != pre {
+		t.Fatalf("VerifyDraw: tiered %v, %d places; want a draw by tier of %d", rep.Tiered, len(rep.Order), pre)
 	}
 	testenv.EventuallyF(t, func() string { return "the draw record" }, 20*time.Second, func() bool {
 		return s.Do("GET", path+"/draw", "", nil).Status == 200
@@ -327,7 +309,7 @@ func TestVerifyDrawURLByTier(t *testing.T) {
 			t.Fatalf("user %d: exit %d\n%s%s", u, code, out, errOut)
 		}
 		place, _ := strconv.ParseInt(m[1], 10, 64)
-		if place != admittedAt[u] {
+		if place != int64(admittedAt[u]) {
 			t.Fatalf("user %d: verify-draw gives place %d, the room admitted them at %d", u, place, admittedAt[u])
 		}
 		wantTier := map[int]string{0: "no tier", 1: "tier 1", 2: "tier 2"}[tierOf(u)]
@@ -349,4 +331,25 @@ func pollAdmitted(t *testing.T, s *apptest.Stack, path string, n int64) {
 			return r.Body["admissionToken"] != nil
 		})
 	}
+}
+
+// roomDraw checks the sale's draw against the room's admission records in
+// Redis (waitroom.VerifyDraw) and returns its report and each user's
+// admitted place.
+func roomDraw(ctx context.Context, t *testing.T, s *apptest.Stack, sale *flashsale.Sale) (waitroom.DrawReport, map[int64]int) {
+	t.Helper()
+	rdb, err := redisconn.Open(ctx, s.Config.Redis())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	rep, err := waitroom.VerifyDraw(ctx, rdb, sale)
+	if err != nil || !rep.OK {
+		t.Fatalf("VerifyDraw: %+v, %v", rep, err)
+	}
+	placed := make(map[int64]int, len(rep.Order))
+	for place, u := range rep.Order {
+		placed[u] = place
+	}
+	return rep, placed
 }
