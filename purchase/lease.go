@@ -76,29 +76,57 @@ func NewLeaser(st *redisstock.Store, ttl time.Duration, logger *slog.Logger, reg
 // TTL is the lease's time to live.
 func (l *Leaser) TTL() time.Duration { return l.ttl }
 
-// Slot is the slot to record a reservation under now: 0 when no valid
-// lease is held (the reservation is then settled after the reconcile
-// bound, as before leases).
-func (l *Leaser) Slot() int {
-	if l == nil {
-		return 0
-	}
-	st := l.state.Load()
-	if st == nil || !time.Now().Before(st.validUntil) {
-		return 0
-	}
-	return st.lease.Slot
+// Ticket names what a reservation is made under: the lease valid here
+// when it is made (its slot is recorded with the reservation), or none,
+// and when it is made (local time).
+type Ticket struct {
+	lease redisstock.Lease
+	at    time.Time
 }
 
-// Holds reports whether a reservation made under slot may be acknowledged:
-// slot 0 always (no lease was named), otherwise only while the very lease
-// is valid here.
-func (l *Leaser) Holds(slot int) bool {
-	if slot == 0 || l == nil {
+// Slot is the slot to record the reservation under: 0 when it was made
+// under no lease (it is then settled after the reconcile bound, as before
+// leases).
+func (t Ticket) Slot() int { return t.lease.Slot }
+
+// Ticket is what a reservation made now is made under: the lease valid
+// here, or none.
+func (l *Leaser) Ticket() Ticket {
+	t := Ticket{at: time.Now()}
+	if l == nil {
+		return t
+	}
+	if st := l.state.Load(); st != nil && t.at.Before(st.validUntil) {
+		t.lease = st.lease
+	}
+	return t
+}
+
+// Unleased is a ticket naming no lease (a sharded sale's reservations are
+// recorded under none), made now.
+func Unleased() Ticket { return Ticket{at: time.Now()} }
+
+// Slot is the slot a reservation made now is recorded under (0: none).
+func (l *Leaser) Slot() int { return l.Ticket().Slot() }
+
+// Holds reports whether a reservation made under t may be acknowledged
+// now. Under a lease, only while that very lease (slot and token: a slot
+// taken again after Redis lost its leases is another lease) is valid here.
+// Under none, only within the lease's local validity (the TTL less the
+// margin) of the reservation: the Redis-loss rebuild waits one TTL after
+// the loss was seen and then fences off every record it has not counted
+// (reconcile/rebuild.go), so no reservation of a lost Redis may be
+// acknowledged later than a lease could be. Without a Leaser, always.
+func (l *Leaser) Holds(t Ticket) bool {
+	if l == nil {
 		return true
 	}
+	now := time.Now()
+	if t.lease.Slot == 0 {
+		return now.Sub(t.at) < l.ttl-l.ttl*leaseMargin/100
+	}
 	st := l.state.Load()
-	return st != nil && st.lease.Slot == slot && time.Now().Before(st.validUntil)
+	return st != nil && st.lease == t.lease && now.Before(st.validUntil)
 }
 
 // Run takes a lease and renews it every sixth of its TTL until ctx ends;

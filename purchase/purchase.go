@@ -275,12 +275,12 @@ func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashs
 	work := context.WithoutCancel(ctx)
 
 	s.st.SetShards(sale.ID, sale.Shards())
-	slot := s.lease.Slot()
+	tk := s.lease.Ticket()
 	if sale.Shards() > 1 {
-		slot = 0 // recorded by no script (redisstock.ReserveAs)
+		tk = Unleased() // recorded by no script (redisstock.ReserveAs)
 	}
 	rctx, cancel := context.WithTimeout(work, s.redisTimeout)
-	err = s.st.ReserveAs(rctx, slot, sale.ID, item.ID, userID, orderID, now)
+	err = s.st.ReserveAs(rctx, tk.Slot(), sale.ID, item.ID, userID, orderID, now)
 	cancel()
 	if err != nil {
 		var fe *flashsale.Error
@@ -319,17 +319,17 @@ func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashs
 		// The script may have run, or may still run: settled once Redis
 		// answers again (settle.go).
 		return "", fmt.Errorf("purchase.Reserve: %w", s.uncertainReserve(&unsettled{
-			sale: sale, item: item, userID: userID, orderID: orderID, at: now, slot: slot}, err))
+			sale: sale, item: item, userID: userID, orderID: orderID, at: now, ticket: tk}, err))
 	}
 
-	err = s.place(work, sale, item, userID, orderID, now, slot)
+	err = s.place(work, sale, item, userID, orderID, now, tk)
 	if err == nil {
 		return orderID, nil
 	}
 	if !uncertain(err) {
 		s.release(work, sale.ID, userID, item.ID, orderID)
 	} else {
-		s.keepLate(&unsettled{sale: sale, item: item, userID: userID, orderID: orderID, at: now, slot: slot}, err)
+		s.keepLate(&unsettled{sale: sale, item: item, userID: userID, orderID: orderID, at: now, ticket: tk}, err)
 	}
 	return "", fmt.Errorf("purchase.Reserve: %w", err)
 }
@@ -338,10 +338,11 @@ func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashs
 // Its error is UNAVAILABLE: with the order's id when the outcome is
 // unknown (uncertain(err): the reservation is left to the writer or the
 // Reconciler), without one when the order will never be delivered (the
-// caller gives the reservation back). An order published after the lease
-// it was reserved under (slot) stopped being valid here is unknown too:
-// the Reconciler may have settled it already.
-func (s *Service) place(work context.Context, sale *flashsale.Sale, item flashsale.Item, userID int64, orderID string, now time.Time, slot int) error {
+// caller gives the reservation back). An order published after what it
+// was reserved under (tk: a lease, or the lease's span without one) stopped
+// holding here is unknown too: the Reconciler may have settled it already,
+// or a Redis-loss rebuild fenced it off (Leaser.Holds).
+func (s *Service) place(work context.Context, sale *flashsale.Sale, item flashsale.Item, userID int64, orderID string, now time.Time, tk Ticket) error {
 	msg := flashsale.OrderPlaced{
 		OrderID: orderID, SaleID: sale.ID, ItemID: item.ID, UserID: userID,
 		PriceCents: item.PriceCents, CreatedAtMs: now.UnixMilli(),
@@ -356,7 +357,7 @@ func (s *Service) place(work context.Context, sale *flashsale.Sale, item flashsa
 	if cancel != nil {
 		cancel()
 	}
-	if err == nil && !s.lease.Holds(slot) {
+	if err == nil && !s.lease.Holds(tk) {
 		err = errLeaseLost
 	}
 	if err == nil {
@@ -400,16 +401,16 @@ func (s *Service) Claim(ctx context.Context, sale *flashsale.Sale, item flashsal
 	now := s.now()
 	work := context.WithoutCancel(ctx)
 	s.st.SetShards(sale.ID, sale.Shards())
-	slot := s.lease.Slot()
+	tk := s.lease.Ticket()
 	rctx, cancel := context.WithTimeout(work, s.redisTimeout)
-	orderID, until, err := s.st.ClaimAs(rctx, slot, sale.ID, item.ID, userID, now)
+	orderID, until, err := s.st.ClaimAs(rctx, tk.Slot(), sale.ID, item.ID, userID, now)
 	cancel()
 	if err != nil {
 		var fe *flashsale.Error
 		if !errors.As(err, &fe) {
 			// The claim may have run, or may still run (settle.go).
 			return "", fmt.Errorf("purchase.Claim: %w", s.uncertainReserve(&unsettled{
-				sale: sale, item: item, userID: userID, at: now, claim: true, slot: slot}, err))
+				sale: sale, item: item, userID: userID, at: now, claim: true, ticket: tk}, err))
 		}
 		switch fe.Code {
 		case flashsale.CodeAlreadyPurchased:
@@ -431,14 +432,14 @@ func (s *Service) Claim(ctx context.Context, sale *flashsale.Sale, item flashsal
 	}
 	// An earlier claim Redis did not answer never ran (this one did).
 	s.settle.take(sale.ID, userID, "")
-	err = s.place(work, sale, item, userID, orderID, now, slot)
+	err = s.place(work, sale, item, userID, orderID, now, tk)
 	if err == nil {
 		return orderID, nil
 	}
 	if !uncertain(err) {
 		s.unclaim(work, sale.ID, userID, orderID, until)
 	} else {
-		s.keepLate(&unsettled{sale: sale, item: item, userID: userID, orderID: orderID, at: now, claim: true, until: until, slot: slot}, err)
+		s.keepLate(&unsettled{sale: sale, item: item, userID: userID, orderID: orderID, at: now, claim: true, until: until, ticket: tk}, err)
 	}
 	return "", fmt.Errorf("purchase.Claim: %w", err)
 }

@@ -85,7 +85,7 @@ type unsettled struct {
 	orderID string // "" for a claim, until Redis names it
 	at      time.Time
 	claim   bool
-	slot    int // the placement lease it was made under (0: none)
+	ticket  Ticket // the placement lease it was made under, or none
 	// late, for a late publish, reads the record's outcome; until is a
 	// claim's window end, for holding the unit again.
 	late  func() (bool, error)
@@ -295,7 +295,7 @@ func (s *Service) settleOne(ctx context.Context, u *unsettled) {
 		}
 		ran = !held // still held: the claim never ran, the hold stands
 	}
-	if u.slot != 0 && !s.lease.Holds(u.slot) && s.lease.Slot() == 0 {
+	if u.ticket.Slot() != 0 && !s.lease.Holds(u.ticket) && s.lease.Slot() == 0 {
 		// The lease is not renewed yet since Redis woke: publish once it
 		// is, or the order would be answered 503 for no reason.
 		return
@@ -316,7 +316,7 @@ func (s *Service) settleOne(ctx context.Context, u *unsettled) {
 // refused publish gives its unit back (a claim's too: the window is not
 // known here, so the unit goes to the next in line).
 func (s *Service) publishSettled(work context.Context, u *unsettled, orderID string) error {
-	err := s.place(work, u.sale, u.item, u.userID, orderID, u.at, u.slot)
+	err := s.place(work, u.sale, u.item, u.userID, orderID, u.at, u.ticket)
 	if err != nil && !uncertain(err) {
 		s.release(work, u.sale.ID, u.userID, u.item.ID, orderID)
 	}
@@ -358,7 +358,7 @@ func (s *Service) retryLate(ctx context.Context, u *unsettled) (string, bool, er
 		}
 	case s.lateOutcome(context.WithoutCancel(ctx), u, err):
 		return "", true, errTryAgain
-	case err == nil && s.lease.Holds(u.slot):
+	case err == nil && s.lease.Holds(u.ticket):
 		return u.orderID, true, nil
 	}
 	// Written after the lease it was made under lapsed here, the order may

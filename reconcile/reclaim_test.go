@@ -62,7 +62,8 @@ func TestReclaimLapsedLease(t *testing.T) {
 	stopLeaser := func() { lstop(); <-ldone }
 	t.Cleanup(stopLeaser)
 	testenv.Eventually(t, "a lease", 10*time.Second, func() bool { return leaser.Slot() > 0 })
-	slot := leaser.Slot()
+	tk := leaser.Ticket()
+	slot := tk.Slot()
 
 	s := purchase.New(purchase.Config{Now: newClock(t0).now, Lease: leaser}, e.st, newProducer(t, k, 3*time.Second), nil, nil)
 	sctx, sstop := context.WithCancel(ctx)
@@ -84,7 +85,7 @@ func TestReclaimLapsedLease(t *testing.T) {
 	}
 
 	stopLeaser() // the gateway dies or freezes: no more renewals
-	testenv.Eventually(t, "the lease no longer valid here", 10*time.Second, func() bool { return !leaser.Holds(slot) })
+	testenv.Eventually(t, "the lease no longer valid here", 10*time.Second, func() bool { return !leaser.Holds(tk) })
 
 	commitToEnd(t, k)
 	r := New(Config{Now: newClock(t0).now, Orders: newOrderLog(t, k), LeaseTTL: ttl}, e.pool, e.st, e, nil, nil)
