@@ -97,6 +97,8 @@ func classify(err error) error {
 		return &refusal{reason: ReasonSoldOut}
 	case errors.Is(err, orderstore.ErrUnknownItem):
 		return &refusal{reason: ReasonUnknownItem}
+	case errors.Is(err, orderstore.ErrFenced):
+		return &refusal{reason: ReasonLostWithRedis}
 	}
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
@@ -188,10 +190,15 @@ func (w *Writer) store(stop, ctx context.Context, orders []*order, res *result) 
 	return w.store(stop, ctx, orders[mid:], res)
 }
 
-// placed is the order as the order store writes it.
+// placed is the order as the order store writes it, with where its record
+// is (a rebuild's fence reads it).
 func (o *order) placed() orderstore.Placed {
-	return orderstore.Placed{ID: o.id, SaleID: o.msg.SaleID, ItemID: o.msg.ItemID, UserID: o.msg.UserID,
+	p := orderstore.Placed{ID: o.id, SaleID: o.msg.SaleID, ItemID: o.msg.ItemID, UserID: o.msg.UserID,
 		PriceCents: o.msg.PriceCents, CreatedAt: o.created, ExpiresAt: o.expires}
+	if o.rec != nil {
+		p.Partition, p.Offset = o.rec.Partition, o.rec.Offset
+	}
+	return p
 }
 
 // insertBatch writes orders through the order store (orderstore.Store.Place:

@@ -130,6 +130,10 @@ const (
 	ReasonUnknownItem      = "UNKNOWN_ITEM"      // no such item in this sale (no order row can be written)
 	ReasonInvalid          = "INVALID"           // the database refused the values (no order row)
 	ReasonUndecodable      = "UNDECODABLE"       // not an OrderPlaced message
+	// ReasonLostWithRedis: a reservation of a Redis that lost its data,
+	// whose record landed after the stock's rebuild counted the orders
+	// topic (orderstore.Fence): its unit was counted as unsold.
+	ReasonLostWithRedis = "LOST_WITH_REDIS"
 )
 
 func (c *Config) defaults() error {

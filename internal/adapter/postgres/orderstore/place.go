@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,11 +13,14 @@ import (
 )
 
 // Placed is an order the writer stores: a reservation as its Kafka record
-// tells it.
+// tells it, and where that record is in the orders topic (which a Fence
+// reads).
 type Placed struct {
 	ID                                 uuid.UUID
 	SaleID, ItemID, UserID, PriceCents int64
 	CreatedAt, ExpiresAt               time.Time
+	Partition                          int32
+	Offset                             int64
 }
 
 // Refusals of Place that no PostgreSQL error names (the others are the
@@ -28,6 +30,9 @@ var (
 	ErrSoldOut = errors.New("orderstore: an item would be sold past its quantity")
 	// ErrUnknownItem: an item is not in its order's sale.
 	ErrUnknownItem = errors.New("orderstore: an item is not in its order's sale")
+	// ErrFenced: an order is a lost Redis's reservation that the stock's
+	// rebuild did not count (Fence).
+	ErrFenced = errors.New("orderstore: an order was reserved by a lost Redis and not counted by the rebuild")
 )
 
 const insertOrdersSQL = `INSERT INTO orders (id, sale_id, item_id, user_id, status, price_cents, created_at, expires_at)
@@ -48,22 +53,35 @@ var insertPendingSQL = `WITH ins AS (` + insertOrdersSQL + `),
 ev AS (` + pendingEventsSQL + `)
 SELECT id FROM ins`
 
-// One guarded update for every item of the batch: an item whose stock
-// would go over its quantity (or that is not in the order's sale) is not
-// updated, which the caller sees as a missing id.
-const updateSoldSQL = `UPDATE items AS i SET sold = i.sold + v.n
-FROM unnest($1::int8[], $2::int8[], $3::int4[]) AS v(id, sale_id, n)
+// updateSoldSQL is one guarded update for every item of the batch (the
+// arrays named by ids, sales and units): an item whose stock would go over
+// its quantity, that is not in the order's sale, or one of whose orders a
+// fence refuses (fenceGuardSQL, over the per-order arrays named by items,
+// created, parts and offs) is not updated, which the caller sees as a
+// missing id.
+func updateSoldSQL(ids, sales, units, items, created, parts, offs string) string {
+	return `UPDATE items AS i SET sold = i.sold + v.n
+FROM unnest(` + ids + `::int8[], ` + sales + `::int8[], ` + units + `::int4[]) AS v(id, sale_id, n)
 WHERE i.id = v.id AND i.sale_id = v.sale_id AND i.sold + v.n <= i.quantity
+	AND ` + fenceGuardSQL(items, created, parts, offs) + `
 RETURNING v.sale_id, v.id`
+}
+
+// generalUpdateSoldSQL is the general path's update: the items' counts
+// ($1…$3, soldArgs), then the orders' items, creation times, partitions
+// and offsets ($4…$7).
+var generalUpdateSoldSQL = updateSoldSQL("$1", "$2", "$3", "$4", "$5", "$6", "$7")
 
 // insertAllNewSQL is the usual batch as one statement: the insert, the
-// orders' events and the guarded update (its parameters renumbered
-// $8…$10) as data-modifying CTEs, and flashsale_all_or_nothing (migration
-// 0002), which raises, rolling the whole statement back, unless every
-// order was new ($11 rows) and every item updated ($12 items).
+// orders' events and the guarded update (the items' counts $8…$10; its
+// fence guard reads the insert's items $3 and creation times $6, and the
+// partitions $13 and offsets $14) as data-modifying CTEs, and
+// flashsale_all_or_nothing (migration 0002), which raises, rolling the
+// whole statement back, unless every order was new ($11 rows) and every
+// item updated ($12 items).
 var insertAllNewSQL = `WITH ins AS (` + insertOrdersSQL + `),
 ev AS (` + pendingEventsSQL + `),
-upd AS (` + strings.NewReplacer("$1::", "$8::", "$2::", "$9::", "$3::", "$10::").Replace(updateSoldSQL) + `)
+upd AS (` + updateSoldSQL("$8", "$9", "$10", "$3", "$6", "$13", "$14") + `)
 SELECT flashsale_all_or_nothing((SELECT count(*) FROM ins) = $11 AND (SELECT count(*) FROM upd) = $12)`
 
 type itemKey struct{ sale, item int64 }
@@ -74,6 +92,8 @@ type columns struct {
 	ids                         []uuid.UUID
 	sales, items, users, prices []int64
 	created, expires            []time.Time
+	parts                       []int32
+	offs                        []int64
 }
 
 func newColumns(orders []Placed) *columns {
@@ -82,6 +102,7 @@ func newColumns(orders []Placed) *columns {
 		ids: make([]uuid.UUID, 0, n), sales: make([]int64, 0, n), items: make([]int64, 0, n),
 		users: make([]int64, 0, n), prices: make([]int64, 0, n),
 		created: make([]time.Time, 0, n), expires: make([]time.Time, 0, n),
+		parts: make([]int32, 0, n), offs: make([]int64, 0, n),
 	}
 	for _, o := range orders {
 		c.ids = append(c.ids, o.ID)
@@ -91,6 +112,8 @@ func newColumns(orders []Placed) *columns {
 		c.prices = append(c.prices, o.PriceCents)
 		c.created = append(c.created, o.CreatedAt)
 		c.expires = append(c.expires, o.ExpiresAt)
+		c.parts = append(c.parts, o.Partition)
+		c.offs = append(c.offs, o.Offset)
 	}
 	return c
 }
@@ -128,7 +151,7 @@ func (s *Store) placeAllNew(ctx context.Context, orders []Placed, cols *columns)
 		counts[itemKey{o.SaleID, o.ItemID}]++
 	}
 	keys, args := soldArgs(counts)
-	args = append(append(cols.args(), args...), len(orders), len(keys))
+	args = append(append(cols.args(), args...), len(orders), len(keys), cols.parts, cols.offs)
 	var all bool
 	if err := s.pool.QueryRow(ctx, insertAllNewSQL, args...).Scan(&all); err != nil || !all {
 		return nil, false
@@ -178,7 +201,7 @@ func (s *Store) placeGeneral(ctx context.Context, orders []Placed, cols *columns
 
 	if len(counts) > 0 {
 		keys, args := soldArgs(counts)
-		rows, err := tx.Query(ctx, updateSoldSQL, args...)
+		rows, err := tx.Query(ctx, generalUpdateSoldSQL, append(args, cols.items, cols.created, cols.parts, cols.offs)...)
 		if err != nil {
 			return nil, err
 		}
@@ -196,7 +219,7 @@ func (s *Store) placeGeneral(ctx context.Context, orders []Placed, cols *columns
 		}
 		for _, k := range keys {
 			if !updated[k] {
-				return nil, whyNotUpdated(ctx, tx, k)
+				return nil, whyNotUpdated(ctx, tx, k, cols)
 			}
 		}
 	}
@@ -222,16 +245,20 @@ func soldArgs(counts map[itemKey]int32) (keys []itemKey, args []any) {
 	return keys, []any{itemIDs, saleIDs, ns}
 }
 
-// whyNotUpdated tells an oversold item from an item that is not in the
-// order's sale.
-func whyNotUpdated(ctx context.Context, tx pgx.Tx, k itemKey) error {
-	var exists bool
-	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM items WHERE id = $1 AND sale_id = $2)`, k.item, k.sale).Scan(&exists)
-	if err != nil {
-		return err
-	}
-	if !exists {
+// whyNotUpdated tells an item that is not in the order's sale from one an
+// order of the batch (cols) is fenced off from, and those from an
+// oversold item.
+func whyNotUpdated(ctx context.Context, tx pgx.Tx, k itemKey, cols *columns) error {
+	var fenced bool
+	err := tx.QueryRow(ctx, `SELECT NOT `+fenceGuardSQL("$3", "$4", "$5", "$6")+` FROM items i WHERE i.id = $1 AND i.sale_id = $2`,
+		k.item, k.sale, cols.items, cols.created, cols.parts, cols.offs).Scan(&fenced)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		return ErrUnknownItem
+	case err != nil:
+		return err
+	case fenced:
+		return ErrFenced
 	}
 	return ErrSoldOut
 }

@@ -100,6 +100,8 @@ type Snapshot struct {
 	Quantity map[int64]int64
 	Live     []LiveOrder
 	Stored   map[string]bool
+	// Fences are the items' fences (AddFence), by item.
+	Fences map[int64][]Fence
 }
 
 // LiveOrder is a PENDING or PAID order as a rebuild needs it.
@@ -112,19 +114,23 @@ type LiveOrder struct {
 // ReadSnapshot reads the sale's Snapshot; inflight are the order ids the
 // orders topic holds past the writer's committed offsets.
 func (s *Store) ReadSnapshot(ctx context.Context, saleID int64, inflight []string) (Snapshot, error) {
-	snap := Snapshot{Quantity: map[int64]int64{}, Stored: map[string]bool{}}
+	snap := Snapshot{Quantity: map[int64]int64{}, Stored: map[string]bool{}, Fences: map[int64][]Fence{}}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT i.id, i.quantity - coalesce((SELECT sum(a.units) FROM stock_adds a WHERE a.item_id = i.id), 0)
-			FROM items i WHERE i.sale_id = $1`, saleID)
+		rows, err := tx.Query(ctx, `SELECT i.id, i.quantity - coalesce((SELECT sum(a.units) FROM stock_adds a WHERE a.item_id = i.id), 0),
+			i.stock_fences FROM items i WHERE i.sale_id = $1`, saleID)
 		if err != nil {
 			return err
 		}
 		for rows.Next() {
 			var id, q int64
-			if err := rows.Scan(&id, &q); err != nil {
+			var fences []Fence
+			if err := rows.Scan(&id, &q, &fences); err != nil {
 				return err
 			}
 			snap.Quantity[id] = q
+			if len(fences) > 0 {
+				snap.Fences[id] = fences
+			}
 		}
 		if err := rows.Err(); err != nil {
 			return err
