@@ -76,12 +76,14 @@ var layout = map[string]imports{
 	"purchase": {code: "flashsale internal/adapter/prom internal/adapter/redisstock",
 		tests: "internal/adapter/kafka internal/adapter/redisconn sales sales/salestest internal/harness/localsvc internal/harness/testenv"},
 	// reconcile settles what the purchase path leaves unsettled, through
-	// Redis, PostgreSQL and Kafka only: it imports no component. Its tests
+	// Redis, PostgreSQL and Kafka only: it imports no component (kafka for
+	// the type of a record read with its position, which a rebuild's
+	// fence compares). Its tests
 	// drive the purchase service and its placement Leaser beside it (a
 	// reservation left uncertain, a gateway whose lease lapses); lua names
 	// the stock key the rebuild's tests take items out of.
-	"reconcile": {code: "flashsale internal/adapter/postgres/orderstore internal/adapter/prom internal/adapter/redisstock",
-		tests: "lua purchase internal/adapter/kafka sales sales/salestest internal/harness/testenv"},
+	"reconcile": {code: "flashsale internal/adapter/kafka internal/adapter/postgres/orderstore internal/adapter/prom internal/adapter/redisstock",
+		tests: "lua purchase sales sales/salestest internal/harness/testenv"},
 	// push sends the turn notifications the waiting room's leader
 	// reports (through an interface of the room) and keeps the
 	// subscriptions under lua's key, which the room expires with the

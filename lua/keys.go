@@ -234,6 +234,12 @@ func PlacedKey(saleID int64) string { return "fs:" + Tag(saleID) + ":placed" }
 // PAID from Redis while PostgreSQL is unreachable.
 func PaidKey(saleID int64) string { return "fs:" + Tag(saleID) + ":paid" }
 
+// RebuildKey is a STRING, the token of the reconciler rebuilding the
+// sale's stock after Redis lost it (reconcile/rebuild.go), with a TTL: one
+// rebuild at a time, so that a fence and a count are never made for items
+// another rebuild has restored.
+func RebuildKey(saleID int64) string { return "fs:" + Tag(saleID) + ":rebuild" }
+
 // HoldsKey is the holds ZSET of a sale with one shard (KindHolds).
 func HoldsKey(saleID int64) string { return "fs:" + Tag(saleID) + ":holds" }
 

@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/adapter/kafka"
 	"github.com/flashsale/flashsale/internal/adapter/postgres/orderstore"
 	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 	"github.com/flashsale/flashsale/internal/harness/testenv"
@@ -62,32 +63,71 @@ func TestMissingItems(t *testing.T) {
 	}
 }
 
-// A loss is timed from its first sighting; a sale seen whole again is
-// forgotten, so a later loss waits its own bound.
-func TestNoteLoss(t *testing.T) {
+// A loss is seen once by one reconciler of the fleet: the first to take
+// the sale's rebuild lock, which drops every placement lease; it rebuilds
+// one lease TTL after the sighting, fences off what it does not count,
+// gives the lock up and forgets the loss, and another reconciler that saw
+// the loss meanwhile does nothing.
+func TestLossSeenOnceRebuiltAfterOneLeaseTTL(t *testing.T) {
 	t.Parallel()
-	r := newReconciler(newEnv(t, 1), Config{})
-	const sale = 7
-	for _, step := range []struct {
-		name      string
-		at        time.Time
-		lost      bool
-		wantSeen  time.Time
-		wantFirst bool
-	}{
-		{"records there", t0, false, time.Time{}, false},
-		{"first sighting", t0.Add(time.Second), true, t0.Add(time.Second), true},
-		{"still lost", t0.Add(3 * time.Second), true, t0.Add(time.Second), false},
-		{"rebuilt", t0.Add(4 * time.Second), false, time.Time{}, false},
-		{"lost again", t0.Add(5 * time.Second), true, t0.Add(5 * time.Second), true},
-	} {
-		seen, first := r.noteLoss(sale, step.at, step.lost)
-		if !seen.Equal(step.wantSeen) || first != step.wantFirst {
-			t.Errorf("%s: noteLoss = %v, %v; want %v, %v", step.name, seen, first, step.wantSeen, step.wantFirst)
+	ctx := context.Background()
+	e := newEnv(t, 10, 4)
+	a := e.item(0)
+	const ttl = 3 * time.Second
+	if _, err := e.st.AcquireLease(ctx, ttl); err != nil {
+		t.Fatal(err)
+	}
+	k := testenv.NewKafka(t)
+	commitToEnd(t, k)
+	clk := newClock(t0)
+	cfg := Config{Now: clk.now, Orders: newOrderLog(t, k), LeaseTTL: ttl}
+	r, other := newReconciler(e, cfg), newReconciler(e, cfg)
+	if err := e.rdb.Del(ctx, lua.StockKey(e.sale.ID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.rebuildIfLost(ctx, e.sale); err != nil {
+		t.Fatal(err)
+	}
+	l := r.noteLoss(e.sale.ID, true)
+	if l == nil || !l.seen.Equal(t0) {
+		t.Fatalf("loss after the first sighting = %+v, want seen at %v", l, t0)
+	}
+	if n, err := e.rdb.Exists(ctx, lua.LeasesKey, lua.LeaseRenewalsKey).Result(); err != nil || n != 0 {
+		t.Errorf("leases after the sighting: %d keys (%v), want dropped", n, err)
+	}
+	if err := other.rebuildIfLost(ctx, e.sale); err != nil || other.noteLoss(e.sale.ID, true) != nil {
+		t.Errorf("a second reconciler while the lock is held: %v, loss %+v; want nothing", err, other.noteLoss(e.sale.ID, true))
+	}
+	clk.add(ttl - time.Millisecond)
+	for _, rc := range []*Reconciler{r, other} {
+		if err := rc.rebuildIfLost(ctx, e.sale); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if _, first := r.noteLoss(sale+1, t0, true); !first {
-		t.Error("another sale's loss is not its own first sighting")
+	if n, err := e.rdb.Exists(ctx, lua.StockKey(e.sale.ID)).Result(); err != nil || n != 0 {
+		t.Fatalf("stock rebuilt before one lease TTL (%v)", err)
+	}
+	clk.add(time.Millisecond)
+	if err := r.rebuildIfLost(ctx, e.sale); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.remaining(t, a); got != 10 {
+		t.Errorf("remaining %d after the rebuild, want 10", got)
+	}
+	snap, err := orderstore.New(e.pool).ReadSnapshot(ctx, e.sale.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range e.sale.Items {
+		if f := snap.Fences[it.ID]; len(f) != 1 || !f[0].Before.Equal(t0) {
+			t.Errorf("item %d fences %+v, want one, before %v", it.ID, f, t0)
+		}
+	}
+	if r.noteLoss(e.sale.ID, true) != nil {
+		t.Error("the loss is still remembered after the rebuild")
+	}
+	if n, err := e.rdb.Exists(ctx, lua.RebuildKey(e.sale.ID)).Result(); err != nil || n != 0 {
+		t.Errorf("the rebuild lock is still held after the rebuild (%v)", err)
 	}
 }
 
@@ -128,19 +168,18 @@ func TestDropShards(t *testing.T) {
 		}
 	})
 
-	t.Run("sharded: a failed drop forgets the loss", func(t *testing.T) {
+	t.Run("sharded: a failed drop leaves the loss unseen", func(t *testing.T) {
 		t.Parallel()
 		e := newShardedEnv(t, 3, 9)
 		e.st.SetShards(e.sale.ID, e.sale.Shards())
 		r := newReconciler(e, Config{})
-		r.noteLoss(e.sale.ID, t0, true)
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
-		if err := r.dropShards(cctx, e.sale, map[int64]bool{e.item(0).ID: true}); err == nil {
-			t.Fatal("dropShards with a cancelled context = nil, want an error")
+		if err := r.seeLoss(cctx, e.sale, map[int64]bool{e.item(0).ID: true}); err == nil {
+			t.Fatal("seeLoss with a cancelled context = nil, want an error")
 		}
-		if _, first := r.noteLoss(e.sale.ID, t0.Add(time.Second), true); !first {
-			t.Error("the loss is still remembered after a failed drop; want it seen first again, so the drop is retried")
+		if l := r.noteLoss(e.sale.ID, true); l != nil {
+			t.Errorf("loss %+v remembered after a failed drop; want it seen first again, so the drop is retried", l)
 		}
 		if got := e.shardUnits(t, 0, e.item(0).ID); got != 3 {
 			t.Errorf("shard 0 has %d units, want its 3 (nothing dropped)", got)
@@ -156,7 +195,7 @@ func TestInflightOrders(t *testing.T) {
 	e := newEnv(t, 10, 4)
 	a, b := e.item(0), e.item(1)
 
-	if got, err := newReconciler(e, Config{}).inflightOrders(ctx, e.sale); err != nil || got != nil {
+	if got, err := newReconciler(e, Config{}).inflightOrders(ctx, e.sale, nil, nil); err != nil || got != nil {
 		t.Fatalf("without an OrderLog = %v, %v; want none", got, err)
 	}
 
@@ -179,9 +218,18 @@ func TestInflightOrders(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := newReconciler(e, Config{Orders: newOrderLog(t, k)}).inflightOrders(ctx, e.sale)
+	log := newOrderLog(t, k)
+	committed, end, err := log.Progress(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	read, err := newReconciler(e, Config{Orders: log}).inflightOrders(ctx, e.sale, committed, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]flashsale.OrderPlaced, len(read))
+	for i, o := range read {
+		got[i] = o.OrderPlaced
 	}
 	byID := func(x, y flashsale.OrderPlaced) int {
 		if x.OrderID < y.OrderID {
@@ -199,7 +247,11 @@ func TestInflightOrders(t *testing.T) {
 	}
 
 	commitToEnd(t, k)
-	if got, err := newReconciler(e, Config{Orders: newOrderLog(t, k)}).inflightOrders(ctx, e.sale); err != nil || len(got) != 0 {
+	committed, end, err = log.Progress(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := newReconciler(e, Config{Orders: log}).inflightOrders(ctx, e.sale, committed, end); err != nil || len(got) != 0 {
 		t.Errorf("with every record consumed = %v, %v; want none", got, err)
 	}
 }
@@ -209,13 +261,13 @@ func TestCountRebuild(t *testing.T) {
 	live := func(id string, item, user int64) orderstore.LiveOrder {
 		return orderstore.LiveOrder{ID: id, ItemID: item, UserID: user, CreatedAt: t0}
 	}
-	placed := func(id string, item, user int64) flashsale.OrderPlaced {
-		return flashsale.OrderPlaced{OrderID: id, ItemID: item, UserID: user, CreatedAtMs: t0.Add(time.Second).UnixMilli()}
+	placed := func(id string, item, user int64) kafka.LoggedOrder {
+		return kafka.LoggedOrder{OrderPlaced: flashsale.OrderPlaced{OrderID: id, ItemID: item, UserID: user, CreatedAtMs: t0.Add(time.Second).UnixMilli()}, Offset: 5}
 	}
 	for _, tc := range []struct {
 		name          string
 		snap          orderstore.Snapshot
-		inflight      []flashsale.OrderPlaced
+		inflight      []kafka.LoggedOrder
 		missing       []int64
 		wantRemaining map[int64]int64
 		wantBuyers    map[int64]string // user → order id
@@ -231,7 +283,7 @@ func TestCountRebuild(t *testing.T) {
 		{
 			name:          "an order in flight without a row counts",
 			snap:          orderstore.Snapshot{Quantity: map[int64]int64{1: 10}, Live: []orderstore.LiveOrder{live("o1", 1, 11)}},
-			inflight:      []flashsale.OrderPlaced{placed("k1", 1, 21)},
+			inflight:      []kafka.LoggedOrder{placed("k1", 1, 21)},
 			missing:       []int64{1},
 			wantRemaining: map[int64]int64{1: 8},
 			wantBuyers:    map[int64]string{11: "o1", 21: "k1"},
@@ -240,15 +292,27 @@ func TestCountRebuild(t *testing.T) {
 		{
 			name:          "an order in flight with a row already does not count twice",
 			snap:          orderstore.Snapshot{Quantity: map[int64]int64{1: 10}, Live: []orderstore.LiveOrder{live("k1", 1, 21)}, Stored: map[string]bool{"k1": true, "k2": true}},
-			inflight:      []flashsale.OrderPlaced{placed("k1", 1, 21), placed("k2", 1, 22)},
+			inflight:      []kafka.LoggedOrder{placed("k1", 1, 21), placed("k2", 1, 22)},
 			missing:       []int64{1},
 			wantRemaining: map[int64]int64{1: 9},
 			wantBuyers:    map[int64]string{21: "k1"},
 		},
 		{
+			name: "an order in flight an earlier rebuild's fence refuses does not count",
+			snap: orderstore.Snapshot{Quantity: map[int64]int64{1: 10, 2: 4}, Fences: map[int64][]orderstore.Fence{
+				1: {orderstore.NewFence(t0.Add(2*time.Second), map[int32]int64{0: 5})},
+				2: {orderstore.NewFence(t0.Add(2*time.Second), map[int32]int64{0: 6})},
+			}},
+			inflight:      []kafka.LoggedOrder{placed("k1", 1, 21), placed("k2", 2, 22)},
+			missing:       []int64{1, 2},
+			wantRemaining: map[int64]int64{1: 10, 2: 3},
+			wantBuyers:    map[int64]string{22: "k2"},
+			wantFromKafka: 1,
+		},
+		{
 			name:          "an order in flight of a user with a live order is refused",
 			snap:          orderstore.Snapshot{Quantity: map[int64]int64{1: 10}, Live: []orderstore.LiveOrder{live("o1", 1, 11)}},
-			inflight:      []flashsale.OrderPlaced{placed("k1", 1, 11)},
+			inflight:      []kafka.LoggedOrder{placed("k1", 1, 11)},
 			missing:       []int64{1},
 			wantRemaining: map[int64]int64{1: 9},
 			wantBuyers:    map[int64]string{11: "o1"},

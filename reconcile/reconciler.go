@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashsale/flashsale"
+	"github.com/flashsale/flashsale/internal/adapter/kafka"
 	"github.com/flashsale/flashsale/internal/adapter/postgres/orderstore"
 	"github.com/flashsale/flashsale/internal/adapter/prom"
 	"github.com/flashsale/flashsale/internal/adapter/redisstock"
@@ -50,7 +51,7 @@ type OrderLog interface {
 	// first.
 	Progress(ctx context.Context) (committed, end map[int32]int64, err error)
 	// Unconsumed returns the orders of the records from committed to end.
-	Unconsumed(ctx context.Context, committed, end map[int32]int64) ([]flashsale.OrderPlaced, error)
+	Unconsumed(ctx context.Context, committed, end map[int32]int64) ([]kafka.LoggedOrder, error)
 }
 
 // Config configures a Reconciler. Zero fields take the defaults.
@@ -66,10 +67,12 @@ type Config struct {
 	// (for tests of the database rules only; every role wires it).
 	Orders OrderLog
 	// PublishTimeout is the purchase service's publish bound (default
-	// redisstock.DefaultPublishTimeout, the purchase service's default). A record acknowledged at all was so within
-	// redisstock.DefaultReserveTimeout + PublishTimeout of its reservation, and a
-	// reservation taken before Redis lost its data was published within
-	// PublishTimeout of the loss being seen.
+	// redisstock.DefaultPublishTimeout, the purchase service's default).
+	// A record acknowledged at all was so within
+	// redisstock.DefaultReserveTimeout + PublishTimeout of its
+	// reservation. Without leases (LeaseTTL 0) a Redis-loss rebuild waits
+	// it after the loss was seen, so that every reservation taken before
+	// has been published (or failed).
 	PublishTimeout time.Duration
 	// LossCheck is how often Run looks for sales whose stock record Redis
 	// lost (default 1s), apart from the slower reconcile pass.
@@ -126,12 +129,16 @@ const RejectLost = "never reached the database"
 // script gives a unit back once per order.
 //
 // Redis data loss: when a sale's stock record is missing in Redis (looked
-// for every LossCheck), reservations of the sale answer 503 and, once the
-// publishes in flight at the loss have had their bound, the stock is rebuilt:
-// remaining = quantity − live orders in PostgreSQL − orders still in flight
-// in Kafka (past the writer group's committed offsets, without a row yet),
-// with a buyer record for each, writing only fields that are missing. So no
-// order acknowledged before the loss is refused by the database later. A
+// for every LossCheck), reservations of the sale answer 503 and, one lease
+// TTL after the loss was seen (no reservation of the lost Redis is
+// acknowledged later), the stock is rebuilt: remaining = quantity − live
+// orders in PostgreSQL − orders in flight in Kafka (past the writer
+// group's committed offsets, up to the end offsets read, without a row
+// yet), with a buyer record for each, writing only fields that are
+// missing; a record of the lost Redis that lands past those offsets is
+// refused by the writer (a fence, rebuild.go). So no order acknowledged
+// before the loss is refused by the database later, and no unit is
+// counted both free and sold. A
 // Redis that serves another dataset than before (restarted, or a replica
 // promoted that may have missed the last writes, seen by its replication
 // ID) keeps stale counts rather than none: every sale's stock and buyer
@@ -148,10 +155,10 @@ type Reconciler struct {
 	orders                  OrderLog
 	log                     *slog.Logger
 
-	// lost holds when each sale's missing stock record was first seen;
+	// lost holds the losses this reconciler is rebuilding, by sale;
 	// incarnation is the Redis dataset last seen (redisstock.Incarnation).
 	lostMu      sync.Mutex
-	lost        map[int64]time.Time
+	lost        map[int64]*loss
 	incarnation string
 
 	// lapses are the lapsed leases being reclaimed (reclaim.go), by
@@ -200,7 +207,7 @@ func New(cfg Config, pool *pgxpool.Pool, st *redisstock.Store, sales SaleLister,
 		after: cfg.After, interval: cfg.Interval, window: cfg.PaymentWindow, batch: cfg.Batch, now: cfg.Now,
 		publish: cfg.PublishTimeout, lossCheck: cfg.LossCheck, leaseTTL: cfg.LeaseTTL, lapses: map[int]*lapse{},
 		store: orderstore.New(pool), st: st, sales: sales, orders: cfg.Orders, log: logger.With("component", "reconciler"),
-		lost:      map[int64]time.Time{},
+		lost:      map[int64]*loss{},
 		returned:  counter("returned_total", "Lost reservations whose unit went back to stock."),
 		confirmed: counter("confirmed_total", "Stale reservations found stored in the database and confirmed."),
 		rebuilt:   counter("rebuilt_items_total", "Item stock records rebuilt from the database after Redis lost them."),

@@ -121,11 +121,19 @@ func (l *OrderLog) Progress(ctx context.Context) (committed, end map[int32]int64
 	return committed, end, nil
 }
 
+// LoggedOrder is an order as the orders topic holds it: its record's
+// partition and offset beside it.
+type LoggedOrder struct {
+	flashsale.OrderPlaced
+	Partition int32
+	Offset    int64
+}
+
 // Unconsumed returns the orders of the records from committed up to end
 // (as Progress returned them), partition by partition; undecodable records
 // are skipped (the writer dead-letters them). It reads with a client of its
 // own and stops when ctx ends (with ctx's error).
-func (l *OrderLog) Unconsumed(ctx context.Context, committed, end map[int32]int64) ([]flashsale.OrderPlaced, error) {
+func (l *OrderLog) Unconsumed(ctx context.Context, committed, end map[int32]int64) ([]LoggedOrder, error) {
 	from := map[int32]kgo.Offset{}
 	left := map[int32]int64{}
 	for p, e := range end {
@@ -144,7 +152,7 @@ func (l *OrderLog) Unconsumed(ctx context.Context, committed, end map[int32]int6
 		return nil, fmt.Errorf("kafka.OrderLog.Unconsumed: %w", err)
 	}
 	defer cl.Close()
-	var out []flashsale.OrderPlaced
+	var out []LoggedOrder
 	for len(left) > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
@@ -159,8 +167,8 @@ func (l *OrderLog) Unconsumed(ctx context.Context, committed, end map[int32]int6
 				if r.Offset >= e {
 					break
 				}
-				var o flashsale.OrderPlaced
-				if json.Unmarshal(r.Value, &o) == nil {
+				o := LoggedOrder{Partition: r.Partition, Offset: r.Offset}
+				if json.Unmarshal(r.Value, &o.OrderPlaced) == nil {
 					out = append(out, o)
 				}
 			}

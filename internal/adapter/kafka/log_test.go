@@ -61,6 +61,11 @@ func TestOrderLogProgressAndUnconsumed(t *testing.T) {
 	if ids := orderIDs(got); len(ids) != 6 {
 		t.Fatalf("unconsumed %v, want the 6 orders", ids)
 	}
+	for _, o := range got {
+		if pos := at[o.OrderID]; pos != [2]int64{int64(o.Partition), o.Offset} {
+			t.Errorf("order %s read at %d:%d, published at %v", o.OrderID, o.Partition, o.Offset, pos)
+		}
+	}
 
 	// The group consumes and commits everything: nothing is left.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ConsumerGroup(DefaultWriterGroup),
@@ -95,7 +100,7 @@ func TestOrderLogProgressAndUnconsumed(t *testing.T) {
 	}
 }
 
-func orderIDs(os []flashsale.OrderPlaced) []string {
+func orderIDs(os []LoggedOrder) []string {
 	ids := make([]string, len(os))
 	for i, o := range os {
 		ids[i] = o.OrderID

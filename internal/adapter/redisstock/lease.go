@@ -231,3 +231,17 @@ func (s *Store) Disown(ctx context.Context, settled []Owned) error {
 	}
 	return nil
 }
+
+// DropLeases deletes every placement lease: each gateway's next renewal
+// finds its lease lost and takes a new one, so that nothing made under a
+// lease held before the call is acknowledged later than one lease TTL after
+// it (purchase.Leaser.Holds). A Redis-loss rebuild calls it when it sees
+// the loss: a promoted replica or a Cluster node that kept the leases
+// would let them live on. The reservations in flight under the dropped
+// leases are left to the reconcile pass.
+func (s *Store) DropLeases(ctx context.Context) error {
+	if err := s.rdb.Del(ctx, lua.LeasesKey, lua.LeaseRenewalsKey).Err(); err != nil {
+		return fmt.Errorf("redisstock.DropLeases: %w", err)
+	}
+	return nil
+}

@@ -662,3 +662,37 @@ func (s *Store) AddStock(ctx context.Context, saleID, addID, itemID, units int64
 	}
 	return nil
 }
+
+// unlockScript deletes a lock key only while it still holds the token.
+var unlockScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+// LockRebuild takes the sale's rebuild lock (lua.RebuildKey) for ttl under
+// token; false when another token holds it. A token that holds it already
+// keeps it (false too: SET NX).
+func (s *Store) LockRebuild(ctx context.Context, saleID int64, token string, ttl time.Duration) (bool, error) {
+	ok, err := s.rdb.SetNX(ctx, lua.RebuildKey(saleID), token, ttl).Result()
+	if err != nil {
+		return false, fmt.Errorf("redisstock.LockRebuild: %w", err)
+	}
+	return ok, nil
+}
+
+// HoldsRebuild reports whether token still holds the sale's rebuild lock.
+func (s *Store) HoldsRebuild(ctx context.Context, saleID int64, token string) (bool, error) {
+	v, err := s.rdb.Get(ctx, lua.RebuildKey(saleID)).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("redisstock.HoldsRebuild: %w", err)
+	}
+	return v == token, nil
+}
+
+// UnlockRebuild gives the sale's rebuild lock up if token holds it.
+func (s *Store) UnlockRebuild(ctx context.Context, saleID int64, token string) error {
+	if err := unlockScript.Run(ctx, s.rdb, []string{lua.RebuildKey(saleID)}, token).Err(); err != nil {
+		return fmt.Errorf("redisstock.UnlockRebuild: %w", err)
+	}
+	return nil
+}
