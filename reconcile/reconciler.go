@@ -75,7 +75,9 @@ type Config struct {
 	// has been published (or failed).
 	PublishTimeout time.Duration
 	// LossCheck is how often Run looks for sales whose stock record Redis
-	// lost (default 1s), apart from the slower reconcile pass.
+	// lost (default 250ms), apart from the slower reconcile pass: a loss
+	// is rebuilt up to one LossCheck after it happens and one more after
+	// its wait ends, both counted in the sale's recovery.
 	LossCheck time.Duration
 	// Interval between runs (default 10s).
 	Interval time.Duration
@@ -97,7 +99,7 @@ const (
 	DefaultAfter         = 2 * time.Minute
 	DefaultInterval      = 10 * time.Second
 	DefaultPaymentWindow = 10 * time.Minute
-	DefaultLossCheck     = time.Second
+	DefaultLossCheck     = 250 * time.Millisecond
 )
 
 // RejectLost is the reject_reason of a tombstone row.
