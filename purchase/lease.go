@@ -102,6 +102,9 @@ func (l *Leaser) Ticket() Ticket {
 	return t
 }
 
+// At is when the ticket was made.
+func (t Ticket) At() time.Time { return t.at }
+
 // Unleased is a ticket naming no lease (a sharded sale's reservations are
 // recorded under none), made now.
 func Unleased() Ticket { return Ticket{at: time.Now()} }

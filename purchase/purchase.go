@@ -292,7 +292,7 @@ func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashs
 				s.setSoldOut(sale.ID, item.ID)
 				s.outcomes[OutcomeSoldOut].Inc()
 			case flashsale.CodeAlreadyPurchased:
-				if id, ok, serr := s.settleRetry(ctx, sale, userID, err); ok {
+				if id, ok, serr := s.settleRetry(ctx, sale, userID, err, tk.At()); ok {
 					if errors.Is(serr, errTryAgain) {
 						// Its order was refused and the unit given
 						// back: this purchase reserves anew.
@@ -414,7 +414,7 @@ func (s *Service) Claim(ctx context.Context, sale *flashsale.Sale, item flashsal
 		}
 		switch fe.Code {
 		case flashsale.CodeAlreadyPurchased:
-			if id, ok, serr := s.settleRetry(ctx, sale, userID, err); ok {
+			if id, ok, serr := s.settleRetry(ctx, sale, userID, err, tk.At()); ok {
 				if errors.Is(serr, errTryAgain) {
 					// Its order was refused and the unit is held for
 					// the user again: this purchase claims it.

@@ -26,13 +26,21 @@ import (
 // Service publishing to kfake, and its Run.
 type frozenEnv struct {
 	*env
-	srv *localsvc.Redis
-	k   *testenv.Kafka
-	s   *Service
-	reg *prometheus.Registry
+	srv   *localsvc.Redis
+	k     *testenv.Kafka
+	s     *Service
+	reg   *prometheus.Registry
+	lease *Leaser // nil: none
 }
 
 func newFrozenEnv(t *testing.T, quantity int64) *frozenEnv {
+	t.Helper()
+	return newFrozenEnvLeased(t, quantity, 0)
+}
+
+// newFrozenEnvLeased is newFrozenEnv with a placement Leaser of lease TTL
+// ttl running beside the Service (none when ttl is 0).
+func newFrozenEnvLeased(t *testing.T, quantity int64, ttl time.Duration) *frozenEnv {
 	t.Helper()
 	srv := testenv.NewRedisServer(t)
 	// Never leave it stopped: its own cleanup (registered first) runs
@@ -60,12 +68,21 @@ func newFrozenEnv(t *testing.T, quantity int64) *frozenEnv {
 	sl := salestest.Create(t, sales.NewStore(pool, rdb, st, nil), t0, 1999, quantity)
 	k := testenv.NewKafka(t)
 	reg := prometheus.NewRegistry()
-	s := New(Config{Now: newClock(t0).now, RedisTimeout: time.Second}, st, newProducer(t, k, 3*time.Second), nil, reg)
+	var leaser *Leaser
+	if ttl > 0 {
+		leaser = NewLeaser(st, ttl, nil, nil)
+		lctx, lstop := context.WithCancel(context.Background())
+		ldone := make(chan struct{})
+		go func() { _ = leaser.Run(lctx); close(ldone) }()
+		t.Cleanup(func() { lstop(); <-ldone })
+		testenv.Eventually(t, "a lease", 10*time.Second, func() bool { return leaser.Slot() > 0 })
+	}
+	s := New(Config{Now: newClock(t0).now, RedisTimeout: time.Second, Lease: leaser}, st, newProducer(t, k, 3*time.Second), nil, reg)
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 	t.Cleanup(func() { stop(); <-done })
-	return &frozenEnv{env: &env{rdb: rdb, pool: pool, st: st, sale: &sl}, srv: srv, k: k, s: s, reg: reg}
+	return &frozenEnv{env: &env{rdb: rdb, pool: pool, st: st, sale: &sl}, srv: srv, k: k, s: s, reg: reg, lease: leaser}
 }
 
 // uncertainID reserves for user while Redis is frozen: 503 UNAVAILABLE
@@ -121,6 +138,26 @@ func TestReserveFrozenRedisSettles(t *testing.T) {
 	}
 	if v := counterValue(t, f.s.outcomes[OutcomeAlreadyPurchased]); v != 0 {
 		t.Errorf("%s = %v, want 0: the retry was answered with its order", OutcomeAlreadyPurchased, v)
+	}
+}
+
+// A reservation made under no lease (the gateway's ran out while Redis
+// was frozen) and seen in Redis when it wakes is acknowledged to the
+// retry: its span counts from when Redis showed it, not from its making,
+// so a freeze longer than the lease's span answers 202 as before leases.
+func TestReserveFrozenPastTheLeaseSpanSettles(t *testing.T) {
+	const ttl = 600 * time.Millisecond
+	f := newFrozenEnvLeased(t, 5, ttl)
+	if err := f.srv.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "the lease no longer valid here", 10*time.Second, func() bool { return f.lease.Slot() == 0 })
+	id8 := f.uncertainID(t, 8) // a second: past the lease's span of its making
+	if err := f.srv.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := f.s.Reserve(context.Background(), f.sale, f.item(0), 8); err != nil || id != id8 {
+		t.Fatalf("retry after the freeze = %q, %v; want 202 with %s", id, err, id8)
 	}
 }
 
