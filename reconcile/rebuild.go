@@ -76,6 +76,10 @@ func (r *Reconciler) rebuildIfLost(ctx context.Context, sale *flashsale.Sale) er
 	if len(sale.Items) == 0 {
 		return nil
 	}
+	// Run's loss check and RunOnce both call it: one at a time, or both
+	// would rebuild under the one lock this reconciler holds.
+	r.rebuildMu.Lock()
+	defer r.rebuildMu.Unlock()
 	r.st.SetShards(sale.ID, sale.Shards())
 	missing, err := r.missingItems(ctx, sale)
 	if err != nil {

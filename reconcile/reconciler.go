@@ -157,8 +157,10 @@ type Reconciler struct {
 	orders                  OrderLog
 	log                     *slog.Logger
 
-	// lost holds the losses this reconciler is rebuilding, by sale;
-	// incarnation is the Redis dataset last seen (redisstock.Incarnation).
+	// rebuildMu makes rebuildIfLost one at a time. lost holds the losses
+	// this reconciler is rebuilding, by sale; incarnation is the Redis
+	// dataset last seen (redisstock.Incarnation).
+	rebuildMu   sync.Mutex
 	lostMu      sync.Mutex
 	lost        map[int64]*loss
 	incarnation string
