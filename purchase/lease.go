@@ -102,8 +102,22 @@ func (l *Leaser) Ticket() Ticket {
 	return t
 }
 
-// At is when the ticket was made.
-func (t Ticket) At() time.Time { return t.at }
+// shown is t for a reservation Redis has just shown at at: ran (its answer
+// read), or named as the user's (ALREADY_PURCHASED, a settle's read). One
+// made under no lease is then counted from at, not from its making: a
+// reservation that waited in a frozen Redis's socket is no older than
+// Redis's answer, and were Redis lost after that answer, the loss would
+// be seen later still, and the rebuild would read the orders topic's end
+// one lease TTL after that; the lease's margin covers the moments between
+// Redis running it and this gateway reading the answer. One made under a
+// lease keeps it: when that lease lapsed, the reconciler may be settling
+// the reservation already.
+func (t Ticket) shown(at time.Time) Ticket {
+	if t.lease.Slot == 0 {
+		t.at = at
+	}
+	return t
+}
 
 // Unleased is a ticket naming no lease (a sharded sale's reservations are
 // recorded under none), made now.
@@ -116,10 +130,11 @@ func (l *Leaser) Slot() int { return l.Ticket().Slot() }
 // now. Under a lease, only while that very lease (slot and token: a slot
 // taken again after Redis lost its leases is another lease) is valid here.
 // Under none, only within the lease's local validity (the TTL less the
-// margin) of the reservation: the Redis-loss rebuild waits one TTL after
-// the loss was seen and then fences off every record it has not counted
-// (reconcile/rebuild.go), so no reservation of a lost Redis may be
-// acknowledged later than a lease could be. Without a Leaser, always.
+// margin) of Redis showing the reservation (Ticket.shown): the Redis-loss
+// rebuild waits one TTL after the loss was seen and then fences off every
+// record it has not counted (reconcile/rebuild.go), so no reservation of
+// a lost Redis may be acknowledged later than a lease could be. Without a
+// Leaser, always.
 func (l *Leaser) Holds(t Ticket) bool {
 	if l == nil {
 		return true

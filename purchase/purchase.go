@@ -292,7 +292,7 @@ func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashs
 				s.setSoldOut(sale.ID, item.ID)
 				s.outcomes[OutcomeSoldOut].Inc()
 			case flashsale.CodeAlreadyPurchased:
-				if id, ok, serr := s.settleRetry(ctx, sale, userID, err, tk.At()); ok {
+				if id, ok, serr := s.settleRetry(ctx, sale, userID, err); ok {
 					if errors.Is(serr, errTryAgain) {
 						// Its order was refused and the unit given
 						// back: this purchase reserves anew.
@@ -322,6 +322,7 @@ func (s *Service) Reserve(ctx context.Context, sale *flashsale.Sale, item flashs
 			sale: sale, item: item, userID: userID, orderID: orderID, at: now, ticket: tk}, err))
 	}
 
+	tk = tk.shown(time.Now())
 	err = s.place(work, sale, item, userID, orderID, now, tk)
 	if err == nil {
 		return orderID, nil
@@ -414,7 +415,7 @@ func (s *Service) Claim(ctx context.Context, sale *flashsale.Sale, item flashsal
 		}
 		switch fe.Code {
 		case flashsale.CodeAlreadyPurchased:
-			if id, ok, serr := s.settleRetry(ctx, sale, userID, err, tk.At()); ok {
+			if id, ok, serr := s.settleRetry(ctx, sale, userID, err); ok {
 				if errors.Is(serr, errTryAgain) {
 					// Its order was refused and the unit is held for
 					// the user again: this purchase claims it.
@@ -432,6 +433,7 @@ func (s *Service) Claim(ctx context.Context, sale *flashsale.Sale, item flashsal
 	}
 	// An earlier claim Redis did not answer never ran (this one did).
 	s.settle.take(sale.ID, userID, "")
+	tk = tk.shown(time.Now())
 	err = s.place(work, sale, item, userID, orderID, now, tk)
 	if err == nil {
 		return orderID, nil

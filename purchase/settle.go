@@ -328,24 +328,14 @@ func (s *Service) publishSettled(work context.Context, u *unsettled, orderID str
 }
 
 // seenIn notes that Redis showed u's reservation in its data at asked (or
-// later). One made under no lease is acknowledged within the lease's span
-// of that, not of its making: a Redis frozen for longer than the span
-// still holds it, and were Redis lost after asked, its rebuild would read
-// the orders topic's end more than one lease TTL later and count the
-// record published now. One made under a lease keeps that lease: when it
-// lapsed, the reconciler may be settling the reservation already.
-func (u *unsettled) seenIn(asked time.Time) {
-	if u.ticket.Slot() == 0 {
-		u.ticket = Ticket{at: asked}
-	}
-}
+// later): see Ticket.shown.
+func (u *unsettled) seenIn(asked time.Time) { u.ticket = u.ticket.shown(asked) }
 
 // settleRetry settles, at once, the user's unsettled order that Redis has
-// just named (alreadyErr: ALREADY_PURCHASED with its id, to a call made at
-// asked), and answers the retry: the order's id (202) once published. ok
-// is false when this gateway holds no such order (the caller answers
-// alreadyErr).
-func (s *Service) settleRetry(ctx context.Context, sale *flashsale.Sale, userID int64, alreadyErr error, asked time.Time) (string, bool, error) {
+// just named (alreadyErr: ALREADY_PURCHASED with its id), and answers the
+// retry: the order's id (202) once published. ok is false when this
+// gateway holds no such order (the caller answers alreadyErr).
+func (s *Service) settleRetry(ctx context.Context, sale *flashsale.Sale, userID int64, alreadyErr error) (string, bool, error) {
 	var fe *flashsale.Error
 	if !errors.As(alreadyErr, &fe) || fe.OrderID == "" {
 		return "", false, nil
@@ -357,7 +347,7 @@ func (s *Service) settleRetry(ctx context.Context, sale *flashsale.Sale, userID 
 	if u.late != nil {
 		return s.retryLate(ctx, u)
 	}
-	u.seenIn(asked)
+	u.seenIn(time.Now())
 	if err := s.publishSettled(context.WithoutCancel(ctx), u, fe.OrderID); err != nil {
 		return "", true, err
 	}

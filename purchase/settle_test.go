@@ -161,6 +161,38 @@ func TestReserveFrozenPastTheLeaseSpanSettles(t *testing.T) {
 	}
 }
 
+// A reservation made under no lease that waited in a frozen Redis's socket
+// longer than the lease's span, and ran when Redis woke, is acknowledged:
+// its span counts from Redis's answer, not from its making.
+func TestReserveWaitingInAFrozenRedisIsAcknowledged(t *testing.T) {
+	const ttl = 600 * time.Millisecond
+	f := newFrozenEnvLeased(t, 5, ttl)
+	if err := f.srv.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "the lease no longer valid here", 10*time.Second, func() bool { return f.lease.Slot() == 0 })
+	type answer struct {
+		id  string
+		err error
+	}
+	done := make(chan answer, 1)
+	start := time.Now()
+	go func() {
+		id, err := f.s.Reserve(context.Background(), f.sale, f.item(0), 9)
+		done <- answer{id, err}
+	}()
+	// Past the lease's span of the reservation's making, within its
+	// Redis bound (1 s).
+	testenv.Eventually(t, "the lease's span since the purchase", 10*time.Second, func() bool { return time.Since(start) > ttl })
+	if err := f.srv.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	if a.err != nil || a.id == "" {
+		t.Fatalf("Reserve that waited %v in a frozen Redis = %q, %v; want 202", time.Since(start), a.id, a.err)
+	}
+}
+
 // A reservation whose command never ran (redis-server killed while frozen,
 // and restarted empty) settles as nothing reserved: nothing is published,
 // and the shopper buys again with a new order.
