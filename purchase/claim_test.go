@@ -95,3 +95,29 @@ func TestClaimBuysTheHeldUnit(t *testing.T) {
 		t.Fatalf("remaining of the other item %d, want 5", r)
 	}
 }
+
+// While Redis has lost the sale's stock (the reconciler rebuilds it, and
+// the room the holds after it), a holder's purchase finds no hold: it is
+// answered 503 UNAVAILABLE, to try again, not NOT_ADMITTED, which would
+// send the holder back in line.
+func TestClaimWhileTheStockIsLostIsUnavailable(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2)
+	ctx := context.Background()
+	s := New(Config{Now: newClock(t0).now}, e.st, &recorder{}, nil, nil)
+	item := e.item(0)
+	if err := e.st.Drop(ctx, e.sale.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Claim(ctx, e.sale, item, 1)
+	var fe *flashsale.Error
+	if !errors.As(err, &fe) || fe.Code != flashsale.CodeUnavailable || fe.OrderID != "" {
+		t.Fatalf("claim with the stock lost: %v, want UNAVAILABLE without an order", err)
+	}
+	if err := e.st.Load(ctx, e.sale.ID, map[int64]int64{item.ID: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, e.sale, item, 1); codeOf(err) != flashsale.CodeNotAdmitted {
+		t.Fatalf("claim without a hold, the stock there: %v, want NOT_ADMITTED", err)
+	}
+}

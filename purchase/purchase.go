@@ -425,6 +425,13 @@ func (s *Service) Claim(ctx context.Context, sale *flashsale.Sale, item flashsal
 			}
 			s.outcomes[OutcomeAlreadyPurchased].Inc()
 		case flashsale.CodeNotAdmitted:
+			if s.stockLost(work, sale, item) {
+				// The holds went with the stock and come back with
+				// it: the holder tries again after Retry-After, not
+				// back in line.
+				s.outcomes[OutcomeStockMissing].Inc()
+				return "", fmt.Errorf("purchase.Claim: %w: no stock record for item %d", errStockMissing, item.ID)
+			}
 			s.outcomes[OutcomeNoHold].Inc()
 		default:
 			s.outcomes[OutcomeNotFound].Inc()
@@ -444,6 +451,16 @@ func (s *Service) Claim(ctx context.Context, sale *flashsale.Sale, item flashsal
 		s.keepLate(&unsettled{sale: sale, item: item, userID: userID, orderID: orderID, at: now, claim: true, until: until, ticket: tk}, err)
 	}
 	return "", fmt.Errorf("purchase.Claim: %w", err)
+}
+
+// stockLost reports whether Redis has no stock record for the item: lost
+// with Redis's data, until the reconciler rebuilds it (a failed read
+// reports false).
+func (s *Service) stockLost(work context.Context, sale *flashsale.Sale, item flashsale.Item) bool {
+	rctx, cancel := context.WithTimeout(work, s.redisTimeout)
+	defer cancel()
+	left, err := s.st.ItemsRemaining(rctx, sale.ID, []int64{item.ID})
+	return err == nil && len(left) == 1 && left[0] < 0
 }
 
 // unclaim holds the unit of a claim whose order will never be delivered
