@@ -87,6 +87,12 @@ func (r *Reconciler) rebuildIfLost(ctx context.Context, sale *flashsale.Sale) er
 	}
 	l := r.noteLoss(sale.ID, len(missing) > 0)
 	if len(missing) == 0 {
+		if l != nil {
+			// Whole again without this rebuild (a loss seen in a
+			// moment of doubt): the lock is given up, not left to
+			// hold off the next loss's rebuild until it lapses.
+			r.unlock(ctx, sale.ID, l.token)
+		}
 		return nil
 	}
 	if l == nil {
@@ -109,10 +115,16 @@ func (r *Reconciler) rebuildIfLost(ctx context.Context, sale *flashsale.Sale) er
 		return err
 	}
 	r.forgetLoss(sale.ID)
-	if err := r.st.UnlockRebuild(ctx, sale.ID, l.token); err != nil {
-		r.log.Warn("rebuild lock not given up; it lapses by itself", "sale", sale.ID, "err", err)
-	}
+	r.unlock(ctx, sale.ID, l.token)
 	return nil
+}
+
+// unlock gives the sale's rebuild lock up (a failure is logged: the lock
+// lapses by itself).
+func (r *Reconciler) unlock(ctx context.Context, saleID int64, token string) {
+	if err := r.st.UnlockRebuild(ctx, saleID, token); err != nil {
+		r.log.Warn("rebuild lock not given up; it lapses by itself", "sale", saleID, "err", err)
+	}
 }
 
 // seeLoss is the first sighting of a loss by this reconciler: unless
@@ -131,9 +143,7 @@ func (r *Reconciler) seeLoss(ctx context.Context, sale *flashsale.Sale, missing 
 		err = r.st.DropLeases(ctx)
 	}
 	if err != nil {
-		if uerr := r.st.UnlockRebuild(ctx, sale.ID, token); uerr != nil {
-			r.log.Warn("rebuild lock not given up; it lapses by itself", "sale", sale.ID, "err", uerr)
-		}
+		r.unlock(ctx, sale.ID, token)
 		return err
 	}
 	r.lostMu.Lock()
@@ -207,16 +217,16 @@ func (r *Reconciler) missingItems(ctx context.Context, sale *flashsale.Sale) (ma
 }
 
 // noteLoss returns the sale's loss this reconciler is rebuilding (nil:
-// none); a sale whose records are all there is forgotten, so that a later
-// loss is seen anew.
+// none); a sale whose records are all there (!lost) has it forgotten, so
+// that a later loss is seen anew.
 func (r *Reconciler) noteLoss(saleID int64, lost bool) *loss {
 	r.lostMu.Lock()
 	defer r.lostMu.Unlock()
+	l := r.lost[saleID]
 	if !lost {
 		delete(r.lost, saleID)
-		return nil
 	}
-	return r.lost[saleID]
+	return l
 }
 
 // forgetLoss forgets the sale's loss: rebuilt, or its lock lapsed.

@@ -131,6 +131,37 @@ func TestLossSeenOnceRebuiltAfterOneLeaseTTL(t *testing.T) {
 	}
 }
 
+// A loss seen, and the stock whole again without this rebuild: the loss
+// is forgotten and the lock given up, so that it does not hold off the
+// rebuild of a next loss until it lapses.
+func TestLossGoneWithoutRebuildGivesTheLockUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, 10)
+	r := newReconciler(e, Config{Now: newClock(t0).now, LeaseTTL: 3 * time.Second})
+	if err := e.rdb.Del(ctx, lua.StockKey(e.sale.ID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.rebuildIfLost(ctx, e.sale); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.rdb.Exists(ctx, lua.RebuildKey(e.sale.ID)).Result(); err != nil || n != 1 {
+		t.Fatalf("rebuild lock after the sighting: %d (%v), want held", n, err)
+	}
+	if err := e.st.Load(ctx, e.sale.ID, map[int64]int64{e.item(0).ID: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.rebuildIfLost(ctx, e.sale); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.rdb.Exists(ctx, lua.RebuildKey(e.sale.ID)).Result(); err != nil || n != 0 {
+		t.Errorf("rebuild lock with the stock whole again: %d (%v), want given up", n, err)
+	}
+	if l := r.noteLoss(e.sale.ID, true); l != nil {
+		t.Errorf("loss %+v still remembered", l)
+	}
+}
+
 func TestDropShards(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
