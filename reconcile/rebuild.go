@@ -55,6 +55,9 @@ const rebuildLockSlack = 31 * time.Second
 type loss struct {
 	seen  time.Time // when the loss was seen: the fence's Before
 	token string    // this reconciler's rebuild lock
+	// end is the end offsets the fence was written with, once it was: a
+	// rebuild tried again counts up to them, under the same fence.
+	end map[int32]int64
 }
 
 // rebuildWait is how long a rebuild waits after the loss was seen: one
@@ -111,7 +114,7 @@ func (r *Reconciler) rebuildIfLost(ctx context.Context, sale *flashsale.Sale) er
 		r.forgetLoss(sale.ID)
 		return nil
 	}
-	if err := r.rebuild(ctx, sale, missing, l.seen); err != nil {
+	if err := r.rebuild(ctx, sale, missing, l); err != nil {
 		return err
 	}
 	r.forgetLoss(sale.ID)
@@ -153,18 +156,23 @@ func (r *Reconciler) seeLoss(ctx context.Context, sale *flashsale.Sale, missing 
 	return nil
 }
 
-// rebuild fences off, counts and restores the missing items of a loss
-// seen at seen (steps 3 to 6).
-func (r *Reconciler) rebuild(ctx context.Context, sale *flashsale.Sale, missing map[int64]bool, seen time.Time) error {
+// rebuild fences off, counts and restores the missing items of loss l
+// (steps 3 to 6). Tried again after a failure, it keeps the fence it
+// wrote and counts up to its offsets.
+func (r *Reconciler) rebuild(ctx context.Context, sale *flashsale.Sale, missing map[int64]bool, l *loss) error {
 	committed, end, err := r.progress(ctx)
 	if err != nil {
 		return fmt.Errorf("rebuild: %w", err)
 	}
-	if end != nil {
+	switch {
+	case l.end != nil:
+		end = l.end
+	case end != nil:
 		items := slices.Collect(maps.Keys(missing))
-		if err := r.store.AddFence(ctx, sale.ID, items, orderstore.NewFence(seen, end)); err != nil {
+		if err := r.store.AddFence(ctx, sale.ID, items, orderstore.NewFence(l.seen, end)); err != nil {
 			return fmt.Errorf("rebuild: %w", err)
 		}
+		l.end = end
 	}
 	// Kafka before PostgreSQL: an order the writer stores between the two
 	// reads is then found in the database, never missed by both.

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strconv"
@@ -159,6 +160,56 @@ func TestLossGoneWithoutRebuildGivesTheLockUp(t *testing.T) {
 	}
 	if l := r.noteLoss(e.sale.ID, true); l != nil {
 		t.Errorf("loss %+v still remembered", l)
+	}
+}
+
+// failingLog fails its first Unconsumed, as a broker that goes away
+// between the rebuild's two reads.
+type failingLog struct {
+	OrderLog
+	failed bool
+}
+
+func (f *failingLog) Unconsumed(ctx context.Context, committed, end map[int32]int64) ([]kafka.LoggedOrder, error) {
+	if !f.failed {
+		f.failed = true
+		return nil, errors.New("the broker went away")
+	}
+	return f.OrderLog.Unconsumed(ctx, committed, end)
+}
+
+// A rebuild that fails after writing its fence keeps that fence when it
+// tries again: one fence per loss, counted up to its offsets.
+func TestRebuildTriedAgainKeepsItsFence(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, 10)
+	k := testenv.NewKafka(t)
+	clk := newClock(t0)
+	const ttl = 3 * time.Second
+	r := newReconciler(e, Config{Now: clk.now, Orders: &failingLog{OrderLog: newOrderLog(t, k)}, LeaseTTL: ttl})
+	if err := e.rdb.Del(ctx, lua.StockKey(e.sale.ID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.rebuildIfLost(ctx, e.sale); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(ttl)
+	if err := r.rebuildIfLost(ctx, e.sale); err == nil {
+		t.Fatal("rebuild with the broker away = nil, want its error")
+	}
+	if err := r.rebuildIfLost(ctx, e.sale); err != nil {
+		t.Fatalf("rebuild tried again: %v", err)
+	}
+	if got := e.remaining(t, e.item(0)); got != 10 {
+		t.Errorf("remaining %d after the rebuild, want 10", got)
+	}
+	snap, err := orderstore.New(e.pool).ReadSnapshot(ctx, e.sale.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := snap.Fences[e.item(0).ID]; len(f) != 1 {
+		t.Errorf("fences %+v, want the one of the first try", f)
 	}
 }
 
