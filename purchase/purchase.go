@@ -392,9 +392,10 @@ func (s *Service) place(work context.Context, sale *flashsale.Sale, item flashsa
 //     ended and it went to the next in line);
 //   - INVALID: the unit held is of another item;
 //   - UNAVAILABLE without an order id: Redis did not answer (the claim is
-//     settled when it does: published if it ran, the hold kept if not) or
+//     settled when it does: published if it ran, the hold kept if not),
 //     Kafka refused the order (the claim is undone: the unit is held
-//     again for the rest of the window).
+//     again for the rest of the window), or Redis lost the stock and the
+//     holds with it (they are rebuilt after the stock).
 func (s *Service) Claim(ctx context.Context, sale *flashsale.Sale, item flashsale.Item, userID int64) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("purchase.Claim: %w", err)
