@@ -31,6 +31,10 @@ const RoleLoad = "load"
 // accurate to it.
 const cpuSampleEvery = 100 * time.Millisecond
 
+// cpuSampleBefore is the snapshot interval before the opening: the joins'
+// window ends at the first snapshot at or after the last join.
+const cpuSampleBefore = time.Second
+
 // procStat is what the CPU figures need of one /proc/<pid>/stat line.
 type procStat struct {
 	PPID     int
@@ -306,11 +310,21 @@ func (s *cpuSampler) snap(now time.Time) {
 	s.snaps = append(s.snaps, sn)
 }
 
-// run snapshots at opensAt and every cpuSampleEvery after it until ctx
-// ends.
+// run snapshots every cpuSampleBefore until the opening, at opensAt and
+// every cpuSampleEvery after it until ctx ends.
 func (s *cpuSampler) run(ctx context.Context, opensAt time.Time) {
-	if !sleepCtx(ctx, time.Until(opensAt)) {
-		return
+	for {
+		d := time.Until(opensAt)
+		if d <= cpuSampleBefore {
+			if !sleepCtx(ctx, d) {
+				return
+			}
+			break
+		}
+		if !sleepCtx(ctx, cpuSampleBefore) {
+			return
+		}
+		s.snap(time.Now())
 	}
 	t := time.NewTicker(cpuSampleEvery)
 	defer t.Stop()
@@ -351,6 +365,9 @@ type CPUReport struct {
 	UnitsSold           int64    `json:"unitsSold"`
 	PerThousandShoppers *CPUSums `json:"perThousandShoppers,omitempty"`
 	PerThousandUnits    *CPUSums `json:"perThousandUnits,omitempty"`
+	// Joins is the shoppers' arrival, when every join came before the
+	// opening.
+	Joins *CPUJoins `json:"joins,omitempty"`
 	// Missing names processes not found in a snapshot: their figure is
 	// left out of the sums.
 	Missing []string `json:"missing,omitempty"`
@@ -378,6 +395,21 @@ type CPUProcess struct {
 	CPUSeconds
 }
 
+// CPUJoins is the CPU from the run's start to the first snapshot at or
+// after the last join (1 s snapshots before the opening): what the
+// shoppers' arrival cost, every join's upgrade, token check and queue
+// entry, with the waiting of those already in and the sale's creation.
+type CPUJoins struct {
+	LastJoinMs int64              `json:"lastJoinMs"` // from the run's start: the end of the last 100 ms slot with a join
+	EndMs      int64              `json:"endMs"`      // the snapshot that ends the window, from the run's start
+	Joined     int64              `json:"joined"`
+	Roles      map[string]float64 `json:"roles"` // CPU-seconds by role, load included
+	Server     float64            `json:"serverSeconds"`
+	Load       float64            `json:"loadSeconds"`
+	// ServerPerJoinUs is Server ÷ Joined, in µs.
+	ServerPerJoinUs float64 `json:"serverPerJoinUs"`
+}
+
 // CPUSums are the three sums.
 type CPUSums struct {
 	Server CPUSeconds `json:"server"`
@@ -386,8 +418,10 @@ type CPUSums struct {
 }
 
 // report computes the figures from the snapshots. opensAt is the opening,
-// lastMs the last reservation relative to it (-1: none), hz the tick rate.
-func (s *cpuSampler) report(opensAt time.Time, lastMs int64, from string, shoppers int, units int64, hz int64) *CPUReport {
+// lastMs the last reservation relative to it (-1: none), hz the tick rate;
+// lastJoinMs is the last join relative to the first snapshot (-1: none),
+// joined the joins.
+func (s *cpuSampler) report(opensAt time.Time, lastMs int64, from string, shoppers int, units int64, hz int64, lastJoinMs, joined int64) *CPUReport {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := &CPUReport{ClockTicks: hz, ResolutionMs: cpuSampleEvery.Milliseconds(), LastReservationMs: lastMs,
@@ -479,7 +513,49 @@ func (s *cpuSampler) report(opensAt time.Time, lastMs int64, from string, shoppe
 	}
 	r.PerThousandShoppers = per(float64(shoppers))
 	r.PerThousandUnits = per(float64(units))
+	r.Joins = joinsWindow(snaps, s.roles, opensAt, lastJoinMs, joined, hz)
 	return r
+}
+
+// joinsWindow is the CPU from the first snapshot to the first at or after
+// the last join, when that one comes before the opening; nil otherwise.
+func joinsWindow(snaps []cpuSnapshot, roles map[string][]int, opensAt time.Time, lastJoinMs, joined int64, hz int64) *CPUJoins {
+	if lastJoinMs < 0 || joined <= 0 || len(snaps) < 2 {
+		return nil
+	}
+	first := snaps[0]
+	end := first.at.Add(time.Duration(lastJoinMs) * time.Millisecond)
+	var we *cpuSnapshot
+	for i := 1; i < len(snaps); i++ {
+		if !snaps[i].at.Before(end) {
+			we = &snaps[i]
+			break
+		}
+	}
+	if we == nil || we.at.After(opensAt) {
+		return nil
+	}
+	j := &CPUJoins{LastJoinMs: lastJoinMs, EndMs: we.at.Sub(first.at).Milliseconds(), Joined: joined, Roles: map[string]float64{}}
+	for role, pids := range roles {
+		var t int64
+		for _, p := range pids {
+			a, okA := first.ticks[p]
+			b, okB := we.ticks[p]
+			if !okA || !okB || b < a {
+				return nil // a process missing: no honest sum
+			}
+			t += b - a
+		}
+		sec := float64(t) / float64(hz)
+		j.Roles[role] = sec
+		if role == RoleLoad {
+			j.Load += sec
+		} else {
+			j.Server += sec
+		}
+	}
+	j.ServerPerJoinUs = j.Server * 1e6 / float64(joined)
+	return j
 }
 
 // Text is the report's CPU section as a few lines of text.
@@ -516,6 +592,16 @@ func (r *CPUReport) Text() string {
 		fmt.Fprintf(&b, "cpu per 1,000 units (%d sold): server %.3f / %.3f s, load %.3f / %.3f s, all %.3f / %.3f s (window / total)\n",
 			r.UnitsSold, p.Server.Window, p.Server.Total, p.Load.Window, p.Load.Total, p.All.Window, p.All.Total)
 	}
+	if j := r.Joins; j != nil {
+		var each []string
+		for _, role := range roles {
+			if role != RoleLoad {
+				each = append(each, fmt.Sprintf("%s %.2f", role, j.Roles[role]))
+			}
+		}
+		fmt.Fprintf(&b, "cpu joins: the run's start to the snapshot %d ms after it (last join %d ms): %d joined; server %.2f s (%s), %.0f us per join; load %.2f s\n",
+			j.EndMs, j.LastJoinMs, j.Joined, j.Server, strings.Join(each, ", "), j.ServerPerJoinUs, j.Load)
+	}
 	if len(r.Missing) > 0 {
 		fmt.Fprintf(&b, "cpu: not found in a snapshot, left out: %s\n", strings.Join(r.Missing, ", "))
 	}
@@ -535,5 +621,18 @@ func (r *Report) cpuReport(s *cpuSampler, hz int64) *CPUReport {
 	if units <= 0 {
 		units = r.Orders.Reserved
 	}
-	return s.report(r.OpensAt, last, from, r.Shoppers, units, hz)
+	return s.report(r.OpensAt, last, from, r.Shoppers, units, hz, r.lastJoinMs(), r.Counters.Joined)
+}
+
+// lastJoinMs is the end of the last timeseries slot in which a join
+// ended (from the run's start), or -1.
+func (r *Report) lastJoinMs() int64 {
+	for i := len(r.Timeseries) - 1; i >= 0; i-- {
+		for k, n := range r.Timeseries[i].Outcomes {
+			if n > 0 && strings.HasPrefix(k, "join ") {
+				return r.Timeseries[i].TMs + slotWidth.Milliseconds()
+			}
+		}
+	}
+	return -1
 }

@@ -195,7 +195,7 @@ func TestCPUWindow(t *testing.T) {
 	snap(203, 120, 160, 180, 200) // first at or after the last reservation (150 ms)
 	snap(303, 130, 190, 220, 250)
 	snap(9000, 200, 300, 400, 500) // the run's end
-	r := s.report(opens, 150, "orders.created_at", 2000, 500, 100)
+	r := s.report(opens, 150, "orders.created_at", 2000, 500, 100, -1, 0)
 	if r.WindowStartMs != 3 || r.WindowEndMs != 203 || r.TotalMs != 14000 {
 		t.Fatalf("window %d…%d ms, total %d ms; want 3…203, 14000", r.WindowStartMs, r.WindowEndMs, r.TotalMs)
 	}
@@ -225,26 +225,96 @@ func TestCPUWindow(t *testing.T) {
 
 	// A last reservation before the opening's snapshot was taken (at 1
 	// ms; the snapshot came at 3): the window ends one snapshot on.
-	if r := s.report(opens, 1, "orders.created_at", 2000, 500, 100); r.WindowStartMs != 3 || r.WindowEndMs != 103 {
+	if r := s.report(opens, 1, "orders.created_at", 2000, 500, 100, -1, 0); r.WindowStartMs != 3 || r.WindowEndMs != 103 {
 		t.Errorf("reservation before the first snapshot: window %d…%d ms, want 3…103", r.WindowStartMs, r.WindowEndMs)
 	}
 	// A last reservation after every snapshot of the drop: the window
 	// ends at the last snapshot. None: no window.
-	if r := s.report(opens, 9500, "client 202", 2000, 500, 100); r.WindowEndMs != 9000 {
+	if r := s.report(opens, 9500, "client 202", 2000, 500, 100, -1, 0); r.WindowEndMs != 9000 {
 		t.Errorf("late last reservation: window end %d ms, want 9000", r.WindowEndMs)
 	}
-	if r := s.report(opens, -1, "client 202", 2000, 0, 100); r.WindowEndMs != -1 || r.Roles["redis"].Window != 0 || r.PerThousandUnits != nil {
+	if r := s.report(opens, -1, "client 202", 2000, 0, 100, -1, 0); r.WindowEndMs != -1 || r.Roles["redis"].Window != 0 || r.PerThousandUnits != nil {
 		t.Errorf("no reservation: %+v", r)
 	}
 
 	// A process gone by the end is named and left out of the sums.
 	s.snaps = append(s.snaps, cpuSnapshot{at: at(9100), ticks: map[int]int64{1: 210, 10: 310, 11: 410}})
-	r = s.report(opens, 150, "client 202", 2000, 500, 100)
+	r = s.report(opens, 150, "client 202", 2000, 500, 100, -1, 0)
 	if len(r.Missing) != 1 || r.Missing[0] != "redis 20" || r.Roles["redis"].Total != 0 {
 		t.Errorf("missing %v, redis %+v; want redis 20 left out", r.Missing, r.Roles["redis"])
 	}
 	if txt := r.Text(); !strings.Contains(txt, "(2 processes: 10 0.60/3.10, 11 0.80/4.10)") || !strings.Contains(txt, "redis 20") {
 		t.Errorf("text:\n%s", txt)
+	}
+}
+
+// TestCPUJoins: the joins' window runs from the run's first snapshot to
+// the first at or after the last join, by role, and per join; none when
+// that snapshot comes after the opening or a process is missing from it.
+func TestCPUJoins(t *testing.T) {
+	opens := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return opens.Add(time.Duration(ms) * time.Millisecond) }
+	s := newCPUSampler("/nonexistent", 1, map[string][]int{"gateway": {10, 11}, "redis": {20}})
+	snap := func(ms int, self, g1, g2, r int64) {
+		s.snaps = append(s.snaps, cpuSnapshot{at: at(ms), ticks: map[int]int64{1: self, 10: g1, 11: g2, 20: r}})
+	}
+	snap(-10000, 0, 0, 0, 0) // the run's start
+	snap(-9000, 50, 100, 100, 10)
+	snap(-8000, 90, 200, 250, 20) // first at or after the last join (1,500 ms from the start)
+	snap(-7000, 95, 201, 251, 21)
+	snap(3, 100, 300, 300, 100)
+	snap(9000, 200, 400, 400, 200)
+	r := s.report(opens, 3, "client 202", 1000, 10, 100, 1500, 1000)
+	j := r.Joins
+	if j == nil {
+		t.Fatal("no joins window")
+	}
+	if j.EndMs != 2000 || j.LastJoinMs != 1500 || j.Joined != 1000 {
+		t.Fatalf("joins %+v; want the window to end 2,000 ms after the start", j)
+	}
+	near := func(name string, got, want float64) {
+		t.Helper()
+		if d := got - want; d > 1e-9 || d < -1e-9 {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	near("gateway", j.Roles["gateway"], 4.5) // 200 + 250 ticks
+	near("redis", j.Roles["redis"], 0.2)
+	near("server", j.Server, 4.7)
+	near("load", j.Load, 0.9)
+	near("per join", j.ServerPerJoinUs, 4700)
+	if txt := r.Text(); !strings.Contains(txt, "cpu joins: the run's start to the snapshot 2000 ms after it (last join 1500 ms): 1000 joined; server 4.70 s (gateway 4.50, redis 0.20), 4700 us per join; load 0.90 s") {
+		t.Errorf("text:\n%s", txt)
+	}
+
+	// Joins into the opening: the window would hold the opening's work.
+	if r := s.report(opens, 3, "client 202", 1000, 10, 100, 10001, 1000); r.Joins != nil {
+		t.Errorf("joins past the opening: %+v, want none", r.Joins)
+	}
+	if r := s.report(opens, 3, "client 202", 1000, 10, 100, -1, 0); r.Joins != nil {
+		t.Errorf("no join: %+v, want none", r.Joins)
+	}
+	// A process missing at the window's end: no sum.
+	delete(s.snaps[2].ticks, 20)
+	if r := s.report(opens, 3, "client 202", 1000, 10, 100, 1500, 1000); r.Joins != nil {
+		t.Errorf("a process missing: %+v, want none", r.Joins)
+	}
+}
+
+// TestLastJoinFromTheTimeseries: the end of the last slot with a join
+// outcome, whatever the join's answer.
+func TestLastJoinFromTheTimeseries(t *testing.T) {
+	r := &Report{Timeseries: []Slot{
+		{TMs: 0, Outcomes: map[string]int64{"join PREQUEUE": 3}},
+		{TMs: 100, Outcomes: map[string]int64{"join WAITING": 1, "purchase 202": 2}},
+		{TMs: 200, Outcomes: map[string]int64{"purchase 202": 5}},
+		{TMs: 300},
+	}}
+	if got := r.lastJoinMs(); got != 200 {
+		t.Errorf("lastJoinMs = %d, want 200", got)
+	}
+	if got := (&Report{Timeseries: []Slot{{TMs: 0, Outcomes: map[string]int64{"purchase 202": 1}}}}).lastJoinMs(); got != -1 {
+		t.Errorf("no join: lastJoinMs = %d, want -1", got)
 	}
 }
 
