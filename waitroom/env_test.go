@@ -269,6 +269,7 @@ type msg struct {
 	Text           string         `json:"text"` // type message
 	AtMs           int64          `json:"atMs"` // type message
 	DrawSecret     string         `json:"drawSecret"`
+	ChosenItemID   int64          `json:"chosenItemId"`
 }
 
 // read returns the next message, or the read error.

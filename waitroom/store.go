@@ -147,16 +147,19 @@ end
 // the shadow queue (shadow.go) stays there (-4); the fourth answer holds
 // the ticket shown to each -4 and -5. A pre-queue ticket's tier (1 to 9,
 // 0 none) is kept in the tiers string; the draw uses them when the
-// freezing call says the sale draws by tier (drawByTier 1).
+// freezing call says the sale draws by tier (drawByTier 1). The sixth
+// answer is each user's chosen item (0: none; queue order, choice.go),
+// which the join's first status shows: read here, it costs the join no
+// round trip of its own.
 //
 //	KEYS: state, tickets, order, admitted, presence, gone, idk, shadow,
-//	      shadown, released, tiers
+//	      shadown, released, tiers, choice
 //	ARGV: nowMs, drawAtMs, admissionTtlMs, knownSeq, knownN, knownServing,
 //	      guard, shadowIdentity, drawByTier, then userId, identityKey,
 //	      tier for each user
 //	returns {n or -1, serving, {ticket or -3, -4, -5...}, {shown...},
-//	tiered 0/1}, or {-2} when the queue must be restored first (see
-//	staleCheck)
+//	tiered 0/1, {chosen...}}, or {-2} when the queue must be restored
+//	first (see staleCheck)
 var joinScript = redis.NewScript(staleCheck + `
 if stale(KEYS[1], 4) then return {-2} end
 redis.call('HSET', KEYS[1], 'live', '1')
@@ -168,11 +171,12 @@ if not n and now >= tonumber(ARGV[2]) then
   redis.call('HSET', KEYS[1], 'n', n)
   if ARGV[9] == '1' then redis.call('HSET', KEYS[1], 'tiered', '1') end
 end
-local out, shown = {}, {}
+local out, shown, chosen = {}, {}, {}
 for i = 10, #ARGV, 3 do
   local uid, idk, tier = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local t = false
   shown[#shown + 1] = 0
+  chosen[#chosen + 1] = tonumber(redis.call('HGET', KEYS[12], uid) or '0')
   local sh = redis.call('HGET', KEYS[8], uid)
   if sh then
     t = -4
@@ -219,7 +223,7 @@ for i = 10, #ARGV, 3 do
 end
 local serving = tonumber(redis.call('HGET', KEYS[1], 'serving') or '0')
 local tiered = redis.call('HEXISTS', KEYS[1], 'tiered')
-return {n and tonumber(n) or -1, serving, out, shown, tiered}
+return {n and tonumber(n) or -1, serving, out, shown, tiered, chosen}
 `)
 
 // tickScript is run by every gateway for every active sale once per tick.
@@ -622,32 +626,34 @@ func registerJoins(ctx context.Context, rdb redis.UniversalClient, sale *flashsa
 		args = append(args, q.user, q.idk, q.tier)
 	}
 	res, err := joinScript.Run(ctx, rdb, saleKeys(sale.ID, keyState, keyTickets, keyOrder, keyAdmitted, keyPresence, keyGone, keyIdentity,
-		keyShadow, keyShadowN, keyReleased, keyTiers), args...).Slice()
+		keyShadow, keyShadowN, keyReleased, keyTiers, keyChoice), args...).Slice()
 	if err != nil {
 		return queueState{}, nil, fmt.Errorf("waitroom.join: %w", err)
 	}
 	if len(res) == 1 && toInt(res[0]) == -2 {
 		return queueState{}, nil, errStale
 	}
-	if len(res) != 5 {
+	if len(res) != 6 {
 		return queueState{}, nil, errors.New("waitroom.join: bad script reply")
 	}
 	st := queueState{N: toInt(res[0]), Serving: toInt(res[1]), Tiered: toInt(res[4]) == 1}
 	raw, _ := res[2].([]any)
 	shown, _ := res[3].([]any)
-	if len(raw) != len(qs) || len(shown) != len(qs) {
+	chosen, _ := res[5].([]any)
+	if len(raw) != len(qs) || len(shown) != len(qs) || len(chosen) != len(qs) {
 		return queueState{}, nil, errors.New("waitroom.join: bad script reply")
 	}
 	out := make([]joinTicket, len(raw))
 	for i, v := range raw {
-		out[i] = joinTicket{ticket: toInt(v), shown: toInt(shown[i])}
+		out[i] = joinTicket{ticket: toInt(v), shown: toInt(shown[i]), chosen: toInt(chosen[i])}
 	}
 	return st, out, nil
 }
 
 // joinTicket is joinScript's answer for one user: a ticket, ticketDuplicate,
-// or ticketShadowed with the ticket shown.
-type joinTicket struct{ ticket, shown int64 }
+// or ticketShadowed with the ticket shown; and the item the user chose
+// before (queue order; 0: none).
+type joinTicket struct{ ticket, shown, chosen int64 }
 
 type tickArgs struct {
 	me       string

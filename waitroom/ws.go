@@ -793,12 +793,9 @@ func (c *conn) enter(ctx context.Context, sr *saleRoom, j joinTicket) error {
 	queue := sr.sale.QueueOrder()
 	sr.mu.Unlock()
 	if queue && v.state != StateAdmitted && !c.shadow {
-		// A choice made before (another tab, a reconnect) is shown.
-		chosen, err := readChoice(ctx, r.rdb, sr.id, c.user)
-		if err != nil {
-			return err
-		}
-		c.chosen, v.chosen = chosen, chosen
+		// A choice made before (another tab, a reconnect) is shown: the
+		// join's script read it.
+		c.chosen, v.chosen = j.chosen, j.chosen
 	}
 	var adm []byte
 	if v.state == StateAdmitted {

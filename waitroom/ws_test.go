@@ -386,3 +386,36 @@ func TestWebSocketJoinGivesDrawSecret(t *testing.T) {
 		t.Fatalf("a later status repeats drawSecret %q", next.DrawSecret)
 	}
 }
+
+// TestRejoinShowsTheEarlierChoice: in queue order, a shopper's second
+// connection (another tab, a reconnect) shows in its first status the
+// item chosen on the first; the join's own script reads the choice.
+func TestRejoinShowsTheEarlierChoice(t *testing.T) {
+	e := newEnv(t)
+	sale := newSale(t, 1, e.clock.Now().Add(time.Hour), 10, 5)
+	sale.Allocation, sale.ClaimWindow = flashsale.AllocationQueue, time.Minute
+	sale.Items = append(sale.Items, flashsale.Item{ID: 1002, SaleID: 1, ProductID: 502, Quantity: 5, PriceCents: 999})
+	e.addSale(sale)
+	g := e.newGateway(Config{}, nil)
+	tok := e.token(7)
+
+	first := dial(t, g.url(sale.ID))
+	first.join(tok)
+	if m := first.untilState(StatePrequeue); m.ChosenItemID != 0 {
+		t.Fatalf("first status chose %d before any choice", m.ChosenItemID)
+	}
+	first.send(`{"type":"choose","itemId":1002}`)
+	first.until("the chosen item in a status", hangBound, func(m msg) bool { return m.Type == TypeStatus && m.ChosenItemID == 1002 })
+
+	second := dial(t, g.url(sale.ID))
+	second.join(tok)
+	if m := second.untilState(StatePrequeue); m.ChosenItemID != 1002 {
+		t.Errorf("the second connection's first status chose %d, want 1002", m.ChosenItemID)
+	}
+	// Another shopper's join shows no choice.
+	other := dial(t, g.url(sale.ID))
+	other.join(e.token(8))
+	if m := other.untilState(StatePrequeue); m.ChosenItemID != 0 {
+		t.Errorf("another shopper's first status chose %d, want none", m.ChosenItemID)
+	}
+}
