@@ -68,11 +68,20 @@ func FuzzParseClientMessage(f *testing.F) {
 	for _, s := range []string{`{"type":"join","accessToken":"abc"}`, `{"type":"join","accessToken":"a","pow":{"n":1}}`,
 		`{"type":"x"}`, `[]`, `{"type":"join","pow":[1]}`, "\x00", `{"type":"join","accessToken":"\u00e9"}`,
 		`{"type":"choose","itemId":12}`, `{"type":"choose","itemId":-1}`, `{"type":"choose","itemId":1e3}`,
-		`{"type":"join","accessToken":"a","code":"VIP2026"}`, `{"type":"join","code":7}`} {
+		`{"type":"join","accessToken":"a","code":"VIP2026"}`, `{"type":"join","code":7}`,
+		`{"accessToken":"eyJ.a-b_c","type":"join"}`, `{"type":"join","accessToken":"x"}"}`, `{"type":"join","accessToken":""}`,
+		`{"accessToken":"","type":"join"}`, `{"type":"join","accessToken":"a\"}`, `{"type":"join","accessToken":"`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := ParseClientMessage(b)
+		// The bare join's fast path answers what encoding/json does.
+		slow, serr := parseClientJSON(bytes.TrimSpace(b))
+		if (err == nil) != (serr == nil) || (err != nil && err.Error() != serr.Error()) ||
+			m.Type != slow.Type || m.AccessToken != slow.AccessToken || m.ItemID != slow.ItemID ||
+			m.Code != slow.Code || !bytes.Equal(m.PoW, slow.PoW) {
+			t.Fatalf("%q: parsed %+v (%v), encoding/json %+v (%v)", b, m, err, slow, serr)
+		}
 		if err != nil {
 			if flashsale.ErrorCode(err) != flashsale.CodeInvalid {
 				t.Fatalf("error code %s, want INVALID", flashsale.ErrorCode(err))
@@ -254,6 +263,25 @@ func TestParseClientMessageCode(t *testing.T) {
 			}
 			if m.Code != tt.code {
 				t.Errorf("code = %q, want %q", m.Code, tt.code)
+			}
+		})
+	}
+}
+
+// BenchmarkParseJoin parses the page's join: the bare-join fast path
+// against encoding/json (parseClientJSON).
+func BenchmarkParseJoin(b *testing.B) {
+	msg := []byte(`{"type":"join","accessToken":"eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwiZXhwIjoxOTAwMDAwMDAwfQ.c2lnbmF0dXJlLXNpZ25hdHVyZS1zaWduYXR1cmU"}`)
+	for _, bc := range []struct {
+		name  string
+		parse func([]byte) (ClientMessage, error)
+	}{{"fast", ParseClientMessage}, {"json", parseClientJSON}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := bc.parse(msg); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}
