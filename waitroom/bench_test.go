@@ -61,7 +61,8 @@ type connBench struct {
 	after   serverMem
 
 	goroutines0, goroutines1 int
-	fds                      int // open files of this process, all joined
+	fds                      int           // open files of this process, all joined
+	joinCPU                  time.Duration // this process's CPU while the n connections joined
 }
 
 // startConnBench starts the room and its server, measures the process's
@@ -99,7 +100,9 @@ func startConnBench(tb testing.TB, n int) *connBench {
 	h := &connBench{e: e, r: r, ctx: ctx, saleID: sale.ID, itemID: sale.Items[0].ID, n: n}
 	h.before = readServerMem(tb)
 	h.goroutines0 = runtime.NumGoroutine()
+	cpu0 := selfCPU(tb)
 	h.clients = startClients(tb, strings.TrimPrefix(srv.URL, "http://"), sale.ID, n, e.clock.Now().UnixMilli())
+	h.joinCPU = selfCPU(tb) - cpu0
 	h.after = readServerMem(tb)
 	h.goroutines1 = runtime.NumGoroutine()
 	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
@@ -166,6 +169,9 @@ func (h *connBench) push(tb testing.TB, round int) (all, tick, drain time.Durati
 // CPU time (user + system) this process and the client processes spent
 // per push: here they share the same 2 cores, so the push time includes the
 // clients' reads and, over loopback, the kernel's receive path.
+// server-cpu-us/join is this process's CPU while the connections joined,
+// per connection: the upgrade, the join's read, token check and batched
+// script, the first status, as fast as the clients dial.
 func BenchmarkConnections(b *testing.B) {
 	n := 19000
 	if s := os.Getenv("FLASHSALE_BENCH_CONNS"); s != "" {
@@ -213,6 +219,7 @@ func BenchmarkConnections(b *testing.B) {
 	b.ReportMetric(perRound(drains), "drain-ms")
 	b.ReportMetric(perRound(server1-server0), "server-cpu-ms/push")
 	b.ReportMetric(perRound(clients1-clients0), "client-cpu-ms/push")
+	b.ReportMetric(float64(h.joinCPU.Nanoseconds())/1000/float64(n), "server-cpu-us/join")
 	b.ReportMetric(float64(n), "conns")
 	b.ReportMetric(float64(h.fds), "open-files")
 }
