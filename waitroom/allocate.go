@@ -286,6 +286,18 @@ func (r *Room) serveNew(ctx context.Context, sr *saleRoom, sale *flashsale.Sale,
 		if err != nil {
 			return pos, err
 		}
+		if freeUnits(p.left) == 0 {
+			// No unit free: the places below the mark are served from
+			// the holds an earlier pass took, or wait. Nothing is chosen
+			// for them, so no choice is fixed: a sold-out sale whose mark
+			// stood past the cursor fixed and lifted thousands of choices
+			// every tick.
+			var waits bool
+			if pos, waits, err = r.serveHeld(ctx, sale, users, pos, p); waits || err != nil {
+				return pos, err
+			}
+			continue
+		}
 		if to := pos + int64(len(users)); to > p.marked {
 			// Before any hold of these places: a leader cut short
 			// between its holds and its admissions leaves the mark, and
@@ -348,6 +360,29 @@ func (r *Room) serveNew(ctx context.Context, sr *saleRoom, sale *flashsale.Sale,
 		p.budget -= int64(len(users))
 	}
 	return pos, nil
+}
+
+// serveHeld serves users, the places from pos on (all below the mark),
+// from the holds an earlier pass took for them, in place order, until
+// the first place that holds nothing: it waits (waits true), as it would
+// with no mark. It returns where the cursor goes.
+func (r *Room) serveHeld(ctx context.Context, sale *flashsale.Sale, users []int64, pos int64, p *pass) (int64, bool, error) {
+	for _, u := range users {
+		if u == 0 {
+			pos++
+			continue
+		}
+		at, item, ok, err := r.heldBefore(ctx, sale, u, pos, p)
+		if err != nil || !ok {
+			return pos, true, err
+		}
+		if at != 0 {
+			p.admits = append(p.admits, heldAdmit{user: u, place: pos, atMs: at, item: item})
+		}
+		pos++
+	}
+	p.budget -= int64(len(users))
+	return pos, false, nil
 }
 
 // heldAhead is what holdAhead did for a place: done with the admission

@@ -200,4 +200,19 @@ func TestStaleHoldingMarkPassesNobodyOver(t *testing.T) {
 	if s, _ := e.rdb.HGet(ctx, state, fieldServing).Int64(); s != 1 {
 		t.Fatalf("cursor moved to %d while every unit was held", s)
 	}
+	// Such a pass reads no choice and fixes none: a sold-out sale whose
+	// mark stood past the cursor fixed and lifted thousands every tick.
+	sr := a.saleRoom(sale.ID, false)
+	sr.mu.Lock()
+	qs := sr.st
+	sr.mu.Unlock()
+	p := pass{left: map[int64]int64{item: 0}, budget: maxHoldsPerTick, holdingTo: 5, marked: 5,
+		fixUntil: e.clock.Now().Add(fixFor).UnixMilli()}
+	sr.allocMu.Lock()
+	pos, err := a.serveNew(ctx, sr, sale, qs, &p)
+	sr.allocMu.Unlock()
+	if err != nil || pos != 1 || len(p.fixed) != 0 || len(p.admits) != 0 {
+		t.Fatalf("a pass with no unit free under a stale mark: cursor %d (%v), fixed %v, admits %v; want 1 and nothing",
+			pos, err, p.fixed, p.admits)
+	}
 }
