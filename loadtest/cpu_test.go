@@ -178,17 +178,32 @@ func TestProcTreeCountsChild(t *testing.T) {
 	}
 }
 
+// fakeSampler is a sampler of two gateways (pids 10 and 11), a Redis (20)
+// and the tool itself (1) whose snapshots are added by snap, at ms from
+// opens, with each process's ticks.
+func fakeSampler(opens time.Time) (*cpuSampler, func(ms int, self, g1, g2, r int64)) {
+	s := newCPUSampler("/nonexistent", 1, map[string][]int{"gateway": {10, 11}, "redis": {20}})
+	return s, func(ms int, self, g1, g2, r int64) {
+		at := opens.Add(time.Duration(ms) * time.Millisecond)
+		s.snaps = append(s.snaps, cpuSnapshot{at: at, ticks: map[int]int64{1: self, 10: g1, 11: g2, 20: r}})
+	}
+}
+
+// nearly fails t when got is not want to 1e-9.
+func nearly(t *testing.T, name string, got, want float64) {
+	t.Helper()
+	if d := got - want; d > 1e-9 || d < -1e-9 {
+		t.Errorf("%s = %v, want %v", name, got, want)
+	}
+}
+
 // TestCPUWindow: the window runs from the first snapshot at or after the
 // opening to the first at or after the last reservation; the total from
 // the first snapshot to the last; the sums and the per-1,000 figures
 // follow.
 func TestCPUWindow(t *testing.T) {
 	opens := time.Unix(1000, 0)
-	at := func(ms int) time.Time { return opens.Add(time.Duration(ms) * time.Millisecond) }
-	s := newCPUSampler("/nonexistent", 1, map[string][]int{"gateway": {10, 11}, "redis": {20}})
-	snap := func(ms int, self, g1, g2, r int64) {
-		s.snaps = append(s.snaps, cpuSnapshot{at: at(ms), ticks: map[int]int64{1: self, 10: g1, 11: g2, 20: r}})
-	}
+	s, snap := fakeSampler(opens)
 	snap(-5000, 0, 0, 0, 0) // the run's start
 	snap(3, 100, 100, 100, 100)
 	snap(103, 110, 130, 140, 150)
@@ -199,12 +214,7 @@ func TestCPUWindow(t *testing.T) {
 	if r.WindowStartMs != 3 || r.WindowEndMs != 203 || r.TotalMs != 14000 {
 		t.Fatalf("window %d…%d ms, total %d ms; want 3…203, 14000", r.WindowStartMs, r.WindowEndMs, r.TotalMs)
 	}
-	near := func(name string, got, want float64) {
-		t.Helper()
-		if d := got - want; d > 1e-9 || d < -1e-9 {
-			t.Errorf("%s = %v, want %v", name, got, want)
-		}
-	}
+	near := func(name string, got, want float64) { t.Helper(); nearly(t, name, got, want) }
 	near("gateway window", r.Roles["gateway"].Window, 1.4) // (160−100)+(180−100) ticks
 	near("gateway total", r.Roles["gateway"].Total, 7)
 	if ps := r.Roles["gateway"].Processes; len(ps) != 2 || ps[0].PID != 10 || ps[1].PID != 11 {
@@ -238,7 +248,7 @@ func TestCPUWindow(t *testing.T) {
 	}
 
 	// A process gone by the end is named and left out of the sums.
-	s.snaps = append(s.snaps, cpuSnapshot{at: at(9100), ticks: map[int]int64{1: 210, 10: 310, 11: 410}})
+	s.snaps = append(s.snaps, cpuSnapshot{at: opens.Add(9100 * time.Millisecond), ticks: map[int]int64{1: 210, 10: 310, 11: 410}})
 	r = s.report(opens, 150, "client 202", 2000, 500, 100, -1, 0)
 	if len(r.Missing) != 1 || r.Missing[0] != "redis 20" || r.Roles["redis"].Total != 0 {
 		t.Errorf("missing %v, redis %+v; want redis 20 left out", r.Missing, r.Roles["redis"])
@@ -253,11 +263,7 @@ func TestCPUWindow(t *testing.T) {
 // that snapshot comes after the opening or a process is missing from it.
 func TestCPUJoins(t *testing.T) {
 	opens := time.Unix(1000, 0)
-	at := func(ms int) time.Time { return opens.Add(time.Duration(ms) * time.Millisecond) }
-	s := newCPUSampler("/nonexistent", 1, map[string][]int{"gateway": {10, 11}, "redis": {20}})
-	snap := func(ms int, self, g1, g2, r int64) {
-		s.snaps = append(s.snaps, cpuSnapshot{at: at(ms), ticks: map[int]int64{1: self, 10: g1, 11: g2, 20: r}})
-	}
+	s, snap := fakeSampler(opens)
 	snap(-10000, 0, 0, 0, 0) // the run's start
 	snap(-9000, 50, 100, 100, 10)
 	snap(-8000, 90, 200, 250, 20) // first at or after the last join (1,500 ms from the start)
@@ -272,12 +278,7 @@ func TestCPUJoins(t *testing.T) {
 	if j.EndMs != 2000 || j.LastJoinMs != 1500 || j.Joined != 1000 {
 		t.Fatalf("joins %+v; want the window to end 2,000 ms after the start", j)
 	}
-	near := func(name string, got, want float64) {
-		t.Helper()
-		if d := got - want; d > 1e-9 || d < -1e-9 {
-			t.Errorf("%s = %v, want %v", name, got, want)
-		}
-	}
+	near := func(name string, got, want float64) { t.Helper(); nearly(t, name, got, want) }
 	near("gateway", j.Roles["gateway"], 4.5) // 200 + 250 ticks
 	near("redis", j.Roles["redis"], 0.2)
 	near("server", j.Server, 4.7)
