@@ -176,7 +176,7 @@ for i = 10, #ARGV, 3 do
   local uid, idk, tier = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local t = false
   shown[#shown + 1] = 0
-  chosen[#chosen + 1] = tonumber(redis.call('HGET', KEYS[12], uid) or '0')
+  chosen[#chosen + 1] = tonumber(redis.call('HGET', KEYS[12], uid) or '0') or 0
   local sh = redis.call('HGET', KEYS[8], uid)
   if sh then
     t = -4
