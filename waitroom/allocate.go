@@ -100,8 +100,10 @@ func windowStart(sale *flashsale.Sale, now time.Time) time.Time {
 
 // allocate is the leader's tick of a queue sale: it lapses the holds whose
 // window is over, then holds a unit for each next place in line while
-// units are free, and admits those places. rem is the stock as read this
-// tick (every item has a record). allocate returns the stock after its
+// units are free, and admits those places. rem is the stock as the tick
+// read it (every item has a record), returned when the pass does not run;
+// the pass reads it again once it has the sale's allocation lock.
+// allocate returns the stock after its
 // holds and the cursor after its pass, so that this very tick admits the
 // held places and shows the items it sold out (a shopper passed over for
 // one is told at once).
@@ -121,19 +123,25 @@ func (r *Room) allocate(ctx context.Context, sr *saleRoom, sale *flashsale.Sale,
 	if sale.Paused || st.N < 0 {
 		return rem, st.Serving, nil
 	}
-	back, err := r.cfg.Holds.Lapse(ctx, sale.ID, now, 1000)
+	if _, err := r.cfg.Holds.Lapse(ctx, sale.ID, now, 1000); err != nil {
+		return rem, st.Serving, fmt.Errorf("waitroom.allocate: %w", err)
+	}
+	// The stock as it is now, under allocMu: units that came back go to
+	// the next in line this very tick, and a pass of the other loop
+	// (advanceLoop's refresh or the tick's) may have held units since the
+	// caller read it. A pass on the older count looked at the places
+	// after the first wave for units already gone, at the draw, and
+	// passed over those who had chosen an item.
+	again, err := r.stock.Remaining(ctx, sale.ID)
 	if err != nil {
 		return rem, st.Serving, fmt.Errorf("waitroom.allocate: %w", err)
 	}
-	if back > 0 {
-		// Units came back: read the stock again, so they go to the next
-		// in line this very tick.
-		again, err := r.stock.Remaining(ctx, sale.ID)
-		if err != nil {
-			return rem, st.Serving, fmt.Errorf("waitroom.allocate: %w", err)
+	for _, it := range sale.Items {
+		if _, ok := again[it.ID]; !ok {
+			return rem, st.Serving, nil // the stock is lost: the reconciler rebuilds it
 		}
-		rem = again
 	}
+	rem = again
 	if again, err := r.reholdLost(ctx, sale, rem, now); again || err != nil {
 		return rem, st.Serving, err // holds lost with Redis first (holdrestore.go)
 	}

@@ -216,3 +216,45 @@ func TestStaleHoldingMarkPassesNobodyOver(t *testing.T) {
 			pos, err, p.fixed, p.admits)
 	}
 }
+
+// TestPassReadsTheStockUnderItsLock: a pass given a stock count read
+// before another pass held the units (the tick loop and advanceLoop both
+// run the leader's refresh) reads the stock again under the sale's
+// allocation lock and does nothing while no unit is free. On the older
+// count it looked at the places after the first wave for units already
+// gone and passed over those who had chosen an item, moving the cursor.
+func TestPassReadsTheStockUnderItsLock(t *testing.T) {
+	ctx := context.Background()
+	q := newQueueEnv(t, 73, 2, 5)
+	e, st, sale := q.env, q.st, q.sale
+	item := sale.Items[0].ID
+	a := q.room(StockHolds{Stock: st})
+	e.clock.Advance(2 * time.Second)
+	if _, err := a.refresh(ctx, sale.ID, e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	state := lua.QueueKey(sale.ID, keyState)
+	if s, err := e.rdb.HGet(ctx, state, fieldServing).Int64(); err != nil || s != 2 {
+		t.Fatalf("cursor after the first wave = %d, %v; want 2", s, err)
+	}
+	for u := int64(1); u <= 5; u++ {
+		e.rdb.HSet(ctx, lua.QueueKey(sale.ID, keyChoice), u, item)
+	}
+	sr := a.saleRoom(sale.ID, false)
+	sr.mu.Lock()
+	qs := sr.st
+	sr.mu.Unlock()
+	stale := map[int64]int64{item: 2} // the count before the first wave's holds
+	if _, to, err := a.allocate(ctx, sr, sale, qs, stale, e.clock.Now()); err != nil || to != 2 {
+		t.Fatalf("a pass on a stale count: cursor %d, %v; want 2", to, err)
+	}
+	if s, _ := e.rdb.HGet(ctx, state, fieldServing).Int64(); s != 2 {
+		t.Errorf("cursor moved to %d with every unit held", s)
+	}
+	if n, _ := e.rdb.HLen(ctx, lua.QueueKey(sale.ID, keyPassed)).Result(); n != 0 {
+		t.Errorf("%d places passed over for units already held", n)
+	}
+	if h, _ := e.rdb.HGet(ctx, state, fieldHolding).Int64(); h != 2 {
+		t.Errorf("holding mark %d, want the cursor, 2", h)
+	}
+}
