@@ -90,10 +90,14 @@ type allocState struct {
 
 // windowStart is when the claim window of a hold granted at now counts
 // from: the opening for the first wave (granted between the draw and the
-// opening), the grant otherwise.
+// opening), the grant otherwise. notBefore decides in milliseconds, as
+// the admission record and the token do: a grant within the opening's own
+// millisecond but before its instant has no not-before, and its window
+// counts from the grant (it was the zero time, a record of year 1 that
+// every gateway took for an admission long expired).
 func windowStart(sale *flashsale.Sale, now time.Time) time.Time {
-	if now.Before(sale.StartsAt) {
-		return notBefore(sale, now.UnixMilli())
+	if nb := notBefore(sale, now.UnixMilli()); !nb.IsZero() {
+		return nb
 	}
 	return now
 }

@@ -258,3 +258,24 @@ func TestPassReadsTheStockUnderItsLock(t *testing.T) {
 		t.Errorf("holding mark %d, want the cursor, 2", h)
 	}
 }
+
+// TestWindowStartInTheOpeningsMillisecond: a hold granted within the
+// opening's millisecond but before its instant counts its window from
+// the grant, never from the zero time; before that millisecond, from
+// the opening (rounded up to the millisecond); after it, from the grant.
+func TestWindowStartInTheOpeningsMillisecond(t *testing.T) {
+	opens := time.Date(2026, 12, 6, 12, 0, 0, 123_456_789, time.UTC)
+	sale := &flashsale.Sale{ID: 1, StartsAt: opens}
+	for _, tc := range []struct {
+		name      string
+		now, want time.Time
+	}{
+		{"the draw, 3 s before", opens.Add(-3 * time.Second), opens.Truncate(time.Millisecond).Add(time.Millisecond)},
+		{"the opening's millisecond, before its instant", opens.Add(-300 * time.Microsecond), opens.Add(-300 * time.Microsecond)},
+		{"after the opening", opens.Add(time.Second), opens.Add(time.Second)},
+	} {
+		if got := windowStart(sale, tc.now); !got.Equal(tc.want) {
+			t.Errorf("%s: window from %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
