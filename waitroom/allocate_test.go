@@ -157,6 +157,23 @@ func TestNewLeaderServesHoldsOfACutShortPass(t *testing.T) {
 	}
 }
 
+// afterFirstWave is newQueueEnv(t, id, qty, n) with a room that has run
+// the first wave at the draw: every unit held, the cursor at qty.
+func afterFirstWave(t *testing.T, id, qty, n int64) (*queueEnv, *Room) {
+	t.Helper()
+	q := newQueueEnv(t, id, qty, n)
+	a := q.room(StockHolds{Stock: q.st})
+	q.clock.Advance(2 * time.Second)
+	if _, err := a.refresh(context.Background(), q.sale.ID, q.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	serving, err := q.rdb.HGet(context.Background(), lua.QueueKey(q.sale.ID, keyState), fieldServing).Int64()
+	if err != nil || serving != qty {
+		t.Fatalf("cursor after the first wave = %d, %v; want %d (every unit held)", serving, err, qty)
+	}
+	return q, a
+}
+
 // TestStaleHoldingMarkPassesNobodyOver: a holding mark past the cursor
 // whose places hold nothing (a pass that marked them and then found no
 // unit) changes nothing while every unit is held: the next place, whose
@@ -165,19 +182,10 @@ func TestNewLeaderServesHoldsOfACutShortPass(t *testing.T) {
 // follows the cursor.
 func TestStaleHoldingMarkPassesNobodyOver(t *testing.T) {
 	ctx := context.Background()
-	q := newQueueEnv(t, 72, 1, 2)
+	q, a := afterFirstWave(t, 72, 1, 2)
 	e, st, sale := q.env, q.st, q.sale
 	item := sale.Items[0].ID
-	a := q.room(StockHolds{Stock: st})
-	e.clock.Advance(2 * time.Second)
-	if _, err := a.refresh(ctx, sale.ID, e.clock.Now()); err != nil {
-		t.Fatal(err)
-	}
 	state := lua.QueueKey(sale.ID, keyState)
-	serving, err := e.rdb.HGet(ctx, state, fieldServing).Int64()
-	if err != nil || serving != 1 {
-		t.Fatalf("cursor after the first wave = %d, %v; want 1 (the one unit held)", serving, err)
-	}
 	if h, err := e.rdb.HGet(ctx, state, fieldHolding).Int64(); err != nil || h != 1 {
 		t.Fatalf("holding mark after the pass = %d, %v; want the cursor, 1", h, err)
 	}
@@ -225,18 +233,10 @@ func TestStaleHoldingMarkPassesNobodyOver(t *testing.T) {
 // gone and passed over those who had chosen an item, moving the cursor.
 func TestPassReadsTheStockUnderItsLock(t *testing.T) {
 	ctx := context.Background()
-	q := newQueueEnv(t, 73, 2, 5)
-	e, st, sale := q.env, q.st, q.sale
+	q, a := afterFirstWave(t, 73, 2, 5)
+	e, sale := q.env, q.sale
 	item := sale.Items[0].ID
-	a := q.room(StockHolds{Stock: st})
-	e.clock.Advance(2 * time.Second)
-	if _, err := a.refresh(ctx, sale.ID, e.clock.Now()); err != nil {
-		t.Fatal(err)
-	}
 	state := lua.QueueKey(sale.ID, keyState)
-	if s, err := e.rdb.HGet(ctx, state, fieldServing).Int64(); err != nil || s != 2 {
-		t.Fatalf("cursor after the first wave = %d, %v; want 2", s, err)
-	}
 	for u := int64(1); u <= 5; u++ {
 		e.rdb.HSet(ctx, lua.QueueKey(sale.ID, keyChoice), u, item)
 	}
