@@ -85,6 +85,17 @@ func newFrozenEnvLeased(t *testing.T, quantity int64, ttl time.Duration) *frozen
 	return &frozenEnv{env: &env{rdb: rdb, pool: pool, st: st, sale: &sl}, srv: srv, k: k, s: s, reg: reg, lease: leaser}
 }
 
+// freeze stops the redis-server (SIGSTOP); thaw lets it go on (SIGCONT).
+func (f *frozenEnv) freeze(t *testing.T) { t.Helper(); f.signal(t, syscall.SIGSTOP) }
+func (f *frozenEnv) thaw(t *testing.T)   { t.Helper(); f.signal(t, syscall.SIGCONT) }
+
+func (f *frozenEnv) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := f.srv.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // uncertainID reserves for user while Redis is frozen: 503 UNAVAILABLE
 // naming the order.
 func (f *frozenEnv) uncertainID(t *testing.T, user int64) string {
@@ -104,16 +115,12 @@ func (f *frozenEnv) uncertainID(t *testing.T, user int64) string {
 // same order, never ALREADY_PURCHASED.
 func TestReserveFrozenRedisSettles(t *testing.T) {
 	f := newFrozenEnv(t, 5)
-	if err := f.srv.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	f.freeze(t)
 	id7, id8 := f.uncertainID(t, 7), f.uncertainID(t, 8)
 	if n := f.s.Unsettled(); n != 2 {
 		t.Fatalf("%d unsettled, want 2", n)
 	}
-	if err := f.srv.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
+	f.thaw(t)
 	// User 8 retries at once: Redis names the order; it is settled now.
 	if id, err := f.s.Reserve(context.Background(), f.sale, f.item(0), 8); err != nil || id != id8 {
 		t.Fatalf("retry after the freeze = %q, %v; want 202 with %s", id, err, id8)
@@ -148,14 +155,10 @@ func TestReserveFrozenRedisSettles(t *testing.T) {
 func TestReserveFrozenPastTheLeaseSpanSettles(t *testing.T) {
 	const ttl = 600 * time.Millisecond
 	f := newFrozenEnvLeased(t, 5, ttl)
-	if err := f.srv.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	f.freeze(t)
 	testenv.Eventually(t, "the lease no longer valid here", 10*time.Second, func() bool { return f.lease.Slot() == 0 })
 	id8 := f.uncertainID(t, 8) // a second: past the lease's span of its making
-	if err := f.srv.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
+	f.thaw(t)
 	if id, err := f.s.Reserve(context.Background(), f.sale, f.item(0), 8); err != nil || id != id8 {
 		t.Fatalf("retry after the freeze = %q, %v; want 202 with %s", id, err, id8)
 	}
@@ -167,9 +170,7 @@ func TestReserveFrozenPastTheLeaseSpanSettles(t *testing.T) {
 func TestReserveWaitingInAFrozenRedisIsAcknowledged(t *testing.T) {
 	const ttl = 600 * time.Millisecond
 	f := newFrozenEnvLeased(t, 5, ttl)
-	if err := f.srv.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	f.freeze(t)
 	testenv.Eventually(t, "the lease no longer valid here", 10*time.Second, func() bool { return f.lease.Slot() == 0 })
 	type answer struct {
 		id  string
@@ -184,9 +185,7 @@ func TestReserveWaitingInAFrozenRedisIsAcknowledged(t *testing.T) {
 	// Past the lease's span of the reservation's making, within its
 	// Redis bound (1 s).
 	testenv.Eventually(t, "the lease's span since the purchase", 10*time.Second, func() bool { return time.Since(start) > ttl })
-	if err := f.srv.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
+	f.thaw(t)
 	a := <-done
 	if a.err != nil || a.id == "" {
 		t.Fatalf("Reserve that waited %v in a frozen Redis = %q, %v; want 202", time.Since(start), a.id, a.err)
@@ -198,9 +197,7 @@ func TestReserveWaitingInAFrozenRedisIsAcknowledged(t *testing.T) {
 // and the shopper buys again with a new order.
 func TestReserveUncertainNeverRan(t *testing.T) {
 	f := newFrozenEnv(t, 5)
-	if err := f.srv.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	f.freeze(t)
 	lost := f.uncertainID(t, 7)
 	f.srv.Kill()
 	srv, err := localsvc.StartRedis(context.Background(), localsvc.RedisOptions{Dir: f.srv.Dir, Port: portOf(t, f.srv.Addr)})
@@ -249,16 +246,12 @@ func TestClaimFrozenRedisSettles(t *testing.T) {
 	if err := f.st.Hold(ctx, f.sale.ID, f.item(0).ID, 9, held, t0.Add(2*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.srv.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	f.freeze(t)
 	id, err := f.s.Claim(ctx, f.sale, f.item(0), 9)
 	if id != "" || codeOf(err) != flashsale.CodeUnavailable || f.s.Unsettled() != 1 {
 		t.Fatalf("Claim with Redis frozen = %q, %v (%d unsettled); want UNAVAILABLE, one to settle", id, err, f.s.Unsettled())
 	}
-	if err := f.srv.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
+	f.thaw(t)
 	testenv.Eventually(t, "the uncertain claim settled", 5*time.Second, func() bool { return f.s.Unsettled() == 0 })
 	// Settled means taken out of the set; the publish follows.
 	testenv.Eventually(t, "the claimed order's record", 10*time.Second, func() bool {

@@ -60,11 +60,7 @@ func TestFenceRefusesWhatTheRebuildDidNotCount(t *testing.T) {
 	if !errors.Is(err, orderstore.ErrFenced) {
 		t.Fatalf("a batch with a fenced record: %v, want ErrFenced", err)
 	}
-	var sold int
-	if err := pool.QueryRow(ctx, `SELECT sold FROM items WHERE id = $1`, item).Scan(&sold); err != nil {
-		t.Fatal(err)
-	}
-	if sold != 3 {
+	if sold := soldOf(t, pool, item); sold != 3 {
 		t.Fatalf("sold = %d, want the 3 records not fenced", sold)
 	}
 }

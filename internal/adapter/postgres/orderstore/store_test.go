@@ -30,6 +30,16 @@ func saleItem(t *testing.T, pool *pgxpool.Pool, q int) (sale, item int64) {
 	return sale, item
 }
 
+// soldOf is the item's sold count (items.sold).
+func soldOf(t *testing.T, pool *pgxpool.Pool, item int64) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT sold FROM items WHERE id = $1`, item).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // trail is an order's events (types, in id order) and whether a stock
 // return is owed for it.
 func trail(t *testing.T, pool *pgxpool.Pool, id string) (types []string, owed bool) {
@@ -136,11 +146,7 @@ func TestChangesWriteEventAndReturnOnce(t *testing.T) {
 			t.Errorf("%s: events %v, return owed %v; want %v, %v", tc.name, types, owed, tc.types, tc.owed)
 		}
 	}
-	var sold int
-	if err := pool.QueryRow(ctx, `SELECT sold FROM items WHERE id = $1`, item).Scan(&sold); err != nil {
-		t.Fatal(err)
-	}
-	if sold != 1 {
+	if sold := soldOf(t, pool, item); sold != 1 {
 		t.Errorf("items.sold = %d, want 1 (the paid order)", sold)
 	}
 	o, ok, err := st.Get(ctx, 1, paid.ID.String(), now)
