@@ -1,11 +1,15 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
@@ -173,4 +177,49 @@ func BenchmarkPurchaseSoldOutHandler(b *testing.B) {
 	tok, adm := benchTokens(b, now)
 	srv := New(Config{}, Deps{Access: auth.NewCache(auth.NewVerifier(testSecret), 1<<16), Admission: signer, Sales: benchSales{sale}, Purchase: benchPurchase{}})
 	driveHandler(b, srv.App(), tok, adm)
+}
+
+// BenchmarkUpgrade: WebSocket upgrades on new connections through the
+// public port (splitter, serveUpgrade, the address check) to a queue
+// handler that accepts, writes one message and closes. Client and server
+// share this process, so ns/op is both sides of an upgrade: compare runs
+// of the same client.
+//
+//	go test -run '^$' -bench Upgrade -benchmem ./gateway/
+func BenchmarkUpgrade(b *testing.B) {
+	e := newEnv(b)
+	e.queue.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		_ = c.Write(r.Context(), websocket.MessageText, []byte(`{"type":"status"}`))
+		_ = c.CloseNow()
+	})
+	addr := serve(b, e)
+	head := []byte("GET /api/flash-sales/sales/1/queue HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" +
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_, _ = conn.Write(head)
+			br := bufio.NewReader(conn)
+			res, err := http.ReadResponse(br, nil)
+			if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
+				b.Errorf("upgrade: %v %v", res, err)
+				conn.Close()
+				return
+			}
+			if _, err := io.ReadFull(br, make([]byte, 2+len(`{"type":"status"}`))); err != nil {
+				b.Error(err)
+			}
+			conn.Close()
+		}
+	})
 }

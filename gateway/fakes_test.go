@@ -450,7 +450,7 @@ func itoa(n int64) string {
 
 // env is a gateway wired with fakes, at a fixed clock.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	srv      *Server
 	access   *countingAccess
 	adm      *admission.Signer
@@ -465,7 +465,7 @@ type env struct {
 
 // Fixtures: sale 1 open (items 101, 102 with 102 sold out), sale 2
 // scheduled (item 201), sale 3 ended (item 301).
-func newEnv(t *testing.T, tweak ...func(*Config, *Deps)) *env {
+func newEnv(t testing.TB, tweak ...func(*Config, *Deps)) *env {
 	t.Helper()
 	seed := make([]byte, 32)
 	for i := range seed {

@@ -1,6 +1,7 @@
 // Package gateway is the HTTP edge of flashsale: every public and operator
 // route of the contract, served by fiber, with WebSocket upgrades of the
-// waiting room handed to a net/http server on the same port. The public
+// waiting room answered on the same port through net/http's handler types
+// (serveUpgrade; no net/http server). The public
 // port's connections are routed by internal/conn/split and their timeouts
 // enforced by internal/conn/watchdog; what a first head may not be (its
 // framing) and what a fiber connection records (reqLines) stay here.
@@ -94,7 +95,7 @@ type Orders interface {
 }
 
 // Queue is the waiting room. ServeHTTP receives the WebSocket upgrades of
-// GET /api/flash-sales/sales/{saleId}/queue (net/http side of the port, with
+// GET /api/flash-sales/sales/{saleId}/queue (serveUpgrade, with
 // r.RemoteAddr already rewritten to the client address the Guard resolved).
 // Join and Status serve the polling fallback; their results are JSON-encoded
 // as they are.
@@ -340,18 +341,15 @@ type Server struct {
 	realClock bool
 	log       *slog.Logger
 	app       *fiber.App
-	ws        *http.Server // WebSocket side of the public port
 	metrics   *metrics
 	remain    remainingCache
 	list      listCache
 	draws     drawCache
 
-	// fwdLn feeds the WebSocket server the upgrades fiber received on a
-	// connection already split to it (a keep-alive connection reused by a
-	// proxy); served from the first Serve call on.
-	fwdLn      *split.Listener
-	fwdServing atomic.Bool
-	fwdOnce    sync.Once
+	// wsMux routes the WebSocket upgrades (serveUpgrade); upgrades
+	// counts those being answered, which Shutdown waits for.
+	wsMux    http.Handler
+	upgrades sync.WaitGroup
 	// unavailableLogged is the Unix second of the last UNAVAILABLE logged
 	// (logUnavailable).
 	unavailableLogged atomic.Int64
@@ -407,15 +405,8 @@ func New(cfg Config, deps Deps) *Server {
 	})
 	// Upgrades forwarded from fiber keep their connection (forwardUpgrade).
 	s.app.Server().KeepHijackedConns = true
-	s.fwdLn = split.NewListener(&net.TCPAddr{})
 	s.routes()
-	s.ws = &http.Server{
-		Handler:           s.wsHandler(),
-		ReadHeaderTimeout: cfg.HeadTimeout,
-		MaxHeaderBytes:    cfg.ReadBufferSize,
-		IdleTimeout:       cfg.IdleTimeout,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-	}
+	s.wsMux = s.wsHandler()
 	return s
 }
 
@@ -424,7 +415,7 @@ func (s *Server) App() *fiber.App { return s.app }
 
 // Serve serves the public port on ln until Shutdown, then returns nil. Each
 // new connection is routed by its first request head: `Upgrade: websocket`
-// goes to the net/http server (Deps.Queue), everything else to fiber.
+// is answered by serveUpgrade (Deps.Queue), everything else by fiber.
 func (s *Server) Serve(ln net.Listener) error {
 	wd := watchdog.New(watchdog.Config{Read: s.cfg.ReadTimeout, Idle: s.cfg.IdleTimeout, Write: s.cfg.WriteTimeout}, s.metrics.timeouts)
 	defer wd.Stop()
@@ -437,6 +428,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}, split.Deps{
 		Refuse:       refuseFirstHead,
 		WrapHTTP:     func(c net.Conn) net.Conn { return newEdgeConn(wd.Watch(c)) },
+		Upgrade:      s.serveUpgrade,
 		Refused:      s.metrics.pendingRefused,
 		IdleTimeouts: s.metrics.timeouts.WithLabelValues("idle"),
 		HeadTimeouts: s.metrics.timeouts.WithLabelValues("head"),
@@ -447,30 +439,13 @@ func (s *Server) Serve(ln net.Listener) error {
 		return nil
 	}
 
-	s.fwdOnce.Do(func() {
-		s.fwdServing.Store(true)
-		go func() {
-			if err := s.ws.Serve(s.fwdLn); err != nil && !errors.Is(err, http.ErrServerClosed) && !s.isClosed() {
-				s.log.Error("forwarded WebSocket listener stopped", "err", err)
-			}
-		}()
-	})
-	errc := make(chan error, 3)
+	errc := make(chan error, 2)
 	go func() { errc <- s.app.Listener(sp.HTTP()) }()
-	go func() {
-		err := s.ws.Serve(sp.WebSocket())
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		errc <- err
-	}()
 	go func() { errc <- sp.Run() }()
 	err := <-errc
 	pp.close()
-	for range 2 {
-		if e := <-errc; err == nil {
-			err = e
-		}
+	if e := <-errc; err == nil {
+		err = e
 	}
 	if s.isClosed() {
 		return nil
@@ -491,12 +466,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, pp := range pps {
 		pp.close()
 	}
-	_ = s.fwdLn.Close()
 	var errs []error
 	if err := s.app.ShutdownWithContext(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if err := s.ws.Shutdown(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	for _, a := range admins {
@@ -508,6 +479,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if err := pp.sp.Wait(ctx); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := waitGroupCtx(ctx, &s.upgrades); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("gateway.Shutdown: %w", err)
@@ -527,6 +501,18 @@ func (s *Server) track(ln net.Listener, add func()) bool {
 	}
 	add()
 	return true
+}
+
+// waitGroupCtx waits for wg within ctx.
+func waitGroupCtx(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (s *Server) isClosed() bool {

@@ -18,11 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/flashsale/flashsale"
-	"github.com/flashsale/flashsale/internal/conn/split"
 )
 
-// wsHandler is the net/http side of the public port: WebSocket upgrades of
-// the waiting room. The address check (class join) runs before the upgrade;
+// wsHandler routes the public port's WebSocket upgrades (serveUpgrade):
+// the waiting room's queue, and 404 for any other path. The address check (class join) runs before the upgrade;
 // the Queue then sees the resolved client address in r.RemoteAddr.
 func (s *Server) wsHandler() http.Handler {
 	m := s.metrics.route("queue_ws")
@@ -52,14 +51,12 @@ func (s *Server) wsHandler() http.Handler {
 	return mux
 }
 
-// forwardUpgrade hands a WebSocket upgrade that fiber received to the
-// net/http server: the request is serialized again and replayed on the
-// hijacked connection. A WebSocket client sends nothing before the 101
-// answer, so fasthttp's read buffer holds no bytes of this connection.
+// forwardUpgrade answers a WebSocket upgrade that fiber received (on a
+// keep-alive connection the splitter gave it) through serveUpgrade: the
+// request is serialized again and the connection hijacked. A WebSocket
+// client sends nothing before the 101 answer, so fasthttp's read buffer
+// holds no bytes of this connection.
 func (s *Server) forwardUpgrade(c *fiber.Ctx) error {
-	if !s.fwdServing.Load() {
-		return flashsale.Errorf(flashsale.CodeInvalid, "open a new connection for the WebSocket upgrade")
-	}
 	var head bytes.Buffer
 	if _, err := c.Request().WriteTo(&head); err != nil {
 		return fmt.Errorf("gateway.forwardUpgrade: %w", err)
@@ -71,12 +68,10 @@ func (s *Server) forwardUpgrade(c *fiber.Ctx) error {
 			conn = u.UnsafeConn() // skip fasthttp's pooled reader
 		}
 		if ec, ok := conn.(*edgeConn); ok {
-			ec.Release() // the WebSocket server sets its own deadlines
+			ec.Release() // the WebSocket side sets its own deadlines
 		}
 		_ = conn.SetDeadline(time.Time{})
-		if !s.fwdLn.Deliver(split.Replay(conn, head.Bytes())) {
-			_ = conn.Close()
-		}
+		s.serveUpgrade(conn, head.Bytes())
 	})
 	c.Status(http.StatusSwitchingProtocols)
 	return nil

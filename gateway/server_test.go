@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -32,7 +33,7 @@ func (l *closeSignalListener) Close() error {
 }
 
 // serve runs e's gateway on a loopback port and returns its address.
-func serve(t *testing.T, e *env) string {
+func serve(t testing.TB, e *env) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -427,6 +428,86 @@ func TestUpgradeOnReusedConnection(t *testing.T) {
 	if string(got) != "\x81\x02hi" {
 		t.Errorf("echo frame = %q", got)
 	}
+}
+
+// TestUpgradeAnswersWithoutAServer: an upgrade the splitter routes is
+// answered on its connection by serveUpgrade. A refusal is one whole
+// answer (the contract's body, its length, Connection: close) and the
+// connection then ends; a head net/http cannot parse is 400 INVALID; a
+// frame the client sent in the same write as its head reaches the handler
+// after the 101.
+func TestUpgradeAnswersWithoutAServer(t *testing.T) {
+	e := newEnv(t)
+	e.queue.handler = http.HandlerFunc(echo)
+	addr := serve(t, e)
+	const upgrade = "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+	refused := func(t *testing.T, request string, status int, code string) {
+		t.Helper()
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(conn, request); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(conn)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != status || res.ContentLength != int64(len(body)) || !res.Close {
+			t.Fatalf("got %d, Content-Length %d for %d bytes, close %v", res.StatusCode, res.ContentLength, len(body), res.Close)
+		}
+		var eb struct{ Error, Message string }
+		if err := json.Unmarshal(body, &eb); err != nil || eb.Error != code || eb.Message == "" {
+			t.Fatalf("body %s: want error %s with a message", body, code)
+		}
+		if n, err := br.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+			t.Fatalf("after the answer: read %d, %v; want the connection closed", n, err)
+		}
+	}
+	t.Run("another path is 404 and the connection ends", func(t *testing.T) {
+		refused(t, "GET /api/flash-sales/sales/1/other HTTP/1.1\r\nHost: x\r\n"+upgrade+"\r\n", 404, "NOT_FOUND")
+	})
+	t.Run("a bad sale id is 400", func(t *testing.T) {
+		refused(t, "GET /api/flash-sales/sales/x1/queue HTTP/1.1\r\nHost: x\r\n"+upgrade+"\r\n", 400, "INVALID")
+	})
+	t.Run("a head net/http cannot parse is 400", func(t *testing.T) {
+		refused(t, "GET /api/flash-sales/sales/1/queue HTTP/9\r\nHost: x\r\n"+upgrade+"\r\n", 400, "INVALID")
+	})
+	t.Run("a frame sent with the head is read after the 101", func(t *testing.T) {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		mask := []byte{1, 2, 3, 4}
+		frame := []byte{0x81, 0x80 | 2, mask[0], mask[1], mask[2], mask[3], 'h' ^ mask[0], 'i' ^ mask[1]}
+		head := "GET /api/flash-sales/sales/1/queue HTTP/1.1\r\nHost: x\r\n" + upgrade + "\r\n"
+		if _, err := conn.Write(append([]byte(head), frame...)); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(conn)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.StatusCode != http.StatusSwitchingProtocols || res.Header.Get("Sec-WebSocket-Accept") != "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" {
+			t.Fatalf("upgrade: %d %v", res.StatusCode, res.Header)
+		}
+		got := make([]byte, 4)
+		if _, err := io.ReadFull(br, got); err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != "\x81\x02hi" {
+			t.Errorf("echo frame = %q", got)
+		}
+	})
 }
 
 // TestPreconnectedConnectionServed: a connection opened ahead of use (as

@@ -893,7 +893,7 @@ func (r *Room) Shutdown(ctx context.Context) error {
 }
 
 // smallBuffers hijacks with small bufio buffers instead of net/http's 4 KiB
-// ones.
+// ones (a hijacker whose buffers are small already keeps its own).
 type smallBuffers struct{ http.ResponseWriter }
 
 func (w smallBuffers) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -913,6 +913,9 @@ func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	// connection directly, so bytes the client sent early must sit in the
 	// new reader's buffer (Peek loads them without touching nc).
 	n := brw.Reader.Buffered()
+	if n == 0 && brw.Reader.Size() <= readBufSize && brw.Writer.Size() <= writeBufSize {
+		return nc, brw, nil // small already (the gateway's)
+	}
 	if n == 0 {
 		return nc, bufio.NewReadWriter(bufio.NewReaderSize(nc, readBufSize), bufio.NewWriterSize(nc, writeBufSize)), nil
 	}

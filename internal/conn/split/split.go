@@ -50,6 +50,14 @@ type Deps struct {
 	// WrapHTTP wraps each connection given to the HTTP side (its
 	// timeouts).
 	WrapHTTP func(net.Conn) net.Conn
+	// Upgrade, when set, takes each WebSocket upgrade instead of the
+	// WebSocket listener, in the goroutine that read its head: head is the
+	// complete request head, valid only until Upgrade returns, and conn
+	// replays any bytes the client sent after it. Upgrade answers and
+	// either keeps conn or closes it. A server reached this way parses
+	// the head once and starts no goroutine of its own for the upgrade
+	// (each one a new stack grown through the whole handshake).
+	Upgrade func(conn net.Conn, head []byte)
 	// Refused counts the connections closed by MaxPendingPerAddr;
 	// IdleTimeouts those that sent nothing within FirstByteTimeout,
 	// HeadTimeouts those whose first head missed HeadTimeout.
@@ -216,7 +224,7 @@ func (sp *Splitter) route(conn net.Conn, key netip.Addr, capped bool) {
 	bp := sp.bufs.Get().(*[]byte)
 	buf := *bp
 	sp.setReadDeadline(conn, sp.idle)
-	n := 0
+	n, end := 0, -1
 	for {
 		m, err := conn.Read(buf[n:])
 		if n == 0 && m > 0 {
@@ -225,7 +233,8 @@ func (sp *Splitter) route(conn net.Conn, key netip.Addr, capped bool) {
 		from := max(n-3, 0)
 		n += m
 		if e := headEnd(buf[from:n]); e >= 0 {
-			if sp.deps.Refuse != nil && sp.deps.Refuse(conn, buf[:from+e]) {
+			end = from + e
+			if sp.deps.Refuse != nil && sp.deps.Refuse(conn, buf[:end]) {
 				sp.bufs.Put(bp)
 				return
 			}
@@ -247,8 +256,20 @@ func (sp *Splitter) route(conn net.Conn, key netip.Addr, capped bool) {
 	}
 	_ = conn.SetReadDeadline(time.Time{})
 	target := sp.httpLn
-	if isWebSocketUpgrade(buf[:n]) {
+	switch {
+	case !isWebSocketUpgrade(buf[:n]):
+	case sp.deps.Upgrade == nil:
 		target = sp.wsLn
+	case end < 0:
+		// A head that did not fit goes to the HTTP side, which refuses it.
+	default:
+		var c net.Conn = conn
+		if end < n {
+			c = Replay(conn, bytes.Clone(buf[end:n]))
+		}
+		sp.deps.Upgrade(c, buf[:end])
+		sp.bufs.Put(bp)
+		return
 	}
 	pc := Replay(conn, bytes.Clone(buf[:n]))
 	sp.bufs.Put(bp)

@@ -141,6 +141,41 @@ func TestRoute(t *testing.T) {
 	})
 }
 
+// TestUpgradeHook: with Deps.Upgrade an upgrade is handed to it, in the
+// routing goroutine, with its head alone; what the client sent after the
+// head is read first from the connection it gets. A plain head and an
+// upgrade head that does not fit MaxHead still go to HTTP.
+func TestUpgradeHook(t *testing.T) {
+	type upgraded struct {
+		head, rest string
+	}
+	got := make(chan upgraded, 1)
+	sp, addr := start(t, Config{}, Deps{Upgrade: func(conn net.Conn, head []byte) {
+		rest := make([]byte, len("frame"))
+		_, _ = io.ReadFull(conn, rest)
+		got <- upgraded{head: string(head), rest: string(rest)}
+		_ = conn.Close()
+	}})
+	dial(t, addr, wsHead+"frame")
+	select {
+	case u := <-got:
+		if u.head != wsHead || u.rest != "frame" {
+			t.Errorf("Upgrade got head %q then %q, want %q then %q", u.head, u.rest, wsHead, "frame")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Upgrade was not called")
+	}
+	dial(t, addr, plainHead)
+	if _, g := accept(t, sp.HTTP(), len(plainHead)); g != plainHead {
+		t.Errorf("HTTP read %q, want %q", g, plainHead)
+	}
+	sp, addr = start(t, Config{MaxHead: 32}, Deps{Upgrade: func(net.Conn, []byte) { t.Error("Upgrade got a head that did not fit") }})
+	dial(t, addr, wsHead)
+	if _, g := accept(t, sp.HTTP(), 32); g != wsHead[:32] {
+		t.Errorf("HTTP read %q, want %q", g, wsHead[:32])
+	}
+}
+
 // TestTimeouts: a connection that sends nothing within FirstByteTimeout,
 // or whose first head is not complete HeadTimeout after its first byte,
 // is closed and counted; no server gets it.
