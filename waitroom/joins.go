@@ -34,12 +34,24 @@ type joinRes struct {
 var errStopped = errors.New("waitroom: room is not running")
 
 // batcher collects joins for up to JoinBatchWindow (or MaxJoinBatch joins)
-// and registers each batch with one script call per sale. Up to 4 batches
-// are in flight.
+// and registers each batch with one script call per sale, on one of
+// joinFlushers goroutines that live as long as it: a goroutine per batch
+// would grow a new stack through the Redis client each time, and at a
+// drop's arrival rate a batch holds one or two joins.
 func (r *Room) batcher(ctx context.Context) {
+	batches := make(chan []*joinReq)
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	sem := make(chan struct{}, 4)
+	for range joinFlushers {
+		wg.Go(func() {
+			for batch := range batches {
+				r.flushJoins(ctx, batch)
+			}
+		})
+	}
+	defer func() {
+		close(batches)
+		wg.Wait()
+	}()
 	for {
 		var batch []*joinReq
 		select {
@@ -63,7 +75,7 @@ func (r *Room) batcher(ctx context.Context) {
 		}
 		timer.Stop()
 		select {
-		case sem <- struct{}{}:
+		case batches <- batch:
 		case <-ctx.Done():
 			for _, q := range batch {
 				q.done <- joinRes{err: errStopped}
@@ -71,12 +83,11 @@ func (r *Room) batcher(ctx context.Context) {
 			r.drainJoins()
 			return
 		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			r.flushJoins(ctx, batch)
-		})
 	}
 }
+
+// joinFlushers is how many join batches are in flight at once.
+const joinFlushers = 4
 
 func (r *Room) drainJoins() {
 	for {
