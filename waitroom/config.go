@@ -39,9 +39,14 @@ type Config struct {
 	// admitted with tokens valid from the opening instant, so that at the
 	// opening the CPU goes to the purchases, not to admissions. The seed is
 	// public from the close (DrawAt).
-	DrawLead        time.Duration
-	OriginPatterns  []string      // cross-origin pages allowed to open the WebSocket
-	JoinBatchWindow time.Duration // how long joins are collected into one batch [2ms]
+	DrawLead       time.Duration
+	OriginPatterns []string // cross-origin pages allowed to open the WebSocket
+	// JoinBatchWindow is how long joins are collected into one batch
+	// [20ms]: one script call registers them all. A drop's shoppers arrive
+	// a few hundred a second a gateway; at 2 ms a batch held one or two
+	// of them, and each call cost Redis and the gateway its own round
+	// trip. A shopper waits for the first status up to this much longer.
+	JoinBatchWindow time.Duration
 	MaxJoinBatch    int           // largest join batch [1000]
 	LeaseTTL        time.Duration // leader lease [max(2s, 4 ticks)]
 	Writers         int           // WebSocket writer goroutines [8 × GOMAXPROCS]
@@ -168,7 +173,7 @@ func (c *Config) defaults() {
 	if c.ResumeDelay == 0 {
 		c.ResumeDelay = 750 * time.Millisecond
 	}
-	setDur(&c.JoinBatchWindow, 2*time.Millisecond)
+	setDur(&c.JoinBatchWindow, 20*time.Millisecond)
 	if c.QueueKeyTTL == 0 {
 		c.QueueKeyTTL = DefaultQueueKeyTTL
 	}

@@ -176,11 +176,16 @@ type gateway struct {
 }
 
 // newGateway starts a room (Run) and its server; both stop at cleanup.
-// testDefaults fills what the tests' gateways share: a 10ms tick, the
-// env's clock, and no opening hold unless the test asks for one.
+// testDefaults fills what the tests' gateways share: a 10ms tick, 2ms
+// join batches (the tests join one shopper after another: each would
+// wait out the batch window), the env's clock, and no opening hold
+// unless the test asks for one.
 func (e *env) testDefaults(cfg *Config) {
 	if cfg.Tick == 0 {
 		cfg.Tick = 10 * time.Millisecond
+	}
+	if cfg.JoinBatchWindow == 0 {
+		cfg.JoinBatchWindow = 2 * time.Millisecond
 	}
 	if cfg.OpeningHold == 0 {
 		cfg.OpeningHold = -1
