@@ -98,7 +98,7 @@ var layout = map[string]imports{
 	// reservation counters and buyer records of every stock shard, so
 	// that the keys of a sale's stock are named in one package; its
 	// allocation tests hold through the real stock.
-	"waitroom": {code: "flashsale admission internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock lua",
+	"waitroom": {code: "flashsale admission internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/conn/gopool lua",
 		tests: "auth internal/harness/localsvc internal/harness/testenv"},
 	// The writer's tests reserve and publish through purchase, the
 	// writer's upstream, and settle what it leaves with reconcile. Its
@@ -127,11 +127,15 @@ var layout = map[string]imports{
 	// Connection plumbing of the public port: what happens to a TCP
 	// connection before and around the HTTP server that reads it. It knows
 	// no route and no type of flashsale, so it imports nothing of the
-	// module; split routes a connection by its first head, watchdog
-	// enforces the timeouts of the connections given to fiber. They do not
-	// know each other: the gateway hands one to the other.
-	"internal/conn/split":    {tests: "internal/harness/testenv"},
+	// module but itself; split routes a connection by its first head,
+	// watchdog enforces the timeouts of the connections given to fiber.
+	// They do not know each other: the gateway hands one to the other.
+	// gopool keeps goroutines from one connection's work to the next:
+	// split's routing runs on it, and so do the waiting room's handshakes
+	// and pings (its package doc says so).
+	"internal/conn/split":    {code: "internal/conn/gopool", tests: "internal/harness/testenv"},
 	"internal/conn/watchdog": {},
+	"internal/conn/gopool":   {},
 
 	// The composition root and the binaries.
 	"internal/wiring": {code: "flashsale access admission auth defense events expiry gateway orders purchase push reconcile sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn internal/adapter/redisclock",

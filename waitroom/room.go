@@ -34,6 +34,9 @@
 // Redis round trips (bounded by ctx). ServeHTTP blocks for the life of its
 // WebSocket. Writes to WebSockets are done by a small pool of writers with a
 // write timeout; a slow client is dropped, never waited on by the tick.
+//
+// It imports internal/conn/gopool, the connection plumbing's pool of kept
+// goroutines, for each connection's handshake and each ping.
 package waitroom
 
 import (
@@ -55,6 +58,7 @@ import (
 	"github.com/flashsale/flashsale/admission"
 	"github.com/flashsale/flashsale/internal/adapter/postgres"
 	"github.com/flashsale/flashsale/internal/adapter/redisstock"
+	"github.com/flashsale/flashsale/internal/conn/gopool"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -116,16 +120,21 @@ type Room struct {
 	// sale's draw: the pre-queue's membership goes to Durable at once.
 	drawn chan struct{}
 
-	mu        sync.Mutex
-	rooms     map[int64]*saleRoom
-	perIP     map[netip.Addr]int
-	total     int // WebSocket connections of this process (MaxConns)
-	perUser   map[int64]int
-	conns     map[*conn]struct{}
-	closing   bool
-	connSeq   uint64
-	handlers  sync.WaitGroup
-	pings     sync.WaitGroup
+	mu       sync.Mutex
+	rooms    map[int64]*saleRoom
+	perIP    map[netip.Addr]int
+	total    int // WebSocket connections of this process (MaxConns)
+	perUser  map[int64]int
+	conns    map[*conn]struct{}
+	closing  bool
+	connSeq  uint64
+	handlers sync.WaitGroup
+	pings    sync.WaitGroup
+	// work runs each connection's handshake and each ping on a goroutine
+	// kept from one to the next (its stack grown already); closed when
+	// the room stops (Run's end, Shutdown). handlers and pings count the
+	// work itself.
+	work      *gopool.Pool
 	tickCount uint64
 	// Config.Competing at the last regular tick, and its rise over the
 	// tick before (tick loop only).
@@ -163,10 +172,15 @@ func New(cfg Config, rdb redis.UniversalClient, sales SaleSource, stock StockSou
 		perIP:   map[netip.Addr]int{},
 		perUser: map[int64]int{},
 		conns:   map[*conn]struct{}{},
+		work:    gopool.New(workIdle),
 	}
 	r.sendCond = sync.NewCond(&r.sendMu)
 	return r
 }
+
+// workIdle is how long a goroutine of Room.work waits for the next
+// handshake or ping before it ends.
+const workIdle = 10 * time.Second
 
 // Run registers join batches, pushes statuses and advances the queues of
 // the sales this gateway leads until ctx ends; then it returns nil.
@@ -207,6 +221,7 @@ func (r *Room) Run(ctx context.Context) error {
 			r.sendCond.Broadcast()
 			r.sendMu.Unlock()
 			wg.Wait()
+			r.work.Close()
 			// The last figures, once nothing counts any more.
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			r.flushReport(fctx)

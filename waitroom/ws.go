@@ -278,7 +278,9 @@ func (r *Room) pingAll(conns []*conn) {
 	b.ctx, b.cancel = context.WithTimeout(context.Background(), r.cfg.IdleTimeout/2)
 	b.left.Store(int64(len(conns)))
 	for _, c := range conns {
-		r.pings.Go(func() {
+		r.pings.Add(1)
+		r.work.Go(func() {
+			defer r.pings.Done()
 			if err := c.ws.Ping(b.ctx); err != nil {
 				_ = c.ws.CloseNow()
 			}
@@ -445,10 +447,10 @@ func (r *Room) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		release()
 		return // Accept answered the request
 	}
-	// The connection gets its own goroutine and ServeHTTP returns, so that
-	// net/http frees its per-connection state (buffers, request, a deep
-	// stack): this halves the memory of an idle connection.
-	go r.serveConn(ws, ip, overCap, saleID, release)
+	// The handshake runs on a goroutine of r.work and ServeHTTP returns, so
+	// that the server frees its per-connection state (buffers, request, a
+	// deep stack): this halves the memory of an idle connection.
+	r.work.Go(func() { r.serveConn(ws, ip, overCap, saleID, release) })
 }
 
 // capKey is what the per-address connection cap counts by: the address
@@ -877,6 +879,7 @@ func (r *Room) Shutdown(ctx context.Context) error {
 		wg.Wait()
 		r.handlers.Wait()
 		r.pings.Wait()
+		r.work.Close()
 		close(done)
 	}()
 	select {

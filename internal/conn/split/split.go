@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashsale/flashsale/internal/conn/gopool"
 )
 
 // Config bounds the routing of new connections.
@@ -84,6 +86,9 @@ type Splitter struct {
 	// first byte ([1]); nil entries are not counted.
 	timeouts [2]prometheus.Counter
 	bufs     sync.Pool // of *[]byte, maxHead long
+	// routes runs route: a goroutine kept from one connection to the
+	// next has its stack grown already (an upgrade's handling is deep).
+	routes *gopool.Pool
 
 	mu      sync.Mutex
 	closed  bool
@@ -110,10 +115,15 @@ func New(ln net.Listener, cfg Config, deps Deps) *Splitter {
 		timeouts:   [2]prometheus.Counter{deps.IdleTimeouts, deps.HeadTimeouts},
 		peeked:     make(map[net.Conn]struct{}),
 		pending:    make(map[netip.Addr]int),
+		routes:     gopool.New(routeIdle),
 	}
 	sp.bufs.New = func() any { b := make([]byte, cfg.MaxHead); return &b }
 	return sp
 }
+
+// routeIdle is how long a routing goroutine waits for the next
+// connection before it ends.
+const routeIdle = 10 * time.Second
 
 // HTTP is the listener of the connections whose first head is no
 // WebSocket upgrade.
@@ -160,7 +170,7 @@ func (sp *Splitter) Run() error {
 		sp.peeking.Add(1)
 		sp.peeked[conn] = struct{}{}
 		sp.mu.Unlock()
-		go sp.route(conn, key, capped)
+		sp.routes.Go(func() { sp.route(conn, key, capped) })
 	}
 }
 
@@ -292,6 +302,7 @@ func (sp *Splitter) Close() {
 		_ = c.SetReadDeadline(time.Now())
 	}
 	sp.mu.Unlock()
+	sp.routes.Close()
 	_ = sp.ln.Close()
 	_ = sp.httpLn.Close()
 	_ = sp.wsLn.Close()
@@ -316,11 +327,17 @@ func (sp *Splitter) isClosed() bool {
 	return sp.closed
 }
 
-// Wait waits, within ctx, for the connections still being routed: after
-// Close, none waits longer than its next read.
+// Wait waits, within ctx, for the connections still being routed and
+// the goroutines that routed them; it is for after Close, once none
+// waits longer than its next read.
 func (sp *Splitter) Wait(ctx context.Context) error {
 	done := make(chan struct{})
-	go func() { sp.peeking.Wait(); close(done) }()
+	go func() {
+		sp.peeking.Wait()
+		// Every Go of Run came before the Done of its route: none is left.
+		sp.routes.Wait()
+		close(done)
+	}()
 	select {
 	case <-done:
 		return nil
