@@ -1,10 +1,10 @@
 // Package gateway is the HTTP edge of flashsale: every public and operator
 // route of the contract, served by fiber, with WebSocket upgrades of the
-// waiting room answered on the same port through net/http's handler types
-// (serveUpgrade; no net/http server). The public
-// port's connections are routed by internal/conn/split and their timeouts
-// enforced by internal/conn/watchdog; what a first head may not be (its
-// framing) and what a fiber connection records (reqLines) stay here.
+// waiting room answered on the same port by serveUpgrade (net/http's
+// handler types, no net/http server). The public port's connections are
+// routed by internal/conn/split and their timeouts enforced by
+// internal/conn/watchdog; what a first head may not be (its framing) and
+// what a fiber connection records (reqLines) stay here.
 //
 // Of the other components the gateway imports only defense, whose Counter
 // and route classes its Guard interface speaks. It declares the small

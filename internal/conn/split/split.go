@@ -1,14 +1,16 @@
 // Package split routes each connection of one listener to one of two
-// servers by its first request head: WebSocket upgrades to one listener,
-// everything else to the other. The bytes read to decide are replayed to
-// the server that gets the connection. It also bounds the wait for that
-// first head (a first byte within FirstByteTimeout, the rest within
-// HeadTimeout) and how many connections of one client address may wait at
-// once.
+// servers by its first request head: WebSocket upgrades to one listener
+// (or to Deps.Upgrade), everything else to the other. The bytes read to
+// decide are replayed to the server that gets the connection. It also
+// bounds the wait for that first head (a first byte within
+// FirstByteTimeout, the rest within HeadTimeout) and how many connections
+// of one client address may wait at once.
 //
-// The package knows no route and no type of flashsale: it imports nothing
-// of the module (layout_test.go). What a first head may not be, and what
-// wraps a connection given to the HTTP side, are its user's (Deps).
+// The package knows no route and no type of flashsale: of the module it
+// imports only internal/conn/gopool, whose kept goroutines route the
+// connections (layout_test.go). What a first head may not be, what wraps
+// a connection given to the HTTP side and who answers an upgrade are its
+// user's (Deps).
 package split
 
 import (
