@@ -79,19 +79,26 @@ func echo(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// raw sends a raw request on a new connection and reads one response.
-func raw(t *testing.T, addr, request string) resp {
+// send writes request on a new connection to addr (closed at cleanup,
+// 5 s to live) and returns a reader of the answer.
+func send(t *testing.T, addr, request string) *bufio.Reader {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.WriteString(conn, request); err != nil {
 		t.Fatal(err)
 	}
-	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	return bufio.NewReader(conn)
+}
+
+// raw sends a raw request on a new connection and reads one response.
+func raw(t *testing.T, addr, request string) resp {
+	t.Helper()
+	res, err := http.ReadResponse(send(t, addr, request), nil)
 	if err != nil {
 		t.Fatalf("reading response: %v", err)
 	}
@@ -443,16 +450,7 @@ func TestUpgradeAnswersWithoutAServer(t *testing.T) {
 	const upgrade = "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
 	refused := func(t *testing.T, request string, status int, code string) {
 		t.Helper()
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-		if _, err := io.WriteString(conn, request); err != nil {
-			t.Fatal(err)
-		}
-		br := bufio.NewReader(conn)
+		br := send(t, addr, request)
 		res, err := http.ReadResponse(br, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -480,19 +478,10 @@ func TestUpgradeAnswersWithoutAServer(t *testing.T) {
 		refused(t, "GET /api/flash-sales/sales/1/queue HTTP/9\r\nHost: x\r\n"+upgrade+"\r\n", 400, "INVALID")
 	})
 	t.Run("a frame sent with the head is read after the 101", func(t *testing.T) {
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 		mask := []byte{1, 2, 3, 4}
 		frame := []byte{0x81, 0x80 | 2, mask[0], mask[1], mask[2], mask[3], 'h' ^ mask[0], 'i' ^ mask[1]}
 		head := "GET /api/flash-sales/sales/1/queue HTTP/1.1\r\nHost: x\r\n" + upgrade + "\r\n"
-		if _, err := conn.Write(append([]byte(head), frame...)); err != nil {
-			t.Fatal(err)
-		}
-		br := bufio.NewReader(conn)
+		br := send(t, addr, head+string(frame)) // one write: the splitter reads both
 		res, err := http.ReadResponse(br, nil)
 		if err != nil {
 			t.Fatal(err)
