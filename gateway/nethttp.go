@@ -21,8 +21,9 @@ import (
 )
 
 // wsHandler routes the public port's WebSocket upgrades (serveUpgrade):
-// the waiting room's queue, and 404 for any other path. The address check (class join) runs before the upgrade;
-// the Queue then sees the resolved client address in r.RemoteAddr.
+// the waiting room's queue, and 404 for any other path. The address check
+// (class join) runs before the upgrade; the Queue then sees the resolved
+// client address in r.RemoteAddr.
 func (s *Server) wsHandler() http.Handler {
 	m := s.metrics.route("queue_ws")
 	mux := http.NewServeMux()

@@ -3,7 +3,7 @@
 // an ETA, and receive an admission token when their turn comes.
 //
 // The queue lives in Redis so that any number of gateways share it (keys in
-// store.go). Joins are collected for a few milliseconds and registered with
+// store.go). Joins are collected for up to 20 ms and registered with
 // one script call per batch and sale. Each gateway runs one tick loop: per
 // tick and sale it reads the stock (StockSource) and runs one script that
 // also lets the leader (a Redis lease) advance the shared "now serving"
