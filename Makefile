@@ -42,7 +42,7 @@ test: vet rules
 	@if command -v npm >/dev/null; then cd static && npm ci --no-audit --no-fund --loglevel=error; else echo "npm not found: the accessibility tests will skip"; fi
 	$(GO) test -count=1 -run 'Allocs' ./admission/
 	@mkdir -p out
-	@( $(CLUSTER_TEST) >out/test-cluster.log 2>&1; echo $$? >out/test-cluster.rc ) & \
+	@( { $(CLUSTER_TEST); } >out/test-cluster.log 2>&1; echo $$? >out/test-cluster.rc ) & \
 	echo '$(GO) test -race -count=1 -timeout 20m $(PKGS)'; \
 	$(GO) test -race -count=1 -timeout 20m $(PKGS); main=$$?; \
 	wait; echo '$(CLUSTER_TEST)'; cat out/test-cluster.log; \
