@@ -167,6 +167,8 @@ func (r *Room) enqueue(c *conn, hi bool) {
 // writer sends queued messages until Run stops it.
 func (r *Room) writer() {
 	buf := make([]byte, 0, 256)
+	var wd writeDeadline
+	defer wd.stop()
 	for {
 		r.sendMu.Lock()
 		for len(r.sendHi) == 0 && len(r.sendQ) == 0 && !r.sendStop {
@@ -187,19 +189,46 @@ func (r *Room) writer() {
 			*q = nil
 		}
 		r.sendMu.Unlock()
-		buf = c.flush(buf)
+		buf = c.flush(wd.ctx(r.cfg.WriteTimeout), buf)
 	}
 }
 
-// flush writes c's pending messages with the write timeout; a client that
-// does not take them in time is dropped (the library closes the
-// connection when the write context ends).
+// writeDeadline is one writer's write context: a deadline shared by its
+// writes until less than half of the timeout is left, then a new one, so
+// that a write has between timeout/2 and timeout. A context with a timer
+// of its own for each flush cost a timer's start and stop a write, and
+// the library keeps a connection's last write context: 220 bytes a
+// waiting connection.
+type writeDeadline struct {
+	c      context.Context
+	cancel context.CancelFunc
+	until  time.Time
+}
+
+func (d *writeDeadline) ctx(timeout time.Duration) context.Context {
+	if now := time.Now(); d.c == nil || d.until.Sub(now) < timeout/2 {
+		d.stop() // no write of this writer is under way
+		d.until = now.Add(timeout)
+		d.c, d.cancel = context.WithDeadline(context.Background(), d.until)
+	}
+	return d.c
+}
+
+func (d *writeDeadline) stop() {
+	if d.cancel != nil {
+		d.cancel()
+	}
+}
+
+// flush writes c's pending messages within ctx (the writer's
+// writeDeadline); a client that does not take them in time is dropped
+// (the library closes the connection when the write context ends).
 //
 // One writer at a time sends a connection's messages, so they leave in the
 // order they were queued: a writer that finds another one writing leaves
 // the messages pending, and the writing one queues the connection again
 // when more is pending after its write.
-func (c *conn) flush(buf []byte) []byte {
+func (c *conn) flush(ctx context.Context, buf []byte) []byte {
 	c.mu.Lock()
 	c.queued, c.queuedHi = false, false
 	if c.writing || c.dead {
@@ -217,8 +246,6 @@ func (c *conn) flush(buf []byte) []byte {
 	}
 	c.hasPend, c.pendAdm, c.pendMsg, c.pendRaw, c.pendReply, c.writing = false, nil, nil, nil, nil, true
 	c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), c.r.cfg.WriteTimeout)
-	defer cancel()
 	var err error
 	if reply != nil {
 		err = c.ws.Write(ctx, websocket.MessageText, reply)

@@ -208,6 +208,32 @@ func TestSlowReaderDropped(t *testing.T) {
 	}
 }
 
+// TestWriteDeadlineShared: a writer's writes share one context until less
+// than half of the timeout is left; then a new one has the whole timeout,
+// and the one it replaces is released.
+func TestWriteDeadlineShared(t *testing.T) {
+	var d writeDeadline
+	defer d.stop()
+	a := d.ctx(time.Hour)
+	if b := d.ctx(time.Hour); b != a {
+		t.Fatal("a second write got a new context with the whole timeout left")
+	}
+	if dl, ok := a.Deadline(); !ok || time.Until(dl) < 59*time.Minute {
+		t.Fatalf("deadline %v (%v), want about an hour from now", dl, ok)
+	}
+	d.until = time.Now().Add(29 * time.Minute) // less than half left
+	c := d.ctx(time.Hour)
+	if c == a {
+		t.Fatal("a context with less than half the timeout left was kept")
+	}
+	if dl, _ := c.Deadline(); time.Until(dl) < 59*time.Minute {
+		t.Fatalf("the new context ends %v from now, want about an hour", time.Until(dl))
+	}
+	if a.Err() == nil {
+		t.Fatal("the replaced context was not released")
+	}
+}
+
 func TestShutdownGoingAway(t *testing.T) {
 	e := newEnv(t)
 	sale := e.addSale(newSale(t, 2, e.clock.Now().Add(time.Minute), 10, 10))
