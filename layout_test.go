@@ -132,10 +132,12 @@ var layout = map[string]imports{
 	// They do not know each other: the gateway hands one to the other.
 	// gopool keeps goroutines from one connection's work to the next:
 	// split's routing runs on it, and so do the waiting room's handshakes
-	// and pings (its package doc says so).
+	// and pings (its package doc says so). idlepoll tells the waiting room
+	// when a joined connection has bytes to read.
 	"internal/conn/split":    {code: "internal/conn/gopool", tests: "internal/harness/testenv"},
 	"internal/conn/watchdog": {},
 	"internal/conn/gopool":   {},
+	"internal/conn/idlepoll": {},
 
 	// The composition root and the binaries.
 	"internal/wiring": {code: "flashsale access admission auth defense events expiry gateway orders purchase push reconcile sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn internal/adapter/redisclock",

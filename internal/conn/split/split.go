@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -434,6 +435,16 @@ func (c *peekedConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return errors.ErrUnsupported
+}
+
+// SyscallConn is the socket's, once the replayed bytes are read: a
+// caller that waits on the socket itself (a poller) must not miss them.
+func (c *peekedConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok || len(c.head) > 0 {
+		return nil, errors.ErrUnsupported
+	}
+	return sc.SyscallConn()
 }
 
 func (c *peekedConn) Read(p []byte) (int, error) {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -349,4 +350,37 @@ func FuzzIsWebSocketUpgrade(f *testing.F) {
 			t.Fatalf("isWebSocketUpgrade(%q) = %v, net/http says %v", head, got, want)
 		}
 	})
+}
+
+// TestReplaySocket: a replaying connection gives its socket out only once
+// the replayed bytes are read (a poller of the socket would miss them).
+func TestReplaySocket(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	pc := Replay(s, []byte("ab")).(syscall.Conn)
+	if _, err := pc.SyscallConn(); err == nil {
+		t.Fatal("the socket given out with replayed bytes unread")
+	}
+	if _, err := io.ReadFull(pc.(net.Conn), make([]byte, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.SyscallConn(); err != nil {
+		t.Fatalf("the socket withheld after the replay: %v", err)
+	}
+	if _, err := Replay(wrapped{s}, nil).(syscall.Conn).SyscallConn(); err == nil {
+		t.Fatal("a socket given out through a connection that has none")
+	}
 }

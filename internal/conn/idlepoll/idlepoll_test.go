@@ -1,0 +1,229 @@
+package idlepoll
+
+import (
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+func newPoller(t *testing.T) *Poller {
+	t.Helper()
+	p, err := New()
+	if errors.Is(err, errors.ErrUnsupported) {
+		t.Skip("no epoll here")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// pair returns both ends of a loopback TCP connection.
+func pair(t *testing.T) (server, client *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return s.(*net.TCPConn), c.(*net.TCPConn)
+}
+
+func register(t *testing.T, p *Poller, c *net.TCPConn) *Handle {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Register(rc)
+}
+
+// arm arms h and returns a channel that gets a value each time ready runs.
+func arm(t *testing.T, h *Handle) chan struct{} {
+	t.Helper()
+	ch := make(chan struct{}, 4)
+	if err := h.Arm(func() { ch <- struct{}{} }); err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+func fired(ch chan struct{}, within time.Duration) bool {
+	select {
+	case <-ch:
+		return true
+	case <-time.After(within):
+		return false
+	}
+}
+
+func TestReadyOnceWhenBytesArrive(t *testing.T) {
+	p := newPoller(t)
+	s, c := pair(t)
+	h := register(t, p, s)
+	ch := arm(t, h)
+	if fired(ch, 50*time.Millisecond) {
+		t.Fatal("ready ran with nothing to read")
+	}
+	if _, err := c.Write([]byte("ab")); err != nil {
+		t.Fatal(err)
+	}
+	if !fired(ch, 5*time.Second) {
+		t.Fatal("ready did not run when bytes arrived")
+	}
+	// One shot: more bytes do not call it again until it is armed again.
+	if _, err := c.Write([]byte("c")); err != nil {
+		t.Fatal(err)
+	}
+	if fired(ch, 50*time.Millisecond) {
+		t.Fatal("ready ran twice for one Arm")
+	}
+	if p.Armed() != 0 {
+		t.Fatalf("armed %d after the shot, want 0", p.Armed())
+	}
+	// Armed again with bytes unread: it runs at once.
+	ch = arm(t, h)
+	if !fired(ch, 5*time.Second) {
+		t.Fatal("ready did not run for bytes left unread")
+	}
+	// Read them all: armed again, it waits.
+	buf := make([]byte, 8)
+	if n, err := s.Read(buf); err != nil || n != 3 {
+		t.Fatalf("read %d, %v; want 3 bytes", n, err)
+	}
+	ch = arm(t, h)
+	if fired(ch, 50*time.Millisecond) {
+		t.Fatal("ready ran after everything was read")
+	}
+}
+
+func TestReadyWhenPeerLeaves(t *testing.T) {
+	p := newPoller(t)
+	s, c := pair(t)
+	ch := arm(t, register(t, p, s))
+	c.Close()
+	if !fired(ch, 5*time.Second) {
+		t.Fatal("ready did not run when the peer closed")
+	}
+}
+
+func TestCloseArmed(t *testing.T) {
+	p := newPoller(t)
+	s, c := pair(t)
+	h := register(t, p, s)
+	ch := arm(t, h)
+	if !h.Close() {
+		t.Fatal("Close of an armed handle reported it unarmed")
+	}
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if fired(ch, 100*time.Millisecond) {
+		t.Fatal("ready ran after Close")
+	}
+	if h.Close() {
+		t.Fatal("a second Close reported the handle armed")
+	}
+	if err := h.Arm(func() {}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Arm after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestCloseAfterShot(t *testing.T) {
+	p := newPoller(t)
+	s, c := pair(t)
+	h := register(t, p, s)
+	ch := arm(t, h)
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if !fired(ch, 5*time.Second) {
+		t.Fatal("ready did not run")
+	}
+	if h.Close() {
+		t.Fatal("Close after the shot reported the handle armed: its owner would finish it twice")
+	}
+}
+
+// A descriptor closed while armed leaves the set; a new connection that
+// gets the same number is armed afresh and told of its own bytes.
+func TestClosedDescriptorReused(t *testing.T) {
+	p := newPoller(t)
+	s, _ := pair(t)
+	h := register(t, p, s)
+	arm(t, h)
+	h.Close()
+	s.Close()
+	s2, c2 := pair(t)
+	ch := arm(t, register(t, p, s2))
+	if _, err := c2.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if !fired(ch, 5*time.Second) {
+		t.Fatal("ready did not run for the new connection")
+	}
+}
+
+func TestArmClosedDescriptor(t *testing.T) {
+	p := newPoller(t)
+	s, _ := pair(t)
+	h := register(t, p, s)
+	s.Close()
+	if err := h.Arm(func() { t.Error("ready ran for a closed descriptor") }); err == nil {
+		t.Fatal("Arm of a closed descriptor succeeded")
+	}
+	if p.Armed() != 0 {
+		t.Fatal("a failed Arm left the handle armed")
+	}
+}
+
+func TestPeek(t *testing.T) {
+	s, c := pair(t)
+	rc, err := s.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	if _, err := Peek(rc, buf); !errors.Is(err, ErrNothing) {
+		t.Fatalf("Peek with nothing sent: %v, want ErrNothing", err)
+	}
+	if _, err := c.Write([]byte("abcdef")); err != nil {
+		t.Fatal(err)
+	}
+	p := newPoller(t)
+	h := register(t, p, s)
+	ch := arm(t, h)
+	if !fired(ch, 5*time.Second) {
+		t.Fatal("bytes did not arrive")
+	}
+	for range 2 { // a peek leaves them in place
+		n, err := Peek(rc, buf)
+		if err != nil || string(buf[:n]) != "abcd" {
+			t.Fatalf("Peek: %q, %v; want abcd", buf[:n], err)
+		}
+	}
+	got := make([]byte, 6)
+	if _, err := io.ReadFull(s, got); err != nil || string(got) != "abcdef" {
+		t.Fatalf("read %q, %v after the peeks", got, err)
+	}
+	c.Close()
+	ch = arm(t, h)
+	if !fired(ch, 5*time.Second) {
+		t.Fatal("the close did not arrive")
+	}
+	if n, err := Peek(rc, buf); n != 0 || err != nil {
+		t.Fatalf("Peek after the peer closed: %d, %v; want 0, nil", n, err)
+	}
+}
