@@ -98,7 +98,7 @@ var layout = map[string]imports{
 	// reservation counters and buyer records of every stock shard, so
 	// that the keys of a sale's stock are named in one package; its
 	// allocation tests hold through the real stock.
-	"waitroom": {code: "flashsale admission internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/conn/gopool lua",
+	"waitroom": {code: "flashsale admission internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/conn/gopool internal/conn/idlepoll lua",
 		tests: "auth internal/harness/localsvc internal/harness/testenv"},
 	// The writer's tests reserve and publish through purchase, the
 	// writer's upstream, and settle what it leaves with reconcile. Its

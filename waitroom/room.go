@@ -59,6 +59,7 @@ import (
 	"github.com/flashsale/flashsale/internal/adapter/postgres"
 	"github.com/flashsale/flashsale/internal/adapter/redisstock"
 	"github.com/flashsale/flashsale/internal/conn/gopool"
+	"github.com/flashsale/flashsale/internal/conn/idlepoll"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -134,7 +135,12 @@ type Room struct {
 	// kept from one to the next (its stack grown already); closed when
 	// the room stops (Run's end, Shutdown). handlers and pings count the
 	// work itself.
-	work      *gopool.Pool
+	work *gopool.Pool
+	// idle is the poller joined connections wait in (idle.go): started at
+	// the first, closed by Shutdown once every connection is done.
+	idleMu    sync.Mutex
+	idle      *idlepoll.Poller
+	idleTried bool
 	tickCount uint64
 	// Config.Competing at the last regular tick, and its rise over the
 	// tick before (tick loop only).

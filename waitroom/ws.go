@@ -31,11 +31,14 @@ const (
 	writeBufSize = 256
 )
 
-// conn is one shopper's WebSocket. Its reader goroutine is the handler
-// goroutine of ServeHTTP; writes go through the Room's writer pool.
+// conn is one shopper's WebSocket. Its handshake runs on a goroutine of
+// Room.work; once joined it waits in the room's poller (idle.go), or on
+// a reader goroutine of its own; writes go through the Room's writer pool.
 type conn struct {
 	r   *Room
 	ws  *websocket.Conn
+	ic  *idleConn     // the socket under ws, when this room hijacked it
+	br  *bufio.Reader // ws's read buffer
 	ip  netip.Addr
 	seq uint64
 	// overCap: accepted over the per-address cap (Config.MaxConnsPerIP)
@@ -43,6 +46,10 @@ type conn struct {
 	overCap bool
 
 	closeOnce sync.Once
+	// closeMu is held while the connection closes with a close handshake
+	// (the library then reads, on the closing goroutine) and while wait
+	// looks at the read buffer.
+	closeMu sync.Mutex
 
 	// Set at join, then guarded by sr.mu.
 	sr         *saleRoom
@@ -336,6 +343,8 @@ func (c *conn) fail(err error) {
 	if code == flashsale.CodeUnavailable {
 		msg = "the waiting room is unavailable; retry shortly"
 	}
+	c.closeMu.Lock()
+	defer c.closeMu.Unlock()
 	c.closeOnce.Do(func() {
 		c.markDead()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -469,7 +478,8 @@ func (r *Room) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.mu.Unlock()
 		r.handlers.Done()
 	}
-	ws, err := websocket.Accept(smallBuffers{w}, req, &websocket.AcceptOptions{OriginPatterns: r.cfg.OriginPatterns})
+	sb := &smallBuffers{ResponseWriter: w}
+	ws, err := websocket.Accept(sb, req, &websocket.AcceptOptions{OriginPatterns: r.cfg.OriginPatterns})
 	if err != nil {
 		release()
 		return // Accept answered the request
@@ -477,7 +487,7 @@ func (r *Room) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	// The handshake runs on a goroutine of r.work and ServeHTTP returns, so
 	// that the server frees its per-connection state (buffers, request, a
 	// deep stack): this halves the memory of an idle connection.
-	r.work.Go(func() { r.serveConn(ws, ip, overCap, saleID, release) })
+	r.work.Go(func() { r.serveConn(ws, sb.ic, sb.br, ip, overCap, saleID, release) })
 }
 
 // capKey is what the per-address connection cap counts by: the address
@@ -492,13 +502,14 @@ func capKey(ip netip.Addr) netip.Addr {
 	return ip
 }
 
-// serveConn runs the handshake; a joined connection is then watched by a
-// fresh goroutine whose stack stays small (the handshake's deep calls
-// would otherwise keep this goroutine's stack grown for the connection's
+// serveConn runs the handshake; a joined connection then waits for its
+// shopper's next message in the room's poller (idle.go), or on a fresh
+// goroutine whose stack stays small (the handshake's deep calls would
+// otherwise keep this goroutine's stack grown for the connection's
 // life). release runs when the connection is done.
-func (r *Room) serveConn(ws *websocket.Conn, ip netip.Addr, overCap bool, saleID int64, release func()) {
+func (r *Room) serveConn(ws *websocket.Conn, ic *idleConn, br *bufio.Reader, ip netip.Addr, overCap bool, saleID int64, release func()) {
 	ws.SetReadLimit(r.cfg.MaxMessageBytes + 1)
-	c := &conn{r: r, ws: ws, ip: ip, overCap: overCap, place: -1}
+	c := &conn{r: r, ws: ws, ic: ic, br: br, ip: ip, overCap: overCap, place: -1}
 	r.mu.Lock()
 	r.connSeq++
 	c.seq = r.connSeq
@@ -525,42 +536,48 @@ func (r *Room) serveConn(ws *websocket.Conn, ip netip.Addr, overCap bool, saleID
 		done()
 		return
 	}
-	go func() {
-		c.watch(sr)
+	c.wait(sr, func() {
 		c.leave(sr)
 		done()
-	}()
+	})
 }
 
-// watch reads until the client leaves. After the join the only client
-// message is a choose (queue order): it is answered with a status, or a
-// choiceRefused, and the connection stays. Anything else is INVALID and
-// closes it.
-func (c *conn) watch(sr *saleRoom) {
-	lim := chooseLimit{}
+// watch reads until the client leaves, blocked in the library's reader.
+func (c *conn) watch(sr *saleRoom, lim *chooseLimit) {
 	for {
 		b, err := c.readMessage(context.Background())
-		if err != nil {
-			if errors.Is(err, errTooLarge) || errors.Is(err, errBinary) {
-				c.fail(err)
-			}
+		if !c.handle(sr, lim, b, err) {
 			return
 		}
-		m, err := ParseClientMessage(b)
-		if err == nil && (m.Type != TypeChoose || !c.queueOrder(sr)) {
-			// A race sale expects nothing after the join, as ever.
-			err = errJoined
-		}
-		if err != nil {
-			c.fail(err)
-			return
-		}
-		if !lim.allow(c.r.cfg.Now()) {
-			c.pushReply(appendChoiceRefused(nil, m.ItemID, errChooseRate))
-			continue
-		}
-		c.choose(sr, m.ItemID)
 	}
+}
+
+// handle answers a message read after the join; false when the
+// connection is done. The only client message then is a choose (queue
+// order): it is answered with a status, or a choiceRefused, and the
+// connection stays. Anything else is INVALID and closes it.
+func (c *conn) handle(sr *saleRoom, lim *chooseLimit, b []byte, err error) bool {
+	if err != nil {
+		if errors.Is(err, errTooLarge) || errors.Is(err, errBinary) {
+			c.fail(err)
+		}
+		return false
+	}
+	m, err := ParseClientMessage(b)
+	if err == nil && (m.Type != TypeChoose || !c.queueOrder(sr)) {
+		// A race sale expects nothing after the join, as ever.
+		err = errJoined
+	}
+	if err != nil {
+		c.fail(err)
+		return false
+	}
+	if !lim.allow(c.r.cfg.Now()) {
+		c.pushReply(appendChoiceRefused(nil, m.ItemID, errChooseRate))
+		return true
+	}
+	c.choose(sr, m.ItemID)
+	return true
 }
 
 // errJoined refuses a message after the join: anything but a choose in a
@@ -876,6 +893,8 @@ func (c *conn) enter(ctx context.Context, sr *saleRoom, j joinTicket) error {
 }
 
 func (c *conn) goAway() {
+	c.closeMu.Lock()
+	defer c.closeMu.Unlock()
 	c.closeOnce.Do(func() {
 		c.markDead()
 		_ = c.ws.Close(websocket.StatusGoingAway, "going away")
@@ -907,6 +926,7 @@ func (r *Room) Shutdown(ctx context.Context) error {
 		r.handlers.Wait()
 		r.pings.Wait()
 		r.work.Close()
+		r.closePoller()
 		close(done)
 	}()
 	select {
@@ -923,12 +943,17 @@ func (r *Room) Shutdown(ctx context.Context) error {
 }
 
 // smallBuffers hijacks with small bufio buffers instead of net/http's 4 KiB
-// ones (a hijacker whose buffers are small already keeps its own).
-type smallBuffers struct{ http.ResponseWriter }
+// ones (a hijacker whose buffers are small already keeps its own), and
+// puts an idleConn under the library: ic and br are the connection's.
+type smallBuffers struct {
+	http.ResponseWriter
+	ic *idleConn
+	br *bufio.Reader
+}
 
-func (w smallBuffers) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *smallBuffers) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	nc, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
@@ -939,21 +964,23 @@ func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 			return nil, nil, err
 		}
 	}
-	// The library re-reads what the reader has buffered and then reads the
-	// connection directly, so bytes the client sent early must sit in the
-	// new reader's buffer (Peek loads them without touching nc).
-	n := brw.Reader.Buffered()
-	if n == 0 && brw.Reader.Size() <= readBufSize && brw.Writer.Size() <= writeBufSize {
-		return nc, brw, nil // small already (the gateway's)
+	// Bytes the client sent early move from the server's buffer to the
+	// idleConn, which reads them first; the library then finds its buffer
+	// empty and reads the idleConn.
+	ic := newIdleConn(nc)
+	if n := brw.Reader.Buffered(); n > 0 {
+		b, _ := brw.Reader.Peek(n)
+		ic.pre = bytes.Clone(b)
 	}
-	if n == 0 {
-		return nc, bufio.NewReadWriter(bufio.NewReaderSize(nc, readBufSize), bufio.NewWriterSize(nc, writeBufSize)), nil
+	br, bw := brw.Reader, brw.Writer
+	if br.Size() <= readBufSize {
+		br.Reset(ic)
+	} else {
+		br = bufio.NewReaderSize(ic, readBufSize)
 	}
-	b, _ := brw.Reader.Peek(n)
-	br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(b)), nc), max(n, readBufSize))
-	if _, err := br.Peek(n); err != nil {
-		nc.Close()
-		return nil, nil, err
+	if bw.Size() > writeBufSize {
+		bw = bufio.NewWriterSize(nc, writeBufSize)
 	}
-	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(nc, writeBufSize)), nil
+	w.ic, w.br = ic, br
+	return ic, bufio.NewReadWriter(br, bw), nil
 }
