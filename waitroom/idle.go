@@ -12,25 +12,26 @@ import (
 )
 
 // A joined connection waits for its shopper without a goroutine: the
-// room's poller (idlepoll) says when bytes arrive, a peek says how many
-// of them make whole messages, and coder/websocket reads exactly those
-// (idleConn's budget) from a goroutine of r.work, then the connection is
-// armed again. A reader goroutine blocked in the library's frame reader
-// keeps a 4 KiB stack for the connection's life: 40% of a waiting
-// socket's memory. What arrives between two messages is mostly the pong
-// of the room's own ping.
+// room's poller (idlepoll) says when bytes arrive, ready takes them off
+// the socket, and coder/websocket reads the whole messages at their head
+// (idleConn's budget), then the connection is armed again. A reader
+// goroutine blocked in the library's frame reader keeps a 4 KiB stack for
+// the connection's life: 40% of a waiting socket's memory. What arrives
+// between two messages is mostly the pong of the room's own ping.
 //
 // A connection the poller cannot watch (no socket of its own under it,
 // bytes buffered above the socket, no epoll here), and one whose peer
-// has sent part of a message, is read by a goroutine of its own (watch),
-// as every connection was before.
+// has sent part of a message or more than a wake reads, is read by a
+// goroutine of its own (watch), as every connection was before.
 
 // idleConn is the socket under a hijacked WebSocket.
 type idleConn struct {
 	net.Conn
-	pre []byte // bytes the client sent before the hijack: read first
+	// pre is read before the socket: bytes the client sent before the
+	// hijack, then what the poller's wake took off the socket.
+	pre []byte
 	// budget is how many more bytes a read may take: the whole messages
-	// the last peek found. Below zero reads block as on any connection.
+	// at the head of pre. Below zero reads block as on any connection.
 	budget atomic.Int64
 
 	mu  sync.Mutex
@@ -49,26 +50,27 @@ func newIdleConn(nc net.Conn) *idleConn {
 }
 
 func (c *idleConn) Read(p []byte) (int, error) {
+	b := c.budget.Load()
+	if b == 0 {
+		return 0, errIdle
+	}
+	if b > 0 && int64(len(p)) > b {
+		p = p[:b]
+	}
+	var n int
+	var err error
 	if len(c.pre) > 0 {
-		n := copy(p, c.pre)
+		n = copy(p, c.pre)
 		c.pre = c.pre[n:]
 		if len(c.pre) == 0 {
 			c.pre = nil
 		}
-		return n, nil
+	} else {
+		n, err = c.Conn.Read(p)
 	}
-	b := c.budget.Load()
-	if b < 0 {
-		return c.Conn.Read(p)
+	if b > 0 {
+		c.budget.Add(-int64(n))
 	}
-	if b == 0 {
-		return 0, errIdle
-	}
-	if int64(len(p)) > b {
-		p = p[:b]
-	}
-	n, err := c.Conn.Read(p)
-	c.budget.Add(-int64(n))
 	return n, err
 }
 
@@ -179,42 +181,61 @@ type idleWait struct {
 }
 
 // arm asks the poller for the next bytes. A connection closed meanwhile
-// cannot be armed: its end is then this goroutine's.
+// cannot be armed: its end is then the caller's, run on r.work.
 func (w *idleWait) arm() {
 	ic := w.c.ic
 	ic.mu.Lock()
 	h := ic.h
 	ic.mu.Unlock()
 	if h == nil || h.Arm(w.ready) != nil {
-		w.end()
+		w.c.r.work.Go(w.end) // never on the poller's goroutine: it may wait on Redis
 	}
 }
 
-func (w *idleWait) ready() { w.c.r.work.Go(w.read) }
+// takeBufs holds the buffers a wake reads into: a choose, a pong or a
+// close is far shorter; a longer message goes to watch.
+var takeBufs = sync.Pool{New: func() any { return new([1024]byte) }}
 
-// peekBufs holds the peek's buffers: a choose, a pong or a close is far
-// shorter; a longer message goes to watch.
-var peekBufs = sync.Pool{New: func() any { return new([1024]byte) }}
-
-// read takes the whole messages that have arrived, then arms again (bytes
-// that came meanwhile wake the poller at once). A part of a message, the
-// peer's end or a socket error goes to watch, whose blocking read sees it
-// as every connection did before.
-func (w *idleWait) read() {
-	c := w.c
-	buf := peekBufs.Get().(*[1024]byte)
-	k, err := idlepoll.Peek(w.rc, buf[:])
-	n := wholeMessages(buf[:k])
-	peekBufs.Put(buf)
-	switch {
-	case errors.Is(err, idlepoll.ErrNothing):
+// ready takes what has arrived off the socket (on the poller's goroutine,
+// or on the one that armed the connection). Pongs alone, most of what a
+// waiting connection receives, are read here: the library hands a pong to
+// the waiting ping and blocks on nothing. Anything else is read by a
+// goroutine of r.work (a choose runs a Redis script, a close writes).
+// Part of a message, the peer's end or a socket error goes to watch,
+// whose blocking read sees it (after the part already taken) as every
+// connection did before.
+func (w *idleWait) ready() {
+	ic := w.c.ic
+	buf := takeBufs.Get().(*[1024]byte)
+	k, err := idlepoll.Take(w.rc, buf[:])
+	if k > 0 {
+		ic.pre = append(ic.pre, buf[:k]...)
+	}
+	takeBufs.Put(buf)
+	if errors.Is(err, idlepoll.ErrNothing) {
 		w.arm()
 		return
-	case err != nil || n == 0:
-		w.block()
-		return
 	}
-	c.ic.budget.Store(int64(n))
+	n, pongs := wholeMessages(ic.pre)
+	switch {
+	case err != nil || k == 0 || k == len(buf) || n == 0:
+		// A full buffer may have left bytes behind, of which the poller
+		// would not tell again.
+		w.block()
+	case pongs && n == len(ic.pre):
+		w.read(n)
+	default:
+		w.c.r.work.Go(func() { w.read(n) })
+	}
+}
+
+// read lets the library read the n bytes of whole messages at the head
+// of ic.pre, then arms the connection again (bytes that came meanwhile
+// run ready again at once).
+func (w *idleWait) read(n int) {
+	c := w.c
+	ic := c.ic
+	ic.budget.Store(int64(n))
 	for {
 		b, err := c.readMessage(context.Background())
 		if errors.Is(err, errIdle) {
@@ -222,9 +243,13 @@ func (w *idleWait) read() {
 		}
 		if !c.handle(w.sr, &w.lim, b, err) {
 			w.detach()
-			w.end()
+			c.r.work.Go(w.end) // it may wait on Redis: never on the poller's goroutine
 			return
 		}
+	}
+	if len(ic.pre) > 0 {
+		w.block() // the start of a message came after the whole ones
+		return
 	}
 	w.arm()
 }
@@ -255,11 +280,13 @@ func (w *idleWait) detach() {
 
 // wholeMessages returns the length of b's longest prefix that ends at a
 // message boundary: whole client frames (RFC 6455 5.2), with no data
-// message left open by a frame without FIN. A frame the library will
-// refuse (a reserved opcode, no mask) is counted whole all the same: the
-// library's read refuses it.
-func wholeMessages(b []byte) int {
-	at, boundary, open := 0, 0, false
+// message left open by a frame without FIN; pongs reports that every
+// frame of that prefix is a pong. A frame the library will refuse (a
+// reserved opcode, no mask) is counted whole all the same: the library's
+// read refuses it.
+func wholeMessages(b []byte) (n int, pongs bool) {
+	at, open, allPongs := 0, false, true
+	pongs = true
 	for len(b)-at >= 2 {
 		b0, b1 := b[at], b[at+1]
 		h := 2
@@ -267,13 +294,13 @@ func wholeMessages(b []byte) int {
 		switch size {
 		case 126:
 			if len(b)-at < 4 {
-				return boundary
+				return n, pongs
 			}
 			size = uint64(b[at+2])<<8 | uint64(b[at+3])
 			h = 4
 		case 127:
 			if len(b)-at < 10 {
-				return boundary
+				return n, pongs
 			}
 			size = 0
 			for _, x := range b[at+2 : at+10] {
@@ -285,15 +312,16 @@ func wholeMessages(b []byte) int {
 			h += 4 // the mask key
 		}
 		if len(b)-at < h || size > uint64(len(b)-at-h) {
-			return boundary
+			return n, pongs
 		}
 		at += h + int(size)
 		if b0&0x08 == 0 { // a data frame: text, binary, continuation
 			open = b0&0x80 == 0
 		}
+		allPongs = allPongs && b0&0x0f == 0xA
 		if !open {
-			boundary = at
+			n, pongs = at, allPongs
 		}
 	}
-	return boundary
+	return n, pongs
 }

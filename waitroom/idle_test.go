@@ -43,31 +43,36 @@ func TestWholeMessages(t *testing.T) {
 	long := frame(true, 1, bytes.Repeat([]byte("x"), 300))
 	cat := func(fs ...[]byte) []byte { return bytes.Join(fs, nil) }
 	tests := []struct {
-		name string
-		b    []byte
-		want int
+		name  string
+		b     []byte
+		want  int
+		pongs bool
 	}{
-		{"nothing", nil, 0},
-		{"one byte", text[:1], 0},
-		{"part of the mask key", text[:3], 0},
-		{"a header only", text[:6], 0},
-		{"a message", text, len(text)},
-		{"a pong", pong, len(pong)},
-		{"a pong and part of a message", cat(pong, text[:9]), len(pong)},
-		{"two messages", cat(text, pong), len(text) + len(pong)},
-		{"16-bit length", long, len(long)},
-		{"16-bit length, cut", long[:len(long)-1], 0},
-		{"16-bit length, header cut", long[:3], 0},
-		{"fragments: the first only", first, 0},
-		{"fragments: a pong between", cat(first, pong), 0},
-		{"fragments: whole", cat(first, pong, cont), len(first) + len(pong) + len(cont)},
-		{"fragments: whole, then a pong", cat(first, cont, pong), len(first) + len(cont) + len(pong)},
-		{"64-bit length beyond", []byte{0x81, 0xFF, 0x80, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4}, 0},
-		{"unmasked", []byte{0x81, 0x01, 'x'}, 3},
+		{"nothing", nil, 0, true},
+		{"one byte", text[:1], 0, true},
+		{"part of the mask key", text[:3], 0, true},
+		{"a header only", text[:6], 0, true},
+		{"a message", text, len(text), false},
+		{"a pong", pong, len(pong), true},
+		{"two pongs", cat(pong, pong), 2 * len(pong), true},
+		{"a pong and part of a message", cat(pong, text[:9]), len(pong), true},
+		{"two messages", cat(text, pong), len(text) + len(pong), false},
+		{"a pong, then a message", cat(pong, text), len(pong) + len(text), false},
+		{"a close", frame(true, 0x8, nil), 6, false},
+		{"16-bit length", long, len(long), false},
+		{"16-bit length, cut", long[:len(long)-1], 0, true},
+		{"16-bit length, header cut", long[:3], 0, true},
+		{"fragments: the first only", first, 0, true},
+		{"fragments: a pong between", cat(first, pong), 0, true},
+		{"fragments: whole", cat(first, pong, cont), len(first) + len(pong) + len(cont), false},
+		{"fragments: whole, then a pong", cat(first, cont, pong), len(first) + len(cont) + len(pong), false},
+		{"a pong, then the first fragment", cat(pong, first), len(pong), true},
+		{"64-bit length beyond", []byte{0x81, 0xFF, 0x80, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4}, 0, true},
+		{"unmasked", []byte{0x81, 0x01, 'x'}, 3, false},
 	}
 	for _, tt := range tests {
-		if got := wholeMessages(tt.b); got != tt.want {
-			t.Errorf("%s: %d, want %d", tt.name, got, tt.want)
+		if got, pongs := wholeMessages(tt.b); got != tt.want || pongs != tt.pongs {
+			t.Errorf("%s: %d, %v; want %d, %v", tt.name, got, pongs, tt.want, tt.pongs)
 		}
 	}
 }
@@ -80,12 +85,13 @@ func FuzzWholeMessages(f *testing.F) {
 	f.Add([]byte{0, 5, 1, 200, 2, 3}, uint16(7))
 	f.Add([]byte{3, 0, 3, 130, 4, 1}, uint16(300))
 	f.Fuzz(func(t *testing.T, steps []byte, cut uint16) {
-		if n := wholeMessages(steps); n < 0 || n > len(steps) {
+		if n, _ := wholeMessages(steps); n < 0 || n > len(steps) {
 			t.Fatalf("arbitrary bytes: %d of %d", n, len(steps))
 		}
 		var stream []byte
 		bounds := []int{0}
-		open := false
+		pongsTo := []bool{true} // every frame up to bounds[i] a pong
+		open, allPongs := false, true
 		for i := 0; i+1 < len(steps) && len(stream) < 1<<17; i += 2 {
 			size := int(steps[i+1])
 			if steps[i+1] > 250 {
@@ -116,19 +122,21 @@ func FuzzWholeMessages(f *testing.F) {
 			case 4: // a close
 				stream = append(stream, frame(true, 0x8, payload[:min(size, 125)])...)
 			}
+			allPongs = allPongs && steps[i]%5 == 3
 			if !open {
 				bounds = append(bounds, len(stream))
+				pongsTo = append(pongsTo, allPongs)
 			}
 		}
 		at := int(cut) % (len(stream) + 1)
-		want := 0
-		for _, b := range bounds {
+		want, wantPongs := 0, true
+		for i, b := range bounds {
 			if b <= at {
-				want = b
+				want, wantPongs = b, pongsTo[i]
 			}
 		}
-		if got := wholeMessages(stream[:at]); got != want {
-			t.Fatalf("cut at %d of %d: %d, want %d", at, len(stream), got, want)
+		if got, pongs := wholeMessages(stream[:at]); got != want || pongs != wantPongs {
+			t.Fatalf("cut at %d of %d: %d, %v; want %d, %v", at, len(stream), got, pongs, want, wantPongs)
 		}
 	})
 }

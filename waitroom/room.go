@@ -31,12 +31,16 @@
 // (report.go); the operator API reads them summed over the gateways.
 //
 // Blocking rules: Join and Status block for at most one join batch and a few
-// Redis round trips (bounded by ctx). ServeHTTP blocks for the life of its
-// WebSocket. Writes to WebSockets are done by a small pool of writers with a
-// write timeout; a slow client is dropped, never waited on by the tick.
+// Redis round trips (bounded by ctx). ServeHTTP returns once the upgrade
+// is answered: the handshake runs on a kept goroutine, and a joined
+// WebSocket then waits in the room's poller with no goroutine of its own
+// (idle.go). Writes to WebSockets are done by a small pool of writers with
+// a write timeout; a slow client is dropped, never waited on by the tick.
 //
 // It imports internal/conn/gopool, the connection plumbing's pool of kept
-// goroutines, for each connection's handshake and each ping.
+// goroutines, for each connection's handshake, each ping and each read of
+// a joined connection, and internal/conn/idlepoll, which says when a
+// joined connection has bytes to read.
 package waitroom
 
 import (

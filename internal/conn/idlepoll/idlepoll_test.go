@@ -83,7 +83,8 @@ func TestReadyOnceWhenBytesArrive(t *testing.T) {
 	if !fired(ch, 5*time.Second) {
 		t.Fatal("ready did not run when bytes arrived")
 	}
-	// One shot: more bytes do not call it again until it is armed again.
+	// Once: more bytes do not call it again until it is armed again,
+	// and then it runs at once, before Arm returns.
 	if _, err := c.Write([]byte("c")); err != nil {
 		t.Fatal(err)
 	}
@@ -91,14 +92,16 @@ func TestReadyOnceWhenBytesArrive(t *testing.T) {
 		t.Fatal("ready ran twice for one Arm")
 	}
 	if p.Armed() != 0 {
-		t.Fatalf("armed %d after the shot, want 0", p.Armed())
+		t.Fatalf("armed %d after the wake, want 0", p.Armed())
 	}
-	// Armed again with bytes unread: it runs at once.
-	ch = arm(t, h)
-	if !fired(ch, 5*time.Second) {
-		t.Fatal("ready did not run for bytes left unread")
+	ran := false
+	if err := h.Arm(func() { ran = true }); err != nil {
+		t.Fatal(err)
 	}
-	// Read them all: armed again, it waits.
+	if !ran {
+		t.Fatal("ready did not run at once for bytes that came while unarmed")
+	}
+	// Everything read: armed again, it waits for new bytes.
 	buf := make([]byte, 8)
 	if n, err := s.Read(buf); err != nil || n != 3 {
 		t.Fatalf("read %d, %v; want 3 bytes", n, err)
@@ -106,6 +109,12 @@ func TestReadyOnceWhenBytesArrive(t *testing.T) {
 	ch = arm(t, h)
 	if fired(ch, 50*time.Millisecond) {
 		t.Fatal("ready ran after everything was read")
+	}
+	if _, err := c.Write([]byte("d")); err != nil {
+		t.Fatal(err)
+	}
+	if !fired(ch, 5*time.Second) {
+		t.Fatal("ready did not run for new bytes")
 	}
 }
 
@@ -225,5 +234,46 @@ func TestPeek(t *testing.T) {
 	}
 	if n, err := Peek(rc, buf); n != 0 || err != nil {
 		t.Fatalf("Peek after the peer closed: %d, %v; want 0, nil", n, err)
+	}
+}
+
+func TestTake(t *testing.T) {
+	s, c := pair(t)
+	rc, err := s.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	if _, err := Take(rc, buf); !errors.Is(err, ErrNothing) {
+		t.Fatalf("Take with nothing sent: %v, want ErrNothing", err)
+	}
+	if _, err := c.Write([]byte("abcdef")); err != nil {
+		t.Fatal(err)
+	}
+	p := newPoller(t)
+	h := register(t, p, s)
+	if !fired(arm(t, h), 5*time.Second) {
+		t.Fatal("bytes did not arrive")
+	}
+	var got []byte
+	for len(got) < 6 {
+		n, err := Take(rc, buf)
+		if err != nil {
+			t.Fatalf("Take: %v after %q", err, got)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if string(got) != "abcdef" {
+		t.Fatalf("took %q, want abcdef", got)
+	}
+	if _, err := Take(rc, buf); !errors.Is(err, ErrNothing) {
+		t.Fatalf("Take after everything was taken: %v, want ErrNothing", err)
+	}
+	c.Close()
+	if !fired(arm(t, h), 5*time.Second) {
+		t.Fatal("the close did not arrive")
+	}
+	if n, err := Take(rc, buf); n != 0 || err != nil {
+		t.Fatalf("Take after the peer closed: %d, %v; want 0, nil", n, err)
 	}
 }

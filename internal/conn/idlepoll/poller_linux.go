@@ -4,22 +4,23 @@ package idlepoll
 
 import (
 	"errors"
+	"os"
 	"sync"
 	"syscall"
 )
 
-// Poller is one epoll set and the goroutine that waits on it. Its owner
-// calls Close once no connection needs it.
+// Poller is one epoll set and the goroutine that reads it. The set's own
+// descriptor waits in Go's poller like a socket, so the goroutine parks
+// as a blocked read does (a goroutine blocked in epoll_wait would hold a
+// thread, and each wake would cost a trip through the scheduler). Its
+// owner calls Close once no connection needs it.
 type Poller struct {
 	pollerState
 	epfd int
-	wake [2]int // a pipe: a byte in it ends the loop
+	file *os.File // epfd, registered with Go's poller
 	done chan struct{}
 	once sync.Once
 }
-
-// wakeID is the event id of the pipe; handle ids start at 1.
-const wakeID = 0
 
 // New starts a poller.
 func New() (*Poller, error) {
@@ -27,18 +28,18 @@ func New() (*Poller, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Poller{pollerState: pollerState{armed: map[uint64]*Handle{}}, epfd: epfd, done: make(chan struct{})}
-	if err := syscall.Pipe2(p.wake[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+	if err := syscall.SetNonblock(epfd, true); err != nil {
 		_ = syscall.Close(epfd)
 		return nil, err
 	}
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN}
-	setID(&ev, wakeID)
-	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, p.wake[0], &ev); err != nil {
-		p.closeFDs()
+	f := os.NewFile(uintptr(epfd), "idlepoll")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		_ = f.Close()
 		return nil, err
 	}
-	go p.loop()
+	p := &Poller{pollerState: pollerState{handles: map[uint64]*Handle{}}, epfd: epfd, file: f, done: make(chan struct{})}
+	go p.loop(rc)
 	return p, nil
 }
 
@@ -48,66 +49,55 @@ func (p *Poller) Close() {
 	p.once.Do(func() {
 		p.mu.Lock()
 		p.closed = true
-		p.armed = map[uint64]*Handle{}
+		p.handles = map[uint64]*Handle{}
+		p.armed = 0
 		p.mu.Unlock()
-		_, _ = syscall.Write(p.wake[1], []byte{1})
+		_ = p.file.Close() // wakes the loop's read, which then fails
 		<-p.done
-		p.closeFDs()
 	})
 }
 
-func (p *Poller) closeFDs() {
-	_ = syscall.Close(p.epfd)
-	_ = syscall.Close(p.wake[0])
-	_ = syscall.Close(p.wake[1])
-}
+// interest is readability, edge-triggered: the set tells of bytes once,
+// when they come, so a connection stays in it from its first Arm to its
+// Close with no system call in between. RDHUP and the always-reported HUP
+// and ERR wake a connection whose peer left.
+const interest = syscall.EPOLLIN | syscall.EPOLLRDHUP | -syscall.EPOLLET
 
-// interest is one shot of readability: after it fires, the descriptor
-// stays in the set, silent, until Arm modifies it again. RDHUP and the
-// always-reported HUP and ERR wake a connection whose peer left.
-const interest = syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT
-
-func (p *Poller) ctl(fd int, id uint64, added bool) error {
+func (p *Poller) add(fd int, id uint64) error {
 	ev := syscall.EpollEvent{Events: interest}
 	setID(&ev, id)
-	op := syscall.EPOLL_CTL_ADD
-	if added {
-		op = syscall.EPOLL_CTL_MOD
-	}
-	err := syscall.EpollCtl(p.epfd, op, fd, &ev)
-	if errors.Is(err, syscall.ENOENT) && added {
-		// The descriptor number was closed and reused under us: a new
-		// connection, never in the set.
-		err = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, fd, &ev)
-	}
-	return err
+	return syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, fd, &ev)
 }
 
 func (p *Poller) del(fd int) {
 	_ = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, fd, nil)
 }
 
-func (p *Poller) loop() {
+// loop reads the set's events whenever its descriptor is readable, until
+// Close. Go's poller watches that descriptor edge-triggered, so each
+// wake drains the set before it waits again.
+func (p *Poller) loop(rc syscall.RawConn) {
 	defer close(p.done)
 	events := make([]syscall.EpollEvent, 128)
-	for {
-		n, err := syscall.EpollWait(p.epfd, events, -1)
-		if err != nil {
+	_ = rc.Read(func(fd uintptr) bool {
+		for {
+			n, err := syscall.EpollWait(int(fd), events, 0)
 			if errors.Is(err, syscall.EINTR) {
 				continue
 			}
-			return // the set is gone: nothing more can be told
-		}
-		for _, ev := range events[:n] {
-			id := getID(&ev)
-			if id == wakeID {
-				return
+			if err != nil {
+				return true // the set is gone: nothing more can be told
 			}
-			if f := p.take(id); f != nil {
-				f()
+			for _, ev := range events[:n] {
+				if f := p.take(getID(&ev)); f != nil {
+					f()
+				}
+			}
+			if n < len(events) {
+				return false // drained: wait for the descriptor
 			}
 		}
-	}
+	})
 }
 
 // An event carries its handle's id in the two 32-bit words after Events.
@@ -124,10 +114,18 @@ func getID(ev *syscall.EpollEvent) uint64 {
 // them. It returns ErrNothing when none have, and 0 bytes when the peer
 // has closed its side.
 func Peek(rc syscall.RawConn, buf []byte) (int, error) {
+	return recv(rc, buf, syscall.MSG_PEEK)
+}
+
+// Take reads the bytes that have arrived on rc into buf, without waiting:
+// ErrNothing when none have, 0 bytes when the peer has closed its side.
+func Take(rc syscall.RawConn, buf []byte) (int, error) { return recv(rc, buf, 0) }
+
+func recv(rc syscall.RawConn, buf []byte, flags int) (int, error) {
 	var n int
 	var err error
 	if cerr := rc.Control(func(fd uintptr) {
-		n, _, err = syscall.Recvfrom(int(fd), buf, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		n, _, err = syscall.Recvfrom(int(fd), buf, flags|syscall.MSG_DONTWAIT)
 	}); cerr != nil {
 		return 0, cerr
 	}

@@ -17,8 +17,11 @@ func New() (*Poller, error) { return nil, errors.ErrUnsupported }
 // Close does nothing.
 func (p *Poller) Close() {}
 
-func (p *Poller) ctl(fd int, id uint64, added bool) error { return errors.ErrUnsupported }
-func (p *Poller) del(fd int)                              {}
+func (p *Poller) add(fd int, id uint64) error { return errors.ErrUnsupported }
+func (p *Poller) del(fd int)                  {}
 
 // Peek fails off Linux.
 func Peek(rc syscall.RawConn, buf []byte) (int, error) { return 0, errors.ErrUnsupported }
+
+// Take fails off Linux.
+func Take(rc syscall.RawConn, buf []byte) (int, error) { return 0, errors.ErrUnsupported }
