@@ -34,9 +34,10 @@ type idleConn struct {
 	// at the head of pre. Below zero reads block as on any connection.
 	budget atomic.Int64
 
-	mu  sync.Mutex
-	h   *idlepoll.Handle // set while the poller watches the connection
-	end func()           // the connection's end, when Close finds it armed
+	mu     sync.Mutex
+	h      *idlepoll.Handle // set while the poller watches the connection
+	end    func()           // the connection's end, when Close finds it armed
+	closed bool
 }
 
 // errIdle ends the library's read once the budget is spent: it comes at
@@ -80,7 +81,7 @@ func (c *idleConn) Read(p []byte) (int, error) {
 func (c *idleConn) Close() error {
 	c.mu.Lock()
 	h, end := c.h, c.end
-	c.h = nil
+	c.h, c.closed = nil, true
 	c.mu.Unlock()
 	if h != nil && h.Close() {
 		end()
@@ -145,18 +146,19 @@ func (c *conn) wait(sr *saleRoom, end func()) {
 		rc = ic.rawConn()
 		p = c.r.poller()
 	}
+	var h *idlepoll.Handle
 	if rc != nil && p != nil {
 		c.closeMu.Lock()
 		if br.Buffered() == 0 {
-			// From here a close handshake reads nothing: it would
-			// block with no reader waiting for the peer.
-			ic.budget.Store(0)
-		} else {
-			rc = nil // a message the peek cannot see
+			if h, _ = p.Register(rc); h != nil {
+				// From here a close handshake reads nothing: it would
+				// block with no reader waiting for the peer.
+				ic.budget.Store(0)
+			}
 		}
 		c.closeMu.Unlock()
 	}
-	if rc == nil || p == nil {
+	if h == nil {
 		go func() {
 			c.watch(sr, &chooseLimit{})
 			end()
@@ -165,7 +167,13 @@ func (c *conn) wait(sr *saleRoom, end func()) {
 	}
 	w := &idleWait{c: c, sr: sr, rc: rc, end: end}
 	ic.mu.Lock()
-	ic.h = p.Register(rc)
+	if ic.closed {
+		ic.mu.Unlock()
+		h.Close()
+		c.r.work.Go(end)
+		return
+	}
+	ic.h = h
 	ic.end = func() { c.r.work.Go(end) }
 	ic.mu.Unlock()
 	w.arm()

@@ -34,18 +34,37 @@ type Handle struct {
 
 	// Guarded by p.mu.
 	ready   func() // set while armed
-	added   bool   // in the epoll set (armed once or more)
+	added   bool   // in the epoll set
 	pending bool   // bytes came while it was not armed
 	closed  bool
 }
 
-// Register returns the handle of the connection behind rc; it is not
-// armed yet.
-func (p *Poller) Register(rc syscall.RawConn) *Handle {
+// Register adds the connection behind rc to the set and returns its
+// handle, not armed yet: bytes that come before the first Arm make it run
+// ready at once. The system call runs outside the poller's lock, so that
+// a crowd's joins do not queue on it.
+func (p *Poller) Register(rc syscall.RawConn) (*Handle, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	p.next++
+	h := &Handle{p: p, rc: rc, id: p.next}
+	p.handles[h.id] = h // before the set can tell of it
+	p.mu.Unlock()
+	var err error
+	if cerr := rc.Control(func(fd uintptr) { err = p.add(int(fd), h.id) }); cerr != nil {
+		err = cerr
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.next++
-	return &Handle{p: p, rc: rc, id: p.next}
+	if err != nil {
+		delete(p.handles, h.id)
+		return nil, err
+	}
+	h.added = true
+	return h, nil
 }
 
 // Arm calls ready once when the connection has bytes to read, has hung
@@ -54,8 +73,7 @@ func (p *Poller) Register(rc syscall.RawConn) *Handle {
 // bytes once, edge-triggered, so that arming costs no system call). The
 // caller reads until Take finds nothing before it arms again; ready must
 // not block. Arm fails with ErrClosed once Close or the poller's Close
-// ran, or with the error of a descriptor already closed; then ready will
-// not be called.
+// ran; then ready will not be called.
 func (h *Handle) Arm(ready func()) error {
 	p := h.p
 	p.mu.Lock()
@@ -66,18 +84,6 @@ func (h *Handle) Arm(ready func()) error {
 	if h.ready != nil {
 		p.mu.Unlock()
 		return errors.New("idlepoll: armed twice")
-	}
-	if !h.added {
-		var err error
-		if cerr := h.rc.Control(func(fd uintptr) { err = p.add(int(fd), h.id) }); cerr != nil {
-			err = cerr
-		}
-		if err != nil {
-			p.mu.Unlock()
-			return err
-		}
-		h.added = true
-		p.handles[h.id] = h
 	}
 	if h.pending {
 		h.pending = false

@@ -38,6 +38,13 @@ func TestPollerCloseEndsLoop(t *testing.T) {
 	if err := h.Arm(func() {}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Arm after the poller's Close: %v, want ErrClosed", err)
 	}
+	rc, err := s.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Register(rc); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Register after the poller's Close: %v, want ErrClosed", err)
+	}
 	h.Close()
 	var st syscall.Stat_t
 	if err := syscall.Fstat(p.epfd, &st); err == nil && st.Ino != 0 {

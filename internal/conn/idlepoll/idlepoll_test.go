@@ -47,7 +47,11 @@ func register(t *testing.T, p *Poller, c *net.TCPConn) *Handle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p.Register(rc)
+	h, err := p.Register(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 // arm arms h and returns a channel that gets a value each time ready runs.
@@ -185,16 +189,30 @@ func TestClosedDescriptorReused(t *testing.T) {
 	}
 }
 
-func TestArmClosedDescriptor(t *testing.T) {
+func TestRegisterClosedDescriptor(t *testing.T) {
 	p := newPoller(t)
 	s, _ := pair(t)
-	h := register(t, p, s)
-	s.Close()
-	if err := h.Arm(func() { t.Error("ready ran for a closed descriptor") }); err == nil {
-		t.Fatal("Arm of a closed descriptor succeeded")
+	rc, err := s.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if p.Armed() != 0 {
-		t.Fatal("a failed Arm left the handle armed")
+	s.Close()
+	if _, err := p.Register(rc); err == nil {
+		t.Fatal("Register of a closed descriptor succeeded")
+	}
+}
+
+// TestBytesBeforeArm: bytes that come between Register and the first Arm
+// are not lost: ready runs for them.
+func TestBytesBeforeArm(t *testing.T) {
+	p := newPoller(t)
+	s, c := pair(t)
+	h := register(t, p, s)
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if !fired(arm(t, h), 5*time.Second) {
+		t.Fatal("ready did not run for bytes that came before the first Arm")
 	}
 }
 
