@@ -137,7 +137,7 @@ var layout = map[string]imports{
 	"internal/conn/split":    {code: "internal/conn/gopool", tests: "internal/harness/testenv"},
 	"internal/conn/watchdog": {},
 	"internal/conn/gopool":   {},
-	"internal/conn/idlepoll": {},
+	"internal/conn/idlepoll": {tests: "internal/harness/testenv"},
 
 	// The composition root and the binaries.
 	"internal/wiring": {code: "flashsale access admission auth defense events expiry gateway orders purchase push reconcile sales static waitroom writer internal/adapter/kafka internal/adapter/postgres internal/adapter/prom internal/adapter/redisstock internal/adapter/redisconn internal/adapter/redisclock",

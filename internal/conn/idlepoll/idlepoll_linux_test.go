@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 )
 
 func readlink(fd int) (string, error) { return os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)) }
@@ -19,7 +21,7 @@ func TestPollerCloseEndsLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, _ := pair(t)
+	s, _ := testenv.TCPPair(t)
 	h := register(t, p, s)
 	arm(t, h)
 	closed := make(chan struct{})

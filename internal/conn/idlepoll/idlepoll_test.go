@@ -6,6 +6,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/flashsale/flashsale/internal/harness/testenv"
 )
 
 func newPoller(t *testing.T) *Poller {
@@ -19,26 +21,6 @@ func newPoller(t *testing.T) *Poller {
 	}
 	t.Cleanup(p.Close)
 	return p
-}
-
-// pair returns both ends of a loopback TCP connection.
-func pair(t *testing.T) (server, client *net.TCPConn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(); s.Close() })
-	return s.(*net.TCPConn), c.(*net.TCPConn)
 }
 
 func register(t *testing.T, p *Poller, c *net.TCPConn) *Handle {
@@ -75,7 +57,7 @@ func fired(ch chan struct{}, within time.Duration) bool {
 
 func TestReadyOnceWhenBytesArrive(t *testing.T) {
 	p := newPoller(t)
-	s, c := pair(t)
+	s, c := testenv.TCPPair(t)
 	h := register(t, p, s)
 	ch := arm(t, h)
 	if fired(ch, 50*time.Millisecond) {
@@ -124,7 +106,7 @@ func TestReadyOnceWhenBytesArrive(t *testing.T) {
 
 func TestReadyWhenPeerLeaves(t *testing.T) {
 	p := newPoller(t)
-	s, c := pair(t)
+	s, c := testenv.TCPPair(t)
 	ch := arm(t, register(t, p, s))
 	c.Close()
 	if !fired(ch, 5*time.Second) {
@@ -134,7 +116,7 @@ func TestReadyWhenPeerLeaves(t *testing.T) {
 
 func TestCloseArmed(t *testing.T) {
 	p := newPoller(t)
-	s, c := pair(t)
+	s, c := testenv.TCPPair(t)
 	h := register(t, p, s)
 	ch := arm(t, h)
 	if !h.Close() {
@@ -156,7 +138,7 @@ func TestCloseArmed(t *testing.T) {
 
 func TestCloseAfterShot(t *testing.T) {
 	p := newPoller(t)
-	s, c := pair(t)
+	s, c := testenv.TCPPair(t)
 	h := register(t, p, s)
 	ch := arm(t, h)
 	if _, err := c.Write([]byte("x")); err != nil {
@@ -174,12 +156,12 @@ func TestCloseAfterShot(t *testing.T) {
 // gets the same number is armed afresh and told of its own bytes.
 func TestClosedDescriptorReused(t *testing.T) {
 	p := newPoller(t)
-	s, _ := pair(t)
+	s, _ := testenv.TCPPair(t)
 	h := register(t, p, s)
 	arm(t, h)
 	h.Close()
 	s.Close()
-	s2, c2 := pair(t)
+	s2, c2 := testenv.TCPPair(t)
 	ch := arm(t, register(t, p, s2))
 	if _, err := c2.Write([]byte("x")); err != nil {
 		t.Fatal(err)
@@ -191,7 +173,7 @@ func TestClosedDescriptorReused(t *testing.T) {
 
 func TestRegisterClosedDescriptor(t *testing.T) {
 	p := newPoller(t)
-	s, _ := pair(t)
+	s, _ := testenv.TCPPair(t)
 	rc, err := s.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +188,7 @@ func TestRegisterClosedDescriptor(t *testing.T) {
 // are not lost: ready runs for them.
 func TestBytesBeforeArm(t *testing.T) {
 	p := newPoller(t)
-	s, c := pair(t)
+	s, c := testenv.TCPPair(t)
 	h := register(t, p, s)
 	if _, err := c.Write([]byte("x")); err != nil {
 		t.Fatal(err)
@@ -217,7 +199,7 @@ func TestBytesBeforeArm(t *testing.T) {
 }
 
 func TestPeek(t *testing.T) {
-	s, c := pair(t)
+	s, c := testenv.TCPPair(t)
 	rc, err := s.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
@@ -256,7 +238,7 @@ func TestPeek(t *testing.T) {
 }
 
 func TestTake(t *testing.T) {
-	s, c := pair(t)
+	s, c := testenv.TCPPair(t)
 	rc, err := s.SyscallConn()
 	if err != nil {
 		t.Fatal(err)

@@ -355,21 +355,7 @@ func FuzzIsWebSocketUpgrade(f *testing.F) {
 // TestReplaySocket: a replaying connection gives its socket out only once
 // the replayed bytes are read (a poller of the socket would miss them).
 func TestReplaySocket(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, _ := testenv.TCPPair(t)
 	pc := Replay(s, []byte("ab")).(syscall.Conn)
 	if _, err := pc.SyscallConn(); err == nil {
 		t.Fatal("the socket given out with replayed bytes unread")
