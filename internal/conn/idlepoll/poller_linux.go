@@ -58,8 +58,8 @@ func (p *Poller) Close() {
 }
 
 // interest is readability, edge-triggered: the set tells of bytes once,
-// when they come, so a connection stays in it from its first Arm to its
-// Close with no system call in between. RDHUP and the always-reported HUP
+// when they come, so a connection stays in it from Register to Close
+// with no system call in between. RDHUP and the always-reported HUP
 // and ERR wake a connection whose peer left.
 const interest = syscall.EPOLLIN | syscall.EPOLLRDHUP | -syscall.EPOLLET
 
