@@ -1,7 +1,7 @@
-// Package split routes each connection of one listener to one of two
-// servers by its first request head: WebSocket upgrades to one listener
-// (or to Deps.Upgrade), everything else to the other. The bytes read to
-// decide are replayed to the server that gets the connection. It also
+// Package split routes each connection of one listener by its first
+// request head: WebSocket upgrades to Deps.Upgrade, everything else to an
+// HTTP server's listener. The bytes read to decide are replayed to
+// whoever gets the connection. It also
 // bounds the wait for that first head (a first byte within
 // FirstByteTimeout, the rest within HeadTimeout) and how many connections
 // of one client address may wait at once.
@@ -55,13 +55,13 @@ type Deps struct {
 	// WrapHTTP wraps each connection given to the HTTP side (its
 	// timeouts).
 	WrapHTTP func(net.Conn) net.Conn
-	// Upgrade, when set, takes each WebSocket upgrade instead of the
-	// WebSocket listener, in the goroutine that read its head: head is the
-	// complete request head, valid only until Upgrade returns, and conn
-	// replays any bytes the client sent after it. Upgrade answers and
-	// either keeps conn or closes it. A server reached this way parses
-	// the head once and starts no goroutine of its own for the upgrade
-	// (each one a new stack grown through the whole handshake).
+	// Upgrade takes each WebSocket upgrade, in the goroutine that read
+	// its head: head is the complete request head, valid only until
+	// Upgrade returns, and conn replays any bytes the client sent after
+	// it. Upgrade answers and either keeps conn or closes it. A server
+	// reached this way parses the head once and starts no goroutine of
+	// its own for the upgrade (each one a new stack grown through the
+	// whole handshake). Without it an upgrade goes to HTTP like any head.
 	Upgrade func(conn net.Conn, head []byte)
 	// Refused counts the connections closed by MaxPendingPerAddr;
 	// IdleTimeouts those that sent nothing within FirstByteTimeout,
@@ -75,7 +75,6 @@ type Deps struct {
 type Splitter struct {
 	ln      net.Listener
 	httpLn  *Listener
-	wsLn    *Listener
 	maxHead int
 	timeout time.Duration
 	idle    time.Duration // wait for the first byte
@@ -108,7 +107,6 @@ func New(ln net.Listener, cfg Config, deps Deps) *Splitter {
 	sp := &Splitter{
 		ln:         ln,
 		httpLn:     NewListener(ln.Addr()),
-		wsLn:       NewListener(ln.Addr()),
 		maxHead:    cfg.MaxHead,
 		timeout:    cfg.HeadTimeout,
 		idle:       max(cfg.FirstByteTimeout, cfg.HeadTimeout),
@@ -131,10 +129,6 @@ const routeIdle = 10 * time.Second
 // HTTP is the listener of the connections whose first head is no
 // WebSocket upgrade.
 func (sp *Splitter) HTTP() net.Listener { return sp.httpLn }
-
-// WebSocket is the listener of the connections whose first head is a
-// WebSocket upgrade.
-func (sp *Splitter) WebSocket() net.Listener { return sp.wsLn }
 
 // Run accepts until the listener is closed, then returns nil. Temporary
 // accept errors (out of file descriptors) back off and retry.
@@ -216,7 +210,7 @@ func inPrefixes(a netip.Addr, ps []netip.Prefix) bool {
 }
 
 // route reads the first request head (up to maxHead bytes) and hands conn
-// to one of the two servers. The first byte may take the idle timeout (a
+// to Deps.Upgrade or to HTTP. The first byte may take the idle timeout (a
 // browser or client pool opens connections ahead of use, as keep-alive
 // connections wait between requests); from the first byte, the head must
 // be complete within the head timeout. A connection that misses either is
@@ -268,11 +262,8 @@ func (sp *Splitter) route(conn net.Conn, key netip.Addr, capped bool) {
 		}
 	}
 	_ = conn.SetReadDeadline(time.Time{})
-	target := sp.httpLn
 	switch {
-	case !isWebSocketUpgrade(buf[:n]):
-	case sp.deps.Upgrade == nil:
-		target = sp.wsLn
+	case !isWebSocketUpgrade(buf[:n]), sp.deps.Upgrade == nil:
 	case end < 0:
 		// A head that did not fit goes to the HTTP side, which refuses it.
 	default:
@@ -286,10 +277,10 @@ func (sp *Splitter) route(conn net.Conn, key netip.Addr, capped bool) {
 	}
 	pc := Replay(conn, bytes.Clone(buf[:n]))
 	sp.bufs.Put(bp)
-	if target == sp.httpLn && sp.deps.WrapHTTP != nil {
+	if sp.deps.WrapHTTP != nil {
 		pc = sp.deps.WrapHTTP(pc)
 	}
-	if !target.Deliver(pc) {
+	if !sp.httpLn.Deliver(pc) {
 		_ = pc.Close()
 	}
 }
@@ -308,7 +299,6 @@ func (sp *Splitter) Close() {
 	sp.routes.Close()
 	_ = sp.ln.Close()
 	_ = sp.httpLn.Close()
-	_ = sp.wsLn.Close()
 }
 
 // setReadDeadline sets the read deadline of a connection in route to d from

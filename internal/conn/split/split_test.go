@@ -96,9 +96,11 @@ func TestRoute(t *testing.T) {
 		_ = conn.Close()
 		return true
 	}
+	upgrades := make(chan net.Conn, 1)
 	sp, addr := start(t, Config{}, Deps{
 		Refuse:   refuse,
 		WrapHTTP: func(c net.Conn) net.Conn { return wrapped{c} },
+		Upgrade:  func(c net.Conn, head []byte) { upgrades <- c },
 	})
 
 	t.Run("plain head goes to HTTP, replayed and wrapped", func(t *testing.T) {
@@ -111,14 +113,23 @@ func TestRoute(t *testing.T) {
 			t.Errorf("HTTP side got %T, want it wrapped by WrapHTTP", c)
 		}
 	})
-	t.Run("upgrade goes to WebSocket, not wrapped", func(t *testing.T) {
+	t.Run("upgrade goes to Upgrade, not wrapped", func(t *testing.T) {
 		dial(t, addr, wsHead)
-		c, got := accept(t, sp.WebSocket(), len(wsHead))
-		if got != wsHead {
-			t.Errorf("read %q, want %q", got, wsHead)
+		select {
+		case c := <-upgrades:
+			defer c.Close()
+			if _, ok := c.(wrapped); ok {
+				t.Error("Upgrade got a connection wrapped by WrapHTTP")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Upgrade was not called")
 		}
-		if _, ok := c.(wrapped); ok {
-			t.Error("WebSocket side got a connection wrapped by WrapHTTP")
+	})
+	t.Run("without Upgrade an upgrade goes to HTTP", func(t *testing.T) {
+		sp, addr := start(t, Config{}, Deps{})
+		dial(t, addr, wsHead)
+		if _, got := accept(t, sp.HTTP(), len(wsHead)); got != wsHead {
+			t.Errorf("read %q, want %q", got, wsHead)
 		}
 	})
 	t.Run("a refused head reaches no server", func(t *testing.T) {
