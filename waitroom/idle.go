@@ -151,8 +151,8 @@ func (c *conn) wait(sr *saleRoom, end func()) {
 		c.closeMu.Lock()
 		if br.Buffered() == 0 {
 			if h, _ = p.Register(rc); h != nil {
-				// From here a close handshake reads nothing: it would
-				// block with no reader waiting for the peer.
+				// From here a read takes only what a wake found
+				// (leaveIdle undoes it for a close handshake).
 				ic.budget.Store(0)
 			}
 		}
@@ -177,6 +177,28 @@ func (c *conn) wait(sr *saleRoom, end func()) {
 	ic.end = func() { c.r.work.Go(end) }
 	ic.mu.Unlock()
 	w.arm()
+}
+
+// leaveIdle readies a connection for a close handshake: a connection the
+// poller holds armed leaves it, and its reads block again, so that the
+// library reads the peer's close frame (a byte left unread when the
+// socket closes turns its FIN into a reset, which can take our close
+// frame with it). It returns the connection's end when the poller held
+// it: the caller runs it after the close. Called under closeMu.
+func (c *conn) leaveIdle() (end func()) {
+	ic := c.ic
+	if ic == nil {
+		return nil
+	}
+	ic.mu.Lock()
+	h, end := ic.h, ic.end
+	ic.h = nil
+	ic.mu.Unlock()
+	if h == nil || !h.Close() {
+		return nil // not armed: whoever reads it now ends it
+	}
+	ic.budget.Store(-1)
+	return end
 }
 
 // idleWait is a joined connection the poller watches.

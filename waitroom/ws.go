@@ -47,8 +47,8 @@ type conn struct {
 
 	closeOnce sync.Once
 	// closeMu is held while the connection closes with a close handshake
-	// (the library then reads, on the closing goroutine) and while wait
-	// looks at the read buffer.
+	// (it leaves the poller; the library then reads, on the closing
+	// goroutine) and while wait looks at the read buffer.
 	closeMu sync.Mutex
 
 	// Set at join, then guarded by sr.mu.
@@ -347,10 +347,14 @@ func (c *conn) fail(err error) {
 	defer c.closeMu.Unlock()
 	c.closeOnce.Do(func() {
 		c.markDead()
+		end := c.leaveIdle()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = c.ws.Write(ctx, websocket.MessageText, encodeError(code, msg))
 		cancel()
 		_ = c.ws.Close(closeStatus(code), string(code))
+		if end != nil {
+			end()
+		}
 	})
 }
 
@@ -897,7 +901,11 @@ func (c *conn) goAway() {
 	defer c.closeMu.Unlock()
 	c.closeOnce.Do(func() {
 		c.markDead()
+		end := c.leaveIdle()
 		_ = c.ws.Close(websocket.StatusGoingAway, "going away")
+		if end != nil {
+			end()
+		}
 	})
 }
 
