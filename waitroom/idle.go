@@ -79,14 +79,21 @@ func (c *idleConn) Read(p []byte) (int, error) {
 // nobody reading it, so its end runs here (on another goroutine: Close is
 // called from inside the library's close).
 func (c *idleConn) Close() error {
-	c.mu.Lock()
-	h, end := c.h, c.end
-	c.h, c.closed = nil, true
-	c.mu.Unlock()
-	if h != nil && h.Close() {
+	if h, end := c.release(true); h != nil && h.Close() {
 		end()
 	}
 	return c.Conn.Close()
+}
+
+// release takes the poller's handle (nil when it is gone already) and the
+// connection's end; closing marks the connection closed.
+func (c *idleConn) release(closing bool) (*idlepoll.Handle, func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.h
+	c.h = nil
+	c.closed = c.closed || closing
+	return h, c.end
 }
 
 // rawConn is the socket's, or nil when something above it may hold
@@ -190,10 +197,7 @@ func (c *conn) leaveIdle() (end func()) {
 	if ic == nil {
 		return nil
 	}
-	ic.mu.Lock()
-	h, end := ic.h, ic.end
-	ic.h = nil
-	ic.mu.Unlock()
+	h, end := ic.release(false)
 	if h == nil || !h.Close() {
 		return nil // not armed: whoever reads it now ends it
 	}
@@ -298,12 +302,7 @@ func (w *idleWait) block() {
 // detach takes the connection out of the poller, unless Close did. It
 // is not armed (read runs), so its end stays the caller's.
 func (w *idleWait) detach() {
-	ic := w.c.ic
-	ic.mu.Lock()
-	h := ic.h
-	ic.h = nil
-	ic.mu.Unlock()
-	if h != nil {
+	if h, _ := w.c.ic.release(false); h != nil {
 		h.Close()
 	}
 }

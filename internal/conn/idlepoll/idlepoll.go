@@ -5,8 +5,8 @@
 // the read goes through a WebSocket library's frame reader, about 40% of
 // what a waiting shopper's socket costs a gateway.
 //
-// The owner reads what has arrived (Take, or Peek to leave it in place)
-// until nothing is left, then arms the connection again. The descriptor
+// The owner reads what has arrived (Take) until nothing is left, then
+// arms the connection again. The descriptor
 // stays in Go's own poller as well, which is harmless: nobody waits
 // there.
 //
@@ -22,7 +22,7 @@ import (
 var (
 	// ErrClosed is returned by Arm once the handle or the poller is closed.
 	ErrClosed = errors.New("idlepoll: closed")
-	// ErrNothing is the answer of Peek and Take when no byte has arrived.
+	// ErrNothing is Take's answer when no byte has arrived.
 	ErrNothing = errors.New("idlepoll: nothing has arrived")
 )
 

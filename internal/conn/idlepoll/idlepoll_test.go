@@ -2,7 +2,6 @@ package idlepoll
 
 import (
 	"errors"
-	"io"
 	"net"
 	"testing"
 	"time"
@@ -195,45 +194,6 @@ func TestBytesBeforeArm(t *testing.T) {
 	}
 	if !fired(arm(t, h), 5*time.Second) {
 		t.Fatal("ready did not run for bytes that came before the first Arm")
-	}
-}
-
-func TestPeek(t *testing.T) {
-	s, c := testenv.TCPPair(t)
-	rc, err := s.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 4)
-	if _, err := Peek(rc, buf); !errors.Is(err, ErrNothing) {
-		t.Fatalf("Peek with nothing sent: %v, want ErrNothing", err)
-	}
-	if _, err := c.Write([]byte("abcdef")); err != nil {
-		t.Fatal(err)
-	}
-	p := newPoller(t)
-	h := register(t, p, s)
-	ch := arm(t, h)
-	if !fired(ch, 5*time.Second) {
-		t.Fatal("bytes did not arrive")
-	}
-	for range 2 { // a peek leaves them in place
-		n, err := Peek(rc, buf)
-		if err != nil || string(buf[:n]) != "abcd" {
-			t.Fatalf("Peek: %q, %v; want abcd", buf[:n], err)
-		}
-	}
-	got := make([]byte, 6)
-	if _, err := io.ReadFull(s, got); err != nil || string(got) != "abcdef" {
-		t.Fatalf("read %q, %v after the peeks", got, err)
-	}
-	c.Close()
-	ch = arm(t, h)
-	if !fired(ch, 5*time.Second) {
-		t.Fatal("the close did not arrive")
-	}
-	if n, err := Peek(rc, buf); n != 0 || err != nil {
-		t.Fatalf("Peek after the peer closed: %d, %v; want 0, nil", n, err)
 	}
 }
 

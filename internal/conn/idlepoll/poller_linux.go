@@ -110,22 +110,13 @@ func getID(ev *syscall.EpollEvent) uint64 {
 	return uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
 }
 
-// Peek copies the bytes that have arrived on rc into buf without taking
-// them. It returns ErrNothing when none have, and 0 bytes when the peer
-// has closed its side.
-func Peek(rc syscall.RawConn, buf []byte) (int, error) {
-	return recv(rc, buf, syscall.MSG_PEEK)
-}
-
 // Take reads the bytes that have arrived on rc into buf, without waiting:
 // ErrNothing when none have, 0 bytes when the peer has closed its side.
-func Take(rc syscall.RawConn, buf []byte) (int, error) { return recv(rc, buf, 0) }
-
-func recv(rc syscall.RawConn, buf []byte, flags int) (int, error) {
+func Take(rc syscall.RawConn, buf []byte) (int, error) {
 	var n int
 	var err error
 	if cerr := rc.Control(func(fd uintptr) {
-		n, _, err = syscall.Recvfrom(int(fd), buf, flags|syscall.MSG_DONTWAIT)
+		n, _, err = syscall.Recvfrom(int(fd), buf, syscall.MSG_DONTWAIT)
 	}); cerr != nil {
 		return 0, cerr
 	}

@@ -20,8 +20,5 @@ func (p *Poller) Close() {}
 func (p *Poller) add(fd int, id uint64) error { return errors.ErrUnsupported }
 func (p *Poller) del(fd int)                  {}
 
-// Peek fails off Linux.
-func Peek(rc syscall.RawConn, buf []byte) (int, error) { return 0, errors.ErrUnsupported }
-
 // Take fails off Linux.
 func Take(rc syscall.RawConn, buf []byte) (int, error) { return 0, errors.ErrUnsupported }
