@@ -157,10 +157,11 @@ var layout = map[string]imports{
 	// tokens, solves the proof of work and warns against the waiting room's
 	// per-address connection cap; it counts Redis commands over a Redis
 	// connected like the server's (redisconn).
-	"loadtest":       {code: "flashsale auth defense waitroom internal/adapter/redisconn", tests: "internal/harness/localsvc internal/harness/testenv internal/adapter/postgres"},
-	"loadtest/e2e":   {tests: "internal/wiring internal/harness/testenv loadtest"},
-	"browsertest":    {tests: "static push push/pushtest internal/wiring internal/wiring/apptest internal/harness/testenv"},
-	"internal/bench": {code: "flashsale admission auth gateway internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock internal/adapter/redisconn"},
+	"loadtest":     {code: "flashsale auth defense waitroom internal/adapter/redisconn", tests: "internal/harness/localsvc internal/harness/testenv internal/adapter/postgres"},
+	"loadtest/e2e": {tests: "internal/wiring internal/harness/testenv loadtest"},
+	"browsertest":  {tests: "static push push/pushtest internal/wiring internal/wiring/apptest internal/harness/testenv"},
+	// The HTTP benchmarks read a server's CPU as the load harness does.
+	"internal/bench": {code: "flashsale admission auth gateway loadtest internal/wiring internal/harness/localsvc internal/adapter/postgres internal/adapter/redisstock internal/adapter/redisconn"},
 
 	// The harness of dev and tests. localsvc is also in the binary, for
 	// `flashsale dev`.

@@ -636,3 +636,19 @@ func (r *Report) lastJoinMs() int64 {
 	}
 	return -1
 }
+
+// ProcessCPU is the CPU time pid has used itself (utime + stime of
+// /proc/<pid>/stat, its reaped children left out): what the HTTP
+// benchmarks read of a server before and after a run to price a request.
+func ProcessCPU(pid int) (time.Duration, error) {
+	buf := make([]byte, 1024)
+	n, err := readInto("/proc/"+strconv.Itoa(pid)+"/stat", buf)
+	if err != nil {
+		return 0, fmt.Errorf("loadtest.ProcessCPU: %w", err)
+	}
+	st, err := parseProcStat(buf[:n])
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(st.Self) * time.Second / time.Duration(clockTicks()), nil
+}

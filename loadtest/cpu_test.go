@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -106,6 +107,48 @@ func FuzzParseServerPIDs(f *testing.F) {
 func TestClockTicks(t *testing.T) {
 	if hz := clockTicks(); hz <= 0 {
 		t.Fatalf("clockTicks() = %d", hz)
+	}
+}
+
+// TestProcessCPU reads this process's own CPU while it burns some: the
+// figure grows, and lies between getrusage's before and after the read
+// (give or take a clock tick, /proc's unit).
+func TestProcessCPU(t *testing.T) {
+	self := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	start, err := ProcessCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := time.Second / time.Duration(clockTicks())
+	x := 0
+	for deadline := time.Now().Add(time.Minute); ; {
+		for i := range 1_000_000 {
+			x ^= i * i
+		}
+		before := self()
+		got, err := ProcessCPU(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := self()
+		if got < before-2*tick || got > after+2*tick {
+			t.Fatalf("ProcessCPU = %v, getrusage %v before and %v after", got, before, after)
+		}
+		if got-start >= 5*tick {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ProcessCPU went from %v to %v in a minute of burning CPU (%d)", start, got, x)
+		}
+	}
+	if _, err := ProcessCPU(1 << 30); err == nil {
+		t.Fatal("ProcessCPU of a pid that cannot exist: no error")
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/flashsale/flashsale/auth"
 	"github.com/flashsale/flashsale/internal/adapter/redisconn"
 	"github.com/flashsale/flashsale/internal/wiring"
+	"github.com/flashsale/flashsale/loadtest"
 )
 
 // Options configure Run.
@@ -107,6 +108,22 @@ type Sample struct {
 	// PrevBaseline is the req/s of the last baseline run before this one
 	// (the same round), for a ratio less exposed to drifting load.
 	PrevBaseline float64
+	// ServerCPU is the CPU the serving process (the baseline's or the
+	// gateway's, not its Redis or PostgreSQL) used during the run, WrkCPU
+	// wrk's: a request's price on these shared cores, which the req/s
+	// ratio mixes with the client's.
+	ServerCPU, WrkCPU time.Duration
+}
+
+// serverUs and wrkUs are the run's CPU per request in µs (0: no request).
+func (s Sample) serverUs() float64 { return perRequestUs(s.ServerCPU, s.Wrk.Requests) }
+func (s Sample) wrkUs() float64    { return perRequestUs(s.WrkCPU, s.Wrk.Requests) }
+
+func perRequestUs(d time.Duration, reqs int64) float64 {
+	if reqs <= 0 {
+		return 0
+	}
+	return float64(d.Nanoseconds()) / 1000 / float64(reqs)
 }
 
 // child is a running `flashsale-bench server`.
@@ -278,6 +295,15 @@ func Run(ctx context.Context, o Options) ([]Sample, error) {
 			return err
 		}
 		var res WrkResult
+		pid := gw.info.PID
+		if scenario == Baseline {
+			pid = base.info.PID
+		}
+		cpu0, err := loadtest.ProcessCPU(pid)
+		if err != nil {
+			return err
+		}
+		var wrkCPU time.Duration
 		var profDone chan struct{}
 		if o.CPUProfile && scenario != Baseline && scenario != Idle {
 			profDone = make(chan struct{})
@@ -302,7 +328,11 @@ func Run(ctx context.Context, o Options) ([]Sample, error) {
 			if len(args) > 0 {
 				wargs = append(append(wargs, "--"), args...)
 			}
-			out, err := exec.CommandContext(ctx, o.Wrk, wargs...).CombinedOutput()
+			cmd := exec.CommandContext(ctx, o.Wrk, wargs...)
+			out, err := cmd.CombinedOutput()
+			if cmd.ProcessState != nil {
+				wrkCPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+			}
 			report := fmt.Sprintf("$ %s %s\n%s", o.Wrk, strings.Join(wargs, " "), out)
 			_ = os.WriteFile(filepath.Join(o.Out, fmt.Sprintf("wrk-%s-%d.txt", scenario, round)), []byte(report), 0o644)
 			if err != nil {
@@ -311,6 +341,10 @@ func Run(ctx context.Context, o Options) ([]Sample, error) {
 			if res, err = ParseWrk(string(out)); err != nil {
 				return err
 			}
+		}
+		cpu1, err := loadtest.ProcessCPU(pid)
+		if err != nil {
+			return err
 		}
 		if profDone != nil {
 			<-profDone
@@ -332,7 +366,8 @@ func Run(ctx context.Context, o Options) ([]Sample, error) {
 		if scenario == Baseline {
 			codes1 = nil // the gateway did not serve it
 		}
-		s := Sample{Scenario: scenario, Round: round, Wrk: res, RedisCommands: after - before - 1, Codes: codes1, LoadAvg: loadAvg()}
+		s := Sample{Scenario: scenario, Round: round, Wrk: res, RedisCommands: after - before - 1, Codes: codes1, LoadAvg: loadAvg(),
+			ServerCPU: cpu1 - cpu0, WrkCPU: wrkCPU}
 		for i := len(samples) - 1; i >= 0; i-- {
 			if samples[i].Scenario == Baseline {
 				s.PrevBaseline = samples[i].Wrk.RPS
@@ -340,8 +375,8 @@ func Run(ctx context.Context, o Options) ([]Sample, error) {
 			}
 		}
 		samples = append(samples, s)
-		fmt.Fprintf(o.Progress, "round %d %-13s %9.0f req/s  redis cmds %7d  codes %v  non-2xx %d  sockerr %q  load %s\n",
-			round, scenario, res.RPS, s.RedisCommands, codeString(s.Codes), res.Non2xx, res.SocketErrors, s.LoadAvg)
+		fmt.Fprintf(o.Progress, "round %d %-13s %9.0f req/s  server %5.2f µs/req  wrk %5.2f µs/req  redis cmds %7d  codes %v  non-2xx %d  sockerr %q  load %s\n",
+			round, scenario, res.RPS, s.serverUs(), s.wrkUs(), s.RedisCommands, codeString(s.Codes), res.Non2xx, res.SocketErrors, s.LoadAvg)
 		return nil
 	}
 
@@ -744,6 +779,38 @@ func Summarize(samples []Sample, o Options) string {
 			redisCol, perReq, codeString(codes), strings.Join(loads, " | "))
 	}
 	fmt.Fprintf(&b, "\nratio = median req/s / median baseline req/s (%.0f); paired = median over rounds of req/s / the baseline run just before it in its round; goal (refusals >= 95%%, in-stock cold >= 30%%) is judged on ratio; redis-idle = median Redis commands of the scenario's runs minus the idle median; cmds/req = (sum over runs of commands minus idle) / requests.\n", baseMed)
+
+	// The price of a request on each side, which the ratio mixes: on
+	// these shared cores a server that costs more CPU a request leaves
+	// less to wrk as well.
+	us := func(name string, f func(Sample) float64) []float64 {
+		var out []float64
+		for _, s := range by[name] {
+			if s.Wrk.Requests > 0 {
+				out = append(out, f(s))
+			}
+		}
+		return out
+	}
+	baseUs := med(us(Baseline, Sample.serverUs))
+	fmt.Fprintf(&b, "\n%-13s %-40s %9s %9s %13s\n", "scenario", "server CPU µs/req per run", "median", "wrk µs", "vs baseline")
+	for _, name := range []string{Baseline, SoldOut, NoAdmission, RateLimit, InStock, InStockWarm} {
+		server := us(name, Sample.serverUs)
+		if len(server) == 0 {
+			continue
+		}
+		var runs []string
+		for _, v := range server {
+			runs = append(runs, fmt.Sprintf("%.2f", v))
+		}
+		m := med(server)
+		vs := "-"
+		if m > 0 && baseUs > 0 {
+			vs = fmt.Sprintf("%.1f%%", 100*baseUs/m)
+		}
+		fmt.Fprintf(&b, "%-13s %-40s %9.2f %9.2f %13s\n", name, strings.Join(runs, " "), m, med(us(name, Sample.wrkUs)), vs)
+	}
+	b.WriteString("\nserver CPU = utime + stime of the serving process (/proc/<pid>/stat; the gateway's Redis and PostgreSQL not in it) over the run ÷ wrk's requests; wrk µs = wrk's own CPU ÷ its requests; vs baseline = the baseline's median server µs ÷ the scenario's: the share of fiber's price a request of it costs in the server alone.\n")
 	return b.String()
 }
 
