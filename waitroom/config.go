@@ -18,7 +18,7 @@ type Config struct {
 	Tick             time.Duration // state read and status push period [250ms]
 	HandshakeTimeout time.Duration // first message deadline [10s]
 	IdleTimeout      time.Duration // a connection that answers no ping for this long is closed [60s]
-	WriteTimeout     time.Duration // a status write that takes longer drops the client (each gets at least half of it) [5s]
+	WriteTimeout     time.Duration // a client whose messages take longer to write is dropped (checked every quarter of it) [5s]
 	// ResumeDelay is how long stock must have been back after a sell-out
 	// before shoppers are told (SOLD_OUT → ADMITTED/WAITING). It must
 	// exceed the purchase service's sold-out flag recheck (500ms), so a

@@ -155,6 +155,11 @@ type Room struct {
 	sendHi   []*conn // connections with an admission message: written first
 	sendQ    []*conn
 	sendStop bool
+	// writing is what each writer is sending (ws.go, writeSlot), which
+	// writeWatch reads to drop a client past WriteTimeout; started is the
+	// base of their monotonic times.
+	writing []writeSlot
+	started time.Time
 }
 
 // New returns a Room. guard may be nil. Run must run for joins to be
@@ -183,6 +188,8 @@ func New(cfg Config, rdb redis.UniversalClient, sales SaleSource, stock StockSou
 		perUser: map[int64]int{},
 		conns:   map[*conn]struct{}{},
 		work:    gopool.New(workIdle),
+		writing: make([]writeSlot, cfg.Writers),
+		started: time.Now(),
 	}
 	r.sendCond = sync.NewCond(&r.sendMu)
 	return r
@@ -201,10 +208,14 @@ func (r *Room) Run(ctx context.Context) error {
 	r.sendMu.Lock()
 	r.sendStop = false
 	r.sendMu.Unlock()
-	var wg sync.WaitGroup
-	for range r.cfg.Writers {
-		wg.Go(r.writer)
+	var wg, writers sync.WaitGroup
+	for i := range r.writing {
+		writers.Go(func() { r.writer(&r.writing[i]) })
 	}
+	// The watch outlives the writers: a writer stuck in a slow client's
+	// write at the end is released by it.
+	writersDone := make(chan struct{})
+	wg.Go(func() { r.writeWatch(writersDone) })
 	wg.Go(func() { r.batcher(ctx) })
 	wg.Go(func() { r.advanceLoop(ctx) })
 	wg.Go(func() { r.checkpointLoop(ctx) })
@@ -230,6 +241,8 @@ func (r *Room) Run(ctx context.Context) error {
 			r.sendStop = true
 			r.sendCond.Broadcast()
 			r.sendMu.Unlock()
+			writers.Wait()
+			close(writersDone)
 			wg.Wait()
 			r.work.Close()
 			// The last figures, once nothing counts any more.

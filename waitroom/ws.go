@@ -171,11 +171,10 @@ func (r *Room) enqueue(c *conn, hi bool) {
 	r.sendMu.Unlock()
 }
 
-// writer sends queued messages until Run stops it.
-func (r *Room) writer() {
+// writer sends queued messages until Run stops it; slot says what it is
+// sending, for writeWatch.
+func (r *Room) writer(slot *writeSlot) {
 	buf := make([]byte, 0, 256)
-	var wd writeDeadline
-	defer wd.stop()
 	for {
 		r.sendMu.Lock()
 		for len(r.sendHi) == 0 && len(r.sendQ) == 0 && !r.sendStop {
@@ -196,46 +195,74 @@ func (r *Room) writer() {
 			*q = nil
 		}
 		r.sendMu.Unlock()
-		buf = c.flush(wd.ctx(r.cfg.WriteTimeout), buf)
+		slot.c.Store(c)
+		slot.since.Store(r.monotonic())
+		buf = c.flush(buf)
+		slot.since.Store(0) // before the next connection is stored: see writeWatch
+		slot.c.Store(nil)
 	}
 }
 
-// writeDeadline is one writer's write context: a deadline shared by its
-// writes until less than half of the timeout is left, then a new one, so
-// that a write has between timeout/2 and timeout. A context with a timer
-// of its own for each flush cost a timer's start and stop a write, and
-// the library keeps a connection's last write context: 220 bytes a
-// waiting connection.
-type writeDeadline struct {
-	c      context.Context
-	cancel context.CancelFunc
-	until  time.Time
+// writeSlot is the connection one writer is sending to, and since when
+// (Room.monotonic; 0: none). A flush writes with no context of its own:
+// a write context costs the library a callback registered and removed on
+// every write (context.AfterFunc), about 5% of a push's CPU, where this
+// costs a clock read and four atomic stores.
+type writeSlot struct {
+	c     atomic.Pointer[conn]
+	since atomic.Int64
 }
 
-func (d *writeDeadline) ctx(timeout time.Duration) context.Context {
-	if now := time.Now(); d.c == nil || d.until.Sub(now) < timeout/2 {
-		d.stop() // no write of this writer is under way
-		d.until = now.Add(timeout)
-		d.c, d.cancel = context.WithDeadline(context.Background(), d.until)
+// monotonic is the time since the room was made, in ns on the monotonic
+// clock, never 0.
+func (r *Room) monotonic() int64 { return int64(time.Since(r.started)) | 1 }
+
+// writeWatch drops every client whose flush has run past WriteTimeout,
+// looking every quarter of it, until stop is closed: a write is cut
+// between WriteTimeout and 1¼ × WriteTimeout after it began.
+func (r *Room) writeWatch(stop <-chan struct{}) {
+	t := time.NewTicker(max(r.cfg.WriteTimeout/4, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			r.dropSlowWrites(r.writing, r.monotonic())
+		}
 	}
-	return d.c
 }
 
-func (d *writeDeadline) stop() {
-	if d.cancel != nil {
-		d.cancel()
+// dropSlowWrites closes the connection of each writer that has been
+// writing since before now − WriteTimeout; closing it ends the write,
+// whose error drops the client (flush). A writer clears since before it
+// stores its next connection, so the since read again after the
+// connection is still this write's only if the connection is its own.
+func (r *Room) dropSlowWrites(slots []writeSlot, now int64) {
+	for i := range slots {
+		s := &slots[i]
+		since := s.since.Load()
+		if since == 0 || now-since <= int64(r.cfg.WriteTimeout) {
+			continue
+		}
+		c := s.c.Load()
+		if c == nil || s.since.Load() != since {
+			continue
+		}
+		r.log.Debug("drop slow client", "writing", time.Duration(now-since))
+		_ = c.ws.CloseNow()
 	}
 }
 
-// flush writes c's pending messages within ctx (the writer's
-// writeDeadline); a client that does not take them in time is dropped
-// (the library closes the connection when the write context ends).
+// flush writes c's pending messages; a client that does not take them
+// within WriteTimeout is dropped (writeWatch closes its connection).
 //
 // One writer at a time sends a connection's messages, so they leave in the
 // order they were queued: a writer that finds another one writing leaves
 // the messages pending, and the writing one queues the connection again
 // when more is pending after its write.
-func (c *conn) flush(ctx context.Context, buf []byte) []byte {
+func (c *conn) flush(buf []byte) []byte {
+	ctx := context.Background() // bounded by writeWatch
 	c.mu.Lock()
 	c.queued, c.queuedHi = false, false
 	if c.writing || c.dead {

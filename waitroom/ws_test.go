@@ -208,29 +208,44 @@ func TestSlowReaderDropped(t *testing.T) {
 	}
 }
 
-// TestWriteDeadlineShared: a writer's writes share one context until less
-// than half of the timeout is left; then a new one has the whole timeout,
-// and the one it replaces is released.
-func TestWriteDeadlineShared(t *testing.T) {
-	var d writeDeadline
-	defer d.stop()
-	a := d.ctx(time.Hour)
-	if b := d.ctx(time.Hour); b != a {
-		t.Fatal("a second write got a new context with the whole timeout left")
+// TestDropSlowWrites: the watch closes the connection of a writer that
+// has been writing for longer than WriteTimeout, and no other: not one
+// within it, not a slot with nothing under way.
+func TestDropSlowWrites(t *testing.T) {
+	e := newEnv(t)
+	sale := e.addSale(newSale(t, 6, e.clock.Now().Add(time.Minute), 10, 10))
+	g := e.newGateway(Config{WriteTimeout: time.Hour}, nil) // the room's own watch never fires here
+	cs := prequeued(t, e, g, sale.ID, 2)
+	server := map[int64]*conn{}
+	g.room.mu.Lock()
+	for c := range g.room.conns {
+		server[c.user] = c
 	}
-	if dl, ok := a.Deadline(); !ok || time.Until(dl) < 59*time.Minute {
-		t.Fatalf("deadline %v (%v), want about an hour from now", dl, ok)
+	g.room.mu.Unlock()
+	if server[1] == nil || server[2] == nil {
+		t.Fatalf("server conns %v, want users 1 and 2", server)
 	}
-	d.until = time.Now().Add(29 * time.Minute) // less than half left
-	c := d.ctx(time.Hour)
-	if c == a {
-		t.Fatal("a context with less than half the timeout left was kept")
-	}
-	if dl, _ := c.Deadline(); time.Until(dl) < 59*time.Minute {
-		t.Fatalf("the new context ends %v from now, want about an hour", time.Until(dl))
-	}
-	if a.Err() == nil {
-		t.Fatal("the replaced context was not released")
+	now := g.room.monotonic()
+	slots := make([]writeSlot, 3)
+	slots[0].c.Store(server[1])
+	slots[0].since.Store(now - int64(time.Hour) - 1) // past the timeout
+	slots[1].c.Store(server[2])
+	slots[1].since.Store(now - int64(time.Hour) + int64(time.Second)) // within it
+	slots[2].c.Store(server[2])                                       // since 0: nothing under way
+	g.room.dropSlowWrites(slots, now)
+	eventually(t, "the slow writer's client dropped", 10*time.Second, func() bool {
+		g.room.mu.Lock()
+		defer g.room.mu.Unlock()
+		_, still := g.room.conns[server[1]]
+		return !still
+	})
+	e.clock.Advance(time.Minute) // opening: the other client hears it
+	cs[1].untilState(StateWaiting)
+	g.room.mu.Lock()
+	_, kept := g.room.conns[server[2]]
+	g.room.mu.Unlock()
+	if !kept {
+		t.Fatal("a connection within the timeout, or with no write under way, was dropped")
 	}
 }
 
