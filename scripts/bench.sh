@@ -8,15 +8,16 @@
 #
 #   OUT=out/bench            where results go
 #   BENCH_HTTP_FLAGS=...     extra flags of `flashsale-bench http` (-rounds, -duration, -users ...)
+#   BENCH_WS_FLAGS=...       extra flags of `flashsale-bench ws` (-conns, -rate, -hold, -rounds ...)
 #   FLASHSALE_BENCH_CONNS=N  WebSockets held by waitroom's BenchmarkConnections (default 19000:
 #                            the server alone in the benchmark process, the clients in 2+ child
 #                            processes of <= 9,500 each; 20,000 open files per process)
 #   BENCH_DROP_ENV='...'     the drop's size (default: GATEWAYS=7 SHOPPERS=100000
 #                            PROCESSES=7 SOURCE_ADDRS=120 STARTS_IN=75s DURATION=6m
 #                            LOADTEST_ARGS=-preconnect=4)
-#   SKIP_GO=1 / SKIP_HTTP=1 / SKIP_LOAD=1 / SKIP_FAULTS=1  leave a part out
+#   SKIP_GO=1 / SKIP_HTTP=1 / SKIP_WS=1 / SKIP_LOAD=1 / SKIP_FAULTS=1  leave a part out
 #
-# Takes about 35 minutes on 2 cores (15 without the fault suite, 6½ without
+# Takes about 45 minutes on 2 cores (25 without the fault suite, 16 without
 # the load scenarios as well; a non-root user runs the rig's gateways and
 # data tier without their nice).
 # Benchmarks measure; nothing here fails on a number. A benchmark that fails
@@ -33,6 +34,7 @@ mkdir -p "$OUT"
 rm -f "$OUT"/summary.txt "$OUT"/failures.txt
 [ -n "${SKIP_GO:-}" ] || rm -f "$OUT"/go-*.txt
 [ -n "${SKIP_HTTP:-}" ] || rm -f "$OUT"/wrk-*.txt "$OUT"/http*.txt "$OUT"/server-*.log "$OUT"/*.lua
+[ -n "${SKIP_WS:-}" ] || rm -f "$OUT"/ws*.txt "$OUT"/server-ws-*.log
 [ -n "${SKIP_LOAD:-}" ] || rm -f "$OUT"/load-*.txt
 
 $GO build -o "$BIN" ./cmd/flashsale && $GO build -o "$BENCH_BIN" ./cmd/flashsale-bench || exit 1
@@ -98,6 +100,15 @@ if [ -z "${SKIP_HTTP:-}" ]; then
 	fi
 fi
 
+if [ -z "${SKIP_WS:-}" ]; then
+	# As the load rig runs its gateways: GOGC=300 unless the caller says.
+	echo "== WebSocket shoppers load $(cut -d' ' -f1-3 /proc/loadavg)"
+	# shellcheck disable=SC2086
+	if ! GOGC=${GOGC:-300} "$BENCH_BIN" ws --out "$OUT" ${BENCH_WS_FLAGS:-} 2>&1 | tee "$OUT/ws-progress.txt"; then
+		echo "== ws: FAILED (see $OUT/ws-progress.txt, $OUT/server-ws-*.log)" | tee -a "$OUT/failures.txt"
+	fi
+fi
+
 if [ -z "${SKIP_LOAD:-}" ]; then
 	# Each scenario on a fresh multi-process stack; the rig's own summary
 	# lines (sell-out, persistence, steps, invariants) land in out/load/S.txt.
@@ -127,6 +138,7 @@ fi
 	echo "Go benchmarks (full output: $OUT/go-*.txt)"
 	grep -hE '^Benchmark' "$OUT"/go-*.txt 2>/dev/null
 	[ -f "$OUT/http.txt" ] && cat "$OUT/http.txt"
+	[ -f "$OUT/ws.txt" ] && cat "$OUT/ws.txt"
 	echo
 	echo "Comparisons (medians of this run)"
 	# metric FILE PATTERN UNIT: the median of UNIT values of benchmark lines matching PATTERN.

@@ -3,6 +3,7 @@
 // ships in the production binary, cmd/flashsale; TestLayout checks that.
 //
 //	flashsale-bench http [flags]     run the HTTP benchmarks (wrk) and write out/bench
+//	flashsale-bench ws [flags]       WebSocket shoppers: the gateway against a bare coder/websocket server
 //	flashsale-bench server [flags]   one benchmark server (started by `http`)
 package main
 
@@ -21,7 +22,7 @@ import (
 	"github.com/flashsale/flashsale/internal/wiring"
 )
 
-const usage = "usage: flashsale-bench http|server [flags]"
+const usage = "usage: flashsale-bench http|ws|server [flags]"
 
 func main() {
 	wiring.RaiseFileLimit()
@@ -41,6 +42,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdServer(ctx, args[1:], stdout, stderr)
 	case "http":
 		err = cmdHTTP(ctx, args[1:], stdout, stderr)
+	case "ws":
+		err = cmdWS(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprintln(stdout, usage)
 		return 0
@@ -66,7 +69,8 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 func cmdServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o bench.ServerOptions
 	fs := newFlags("server", stderr)
-	fs.StringVar(&o.Mode, "mode", bench.ModeGateway, "baseline (bare fiber 410) or gateway (wiring.Start on local Redis and PostgreSQL)")
+	fs.StringVar(&o.Mode, "mode", bench.ModeGateway, "baseline (bare fiber 410), ws-bare (bare coder/websocket join) or gateway (wiring.Start on local Redis and PostgreSQL)")
+	fs.BoolVar(&o.QueueSale, "queue-sale", false, "gateway: also create a queue-order sale opening in six hours (its pre-queue, for ws)")
 	fs.StringVar(&o.Addr, "addr", "127.0.0.1:0", "public listener")
 	fs.StringVar(&o.Dir, "dir", "", "scratch directory for Redis and PostgreSQL (default: a temporary one)")
 	env := wiring.Defaults()
@@ -87,6 +91,16 @@ func cmdServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return bench.Serve(ctx, o, os.Stdin, stdout, logger)
 }
 
+// parseDriver parses a driver's flags, which take no arguments, and
+// returns this binary's path: the driver runs its servers from it.
+func parseDriver(fs *flag.FlagSet, args []string) (string, error) {
+	_ = fs.Parse(args) // ExitOnError
+	if fs.NArg() > 0 {
+		return "", fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return os.Executable()
+}
+
 func cmdHTTP(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o bench.Options
 	fs := newFlags("http", stderr)
@@ -99,15 +113,31 @@ func cmdHTTP(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&o.Users, "users", 250_000, "distinct cold in-stock shoppers per round (at most 5,000,000; the warm ones are min(this, 200,000))")
 	fs.BoolVar(&o.CPUProfile, "cpuprofile", false, "record a CPU profile of the gateway in every gateway run (OUT/cpu-*.pprof)")
 	fs.IntVar(&o.GOMAXPROCS, "gomaxprocs", 2, "GOMAXPROCS of the server processes")
-	_ = fs.Parse(args) // ExitOnError
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	exe, err := os.Executable()
+	exe, err := parseDriver(fs, args)
 	if err != nil {
 		return err
 	}
 	o.Exe, o.Progress = exe, stdout
 	_, err = bench.Run(ctx, o)
+	return err
+}
+
+func cmdWS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var o bench.WSOptions
+	fs := newFlags("ws", stderr)
+	fs.StringVar(&o.Out, "out", "out/bench", "directory for server logs and ws.txt")
+	fs.IntVar(&o.Conns, "conns", 15_000, "WebSocket shoppers a run, all held at once")
+	fs.Float64Var(&o.Rate, "rate", 375, "joins a second")
+	fs.DurationVar(&o.Hold, "hold", 30*time.Second, "how long every socket is held before the clients close them")
+	fs.IntVar(&o.Rounds, "rounds", 3, "rounds of ws-bare, gateway")
+	fs.IntVar(&o.Sources, "sources", 100, "client addresses (127.0.1.1 ...)")
+	fs.IntVar(&o.GOMAXPROCS, "gomaxprocs", 1, "GOMAXPROCS of the server processes")
+	fs.IntVar(&o.ClientProcs, "client-procs", 1, "GOMAXPROCS of this process (the clients) during the runs")
+	exe, err := parseDriver(fs, args)
+	if err != nil {
+		return err
+	}
+	o.Exe, o.Progress = exe, stdout
+	_, err = bench.RunWS(ctx, o)
 	return err
 }

@@ -695,17 +695,7 @@ func Summarize(samples []Sample, o Options) string {
 	for _, s := range samples {
 		by[s.Scenario] = append(by[s.Scenario], s)
 	}
-	med := func(xs []float64) float64 {
-		if len(xs) == 0 {
-			return 0
-		}
-		xs = slices.Clone(xs)
-		slices.Sort(xs)
-		if len(xs)%2 == 1 {
-			return xs[len(xs)/2]
-		}
-		return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
-	}
+	med := median
 	rps := func(name string) []float64 {
 		var out []float64
 		for _, s := range by[name] {
@@ -814,6 +804,20 @@ func Summarize(samples []Sample, o Options) string {
 	return b.String()
 }
 
+// median is the middle of xs (the mean of the two middle ones for an
+// even count; 0 for none).
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	if len(xs)%2 == 1 {
+		return xs[len(xs)/2]
+	}
+	return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
+}
+
 // Medians renders "scenario median-req/s" lines (http-medians.txt, read by
 // scripts/bench.sh).
 func Medians(samples []Sample) string {
@@ -831,13 +835,7 @@ func Medians(samples []Sample) string {
 	}
 	var b strings.Builder
 	for _, name := range order {
-		xs := slices.Clone(by[name])
-		slices.Sort(xs)
-		m := xs[len(xs)/2]
-		if len(xs)%2 == 0 {
-			m = (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
-		}
-		fmt.Fprintf(&b, "%s %.0f\n", name, m)
+		fmt.Fprintf(&b, "%s %.0f\n", name, median(by[name]))
 	}
 	return b.String()
 }

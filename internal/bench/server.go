@@ -1,10 +1,12 @@
-// Package bench drives the HTTP benchmarks of `make bench`: a server
-// process (`flashsale-bench server`) that serves either the bare fiber
-// baseline or a whole gateway on local redis-server and PostgreSQL, and a
-// driver (`flashsale-bench http`) that starts both servers as child
-// processes, runs wrk against them in interleaved rounds and reports
-// requests per second as ratios to the baseline measured in the same run,
-// with the Redis commands each run cost.
+// Package bench drives the HTTP and WebSocket benchmarks of `make bench`:
+// a server process (`flashsale-bench server`) that serves the bare fiber
+// baseline, the bare coder/websocket baseline or a whole gateway on local
+// redis-server and PostgreSQL, and two drivers that start the servers as
+// child processes and run them in interleaved rounds: `flashsale-bench
+// http` runs wrk and reports requests per second as ratios to the baseline
+// measured in the same run, with the Redis commands and CPU each request
+// cost; `flashsale-bench ws` opens paced WebSocket joins, holds them and
+// closes them, and reports the CPU of each phase against the baseline's.
 //
 // Nothing here is used in production: only cmd/flashsale-bench imports
 // it, and TestLayout keeps it out of cmd/flashsale.
@@ -35,6 +37,7 @@ import (
 const (
 	ModeBaseline = "baseline" // bare fiber handler answering 410
 	ModeGateway  = "gateway"  // the gateway role of wiring.Start on local Redis and PostgreSQL
+	ModeWSBare   = "ws-bare"  // bare coder/websocket server answering a join (wsBare)
 )
 
 // ServerOptions configure Serve.
@@ -43,6 +46,9 @@ type ServerOptions struct {
 	Addr      string // public listener; "127.0.0.1:0" picks a port
 	Dir       string // scratch directory for redis-server and PostgreSQL (gateway); "" = a temporary one
 	JWTSecret string // gateway: the access-token secret the driver mints with
+	// QueueSale (gateway): also create a sale in queue order opening in
+	// six hours, whose WebSocket joins wait in its pre-queue (RunWS).
+	QueueSale bool
 }
 
 // ServerInfo is what a ready server prints as one JSON line on stdout.
@@ -57,6 +63,8 @@ type ServerInfo struct {
 	SaleID      int64 `json:"saleId,omitempty"`
 	SoldOutItem int64 `json:"soldOutItem,omitempty"`
 	InStockItem int64 `json:"inStockItem,omitempty"`
+	// QueueSaleID is the pre-queue's sale (ServerOptions.QueueSale).
+	QueueSaleID int64 `json:"queueSaleId,omitempty"`
 }
 
 // InStockQuantity is the stock of the in-stock item.
@@ -99,25 +107,37 @@ func Serve(ctx context.Context, o ServerOptions, in io.Reader, out io.Writer, lo
 	info := ServerInfo{Mode: o.Mode, PID: os.Getpid(), URL: "http://" + ln.Addr().String()}
 	switch o.Mode {
 	case ModeBaseline:
-		errc := make(chan error, 1)
-		go func() { errc <- gateway.ServeBaseline(ctx, ln) }()
-		if err := json.NewEncoder(out).Encode(info); err != nil {
-			return err
-		}
-		for {
-			select {
-			case err := <-errc:
-				return err
-			case <-lines: // no commands
-				fmt.Fprintln(out, "error: baseline takes no commands")
-			}
-		}
+		return serveBaseline(ctx, cancel, gateway.ServeBaseline, ln, info, lines, out)
+	case ModeWSBare:
+		return serveBaseline(ctx, cancel, serveWSBaseline, ln, info, lines, out)
 	case ModeGateway:
 		ln.Close() // wiring.Start listens itself, on the same address
 		return serveGateway(ctx, o, ln.Addr().String(), info, lines, out, log)
 	default:
 		ln.Close()
-		return fmt.Errorf("bench: unknown mode %q (want %s or %s)", o.Mode, ModeBaseline, ModeGateway)
+		return fmt.Errorf("bench: unknown mode %q (want %s, %s or %s)", o.Mode, ModeBaseline, ModeGateway, ModeWSBare)
+	}
+}
+
+// serveBaseline runs a baseline server (serve) on ln until it returns,
+// which ctx's end makes it do, refusing every command: a baseline takes
+// none.
+func serveBaseline(ctx context.Context, cancel context.CancelFunc, serve func(context.Context, net.Listener) error,
+	ln net.Listener, info ServerInfo, lines <-chan string, out io.Writer) error {
+	errc := make(chan error, 1)
+	go func() { errc <- serve(ctx, ln) }()
+	if err := json.NewEncoder(out).Encode(info); err != nil {
+		cancel()
+		<-errc
+		return err
+	}
+	for {
+		select {
+		case err := <-errc:
+			return err
+		case <-lines:
+			fmt.Fprintf(out, "error: a baseline server (%s) takes no commands\n", info.Mode)
+		}
 	}
 }
 
@@ -187,6 +207,19 @@ func serveGateway(ctx context.Context, o ServerOptions, addr string, info Server
 	})
 	if err != nil {
 		return err
+	}
+	if o.QueueSale {
+		qs, err := a.CreateSale(ctx, flashsale.Sale{
+			Name:                   "bench-queue",
+			StartsAt:               time.Now().Add(6 * time.Hour).Truncate(time.Second),
+			AdmissionRatePerSecond: 10000,
+			Allocation:             flashsale.AllocationQueue,
+			Items:                  []flashsale.Item{{ProductID: 3, Quantity: 10_000, PriceCents: 999}},
+		})
+		if err != nil {
+			return err
+		}
+		info.QueueSaleID = qs.ID
 	}
 	info.URL, info.AdminURL, info.RedisURL = a.PublicURL, a.AdminURL, rds.URL
 	info.SaleID, info.SoldOutItem, info.InStockItem = sale.ID, sale.Items[0].ID, sale.Items[1].ID
