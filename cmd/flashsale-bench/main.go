@@ -133,6 +133,7 @@ func cmdWS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.Sources, "sources", 100, "client addresses (127.0.1.1 ...)")
 	fs.IntVar(&o.GOMAXPROCS, "gomaxprocs", 1, "GOMAXPROCS of the server processes")
 	fs.IntVar(&o.ClientProcs, "client-procs", 1, "GOMAXPROCS of this process (the clients) during the runs")
+	fs.BoolVar(&o.CPUProfile, "cpuprofile", false, "record CPU profiles of the gateway's joins and hold in every gateway run (OUT/ws-cpu-*.pprof)")
 	exe, err := parseDriver(fs, args)
 	if err != nil {
 		return err

@@ -46,7 +46,12 @@ type WSOptions struct {
 	// other; a server measured beside clients on both cores costs about
 	// a fifth more a join, for the baseline and the gateway alike].
 	ClientProcs int
-	Progress    io.Writer // one line per run; nil: discard
+	// CPUProfile, when set, records CPU profiles of the gateway in every
+	// gateway run: of its joins (Out/ws-cpu-join-<round>.pprof) and of its
+	// hold (ws-cpu-hold-<round>.pprof), each from its admin port's
+	// /debug/pprof/profile, a second shorter than the phase.
+	CPUProfile bool
+	Progress   io.Writer // one line per run; nil: discard
 }
 
 func (o WSOptions) withDefaults() WSOptions {
@@ -176,6 +181,10 @@ func RunWS(ctx context.Context, o WSOptions) ([]WSSample, error) {
 			}
 			if srv.name == WSGateway {
 				target.redisPID, target.secret = int(redisPID), secret
+				if o.CPUProfile {
+					target.adminURL = gw.info.AdminURL
+					target.profile = filepath.Join(o.Out, fmt.Sprintf("ws-cpu-%%s-%d.pprof", round))
+				}
 			}
 			s, err := runWS(ctx, o, target)
 			if err != nil {
@@ -216,6 +225,27 @@ type wsTarget struct {
 	redisPID int    // 0: no Redis to read
 	secret   string // access tokens' key ("": the join carries a dummy one)
 	first    int64  // users first+1 … first+Conns
+	// adminURL and profile: a CPU profile of each phase into
+	// fmt.Sprintf(profile, phase) ("": none).
+	adminURL, profile string
+}
+
+// profilePhase starts a CPU profile of the phase lasting about d and
+// returns a wait for its end; with no profile asked for, or a phase too
+// short for one, the wait returns at once.
+func (t wsTarget) profilePhase(ctx context.Context, phase string, d time.Duration, progress io.Writer) (wait func()) {
+	secs := int(d.Seconds()) - 1
+	if t.profile == "" || secs < 1 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := fetchProfile(ctx, t.adminURL, secs, fmt.Sprintf(t.profile, phase)); err != nil {
+			fmt.Fprintf(progress, "cpu profile %s: %v\n", phase, err)
+		}
+	}()
+	return func() { <-done }
 }
 
 // wsCPU reads the server's and its Redis's CPU.
@@ -246,6 +276,8 @@ func runWS(ctx context.Context, o WSOptions, t wsTarget) (WSSample, error) {
 	if err != nil {
 		return s, err
 	}
+	profiled := t.profilePhase(ctx, "join", time.Duration(float64(o.Conns)/o.Rate*float64(time.Second)), o.Progress)
+	defer func() { profiled() }()
 	start := time.Now()
 	for i := range o.Conns {
 		if d := time.Until(start.Add(time.Duration(float64(i) / o.Rate * float64(time.Second)))); d > 0 {
@@ -305,6 +337,8 @@ func runWS(ctx context.Context, o WSOptions, t wsTarget) (WSSample, error) {
 		closed.Wait()
 		return s, fmt.Errorf("%d of %d joins failed, the first: %w", s.Failed, o.Conns, firstErr)
 	}
+	profiled()
+	profiled = t.profilePhase(ctx, "hold", o.Hold, o.Progress)
 	holdStart := time.Now()
 	select {
 	case <-time.After(o.Hold):
@@ -314,6 +348,7 @@ func runWS(ctx context.Context, o WSOptions, t wsTarget) (WSSample, error) {
 		return s, ctx.Err()
 	}
 	s.Held = time.Since(holdStart)
+	profiled()
 	s2, r2, err := t.cpu()
 	if err != nil {
 		return s, err
