@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -81,5 +82,36 @@ func TestWSSummary(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("summary lacks %q:\n%s", want, got)
 		}
+	}
+}
+
+// TestRunWSAgainstBaseline: a small run against the baseline, served in
+// this process, joins every shopper, holds them for the hold and takes
+// their closes.
+func TestRunWSAgainstBaseline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serveWSBaseline(ctx, ln) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serveWSBaseline: %v", err)
+		}
+	}()
+
+	o := WSOptions{Conns: 60, Rate: 600, Hold: 300 * time.Millisecond, Sources: 3}.withDefaults()
+	s, err := runWS(ctx, o, wsTarget{url: "ws://" + ln.Addr().String() + "/api/flash-sales/sales/1/queue", pid: os.Getpid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Joined != 60 || s.Failed != 0 || s.States["PREQUEUE"] != 60 {
+		t.Fatalf("joined %d, failed %d, first states %v; want 60 PREQUEUE", s.Joined, s.Failed, s.States)
+	}
+	if s.Joins < 90*time.Millisecond || s.Held < o.Hold {
+		t.Fatalf("joins took %v (paced at 600/s: at least 98 ms), held %v (want at least %v)", s.Joins, s.Held, o.Hold)
 	}
 }
