@@ -43,8 +43,8 @@ type WSOptions struct {
 	GOMAXPROCS int
 	// ClientProcs is the GOMAXPROCS of this process, the clients', for
 	// the run [1: the clients keep to one core, leaving the server the
-	// other; a server measured beside clients on both cores costs about
-	// a fifth more a join, for the baseline and the gateway alike].
+	// other; a server measured beside clients on both cores costs a
+	// quarter to a third more a join, the baseline and the gateway alike].
 	ClientProcs int
 	// CPUProfile, when set, records CPU profiles of the gateway in every
 	// gateway run: of its joins (Out/ws-cpu-join-<round>.pprof) and of its
@@ -95,14 +95,14 @@ const (
 // included, as the full drop's joins window), the hold and the closes
 // (until every client's close returned, and a second more).
 type WSSample struct {
-	Server                        string
-	Round                         int
-	Joined, Failed                int
-	States                        map[string]int // first message's state ("status" messages), else its type
-	Joins, Held                   time.Duration  // the joins' wall time, the hold's
-	JoinCPU, HoldCPU, CloseCPU    time.Duration
-	RedisJoin, RedisHold, RedisCl time.Duration
-	LoadAvg                       string // /proc/loadavg before the run
+	Server                     string
+	Round                      int
+	Joined, Failed             int
+	States                     map[string]int // first message's state ("status" messages), else its type
+	Joins, Held                time.Duration  // the joins' wall time, the hold's
+	JoinCPU, HoldCPU, CloseCPU time.Duration
+	RedisJoin, RedisHold       time.Duration
+	LoadAvg                    string // /proc/loadavg before the run
 }
 
 func (s WSSample) joinUs() float64  { return perRequestUs(s.JoinCPU, int64(s.Joined)) }
@@ -248,7 +248,7 @@ func (t wsTarget) profilePhase(ctx context.Context, phase string, d time.Duratio
 	return func() { <-done }
 }
 
-// wsCPU reads the server's and its Redis's CPU.
+// cpu reads the server's and its Redis's CPU.
 func (t wsTarget) cpu() (server, redis time.Duration, err error) {
 	if server, err = loadtest.ProcessCPU(t.pid); err != nil || t.redisPID == 0 {
 		return server, 0, err
@@ -265,9 +265,14 @@ func runWS(ctx context.Context, o WSOptions, t wsTarget) (WSSample, error) {
 		clients[i] = &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	closeAll := make(chan struct{})
 	var joined, closed sync.WaitGroup
+	profiled := func() {}
+	defer func() { // every client and profile ends, whatever ended the run
+		cancel()
+		profiled()
+		closed.Wait()
+	}()
 	var mu sync.Mutex
 	var failed atomic.Int64
 	var firstErr error
@@ -276,8 +281,7 @@ func runWS(ctx context.Context, o WSOptions, t wsTarget) (WSSample, error) {
 	if err != nil {
 		return s, err
 	}
-	profiled := t.profilePhase(ctx, "join", time.Duration(float64(o.Conns)/o.Rate*float64(time.Second)), o.Progress)
-	defer func() { profiled() }()
+	profiled = t.profilePhase(cctx, "join", time.Duration(float64(o.Conns)/o.Rate*float64(time.Second)), o.Progress)
 	start := time.Now()
 	for i := range o.Conns {
 		if d := time.Until(start.Add(time.Duration(float64(i) / o.Rate * float64(time.Second)))); d > 0 {
@@ -333,18 +337,14 @@ func runWS(ctx context.Context, o WSOptions, t wsTarget) (WSSample, error) {
 	s.Failed = int(failed.Load())
 	s.Joined = o.Conns - s.Failed
 	if s.Failed > 0 {
-		cancel()
-		closed.Wait()
 		return s, fmt.Errorf("%d of %d joins failed, the first: %w", s.Failed, o.Conns, firstErr)
 	}
 	profiled()
-	profiled = t.profilePhase(ctx, "hold", o.Hold, o.Progress)
+	profiled = t.profilePhase(cctx, "hold", o.Hold, o.Progress)
 	holdStart := time.Now()
 	select {
 	case <-time.After(o.Hold):
 	case <-ctx.Done():
-		cancel()
-		closed.Wait()
 		return s, ctx.Err()
 	}
 	s.Held = time.Since(holdStart)
@@ -360,12 +360,12 @@ func runWS(ctx context.Context, o WSOptions, t wsTarget) (WSSample, error) {
 	case <-ctx.Done():
 		return s, ctx.Err()
 	}
-	s3, r3, err := t.cpu()
+	s3, _, err := t.cpu()
 	if err != nil {
 		return s, err
 	}
 	s.JoinCPU, s.HoldCPU, s.CloseCPU = s1-s0, s2-s1, s3-s2
-	s.RedisJoin, s.RedisHold, s.RedisCl = r1-r0, r2-r1, r3-r2
+	s.RedisJoin, s.RedisHold = r1-r0, r2-r1
 	for _, c := range clients {
 		c.CloseIdleConnections()
 	}
@@ -398,7 +398,7 @@ func wsJoin(ctx context.Context, hc *http.Client, t wsTarget, user int64) (*webs
 		c.CloseNow()
 		return nil, "", err
 	}
-	var m struct{ Type, State, Code string }
+	var m struct{ Type, State string }
 	if err := json.Unmarshal(msg, &m); err != nil {
 		c.CloseNow()
 		return nil, "", fmt.Errorf("first message %q: %w", msg, err)
